@@ -1,0 +1,25 @@
+"""Every error torchx_ext raises on purpose.
+
+Messages say what was wrong and what the valid forms are, so a CLI can print
+``str(error)`` and exit without a traceback.
+"""
+
+
+class TorchxExtError(Exception):
+    """Base class: catch this to handle any deliberate torchx_ext failure."""
+
+
+class InvalidArgumentError(TorchxExtError, ValueError):
+    """A value given by the user (flag, env var, parameter) is malformed or out of range."""
+
+
+class TopologyError(TorchxExtError):
+    """The machine's topology could not be read from sysfs."""
+
+
+class BindingFallbackError(TorchxExtError):
+    """A binding plan needed a fallback and ``strict`` forbids fallbacks."""
+
+
+class BindingError(TorchxExtError):
+    """The kernel refused to apply a CPU affinity."""

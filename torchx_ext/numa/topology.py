@@ -1,0 +1,368 @@
+"""The machine's CPU, NUMA and GPU layout, read from Linux sysfs.
+
+Everything here is restricted to the CPUs this process may use: the online CPUs
+intersected with the affinity mask (which already reflects a container's cgroup
+cpuset) or an explicit override. Reading a fake sysfs root is how tests describe
+machines this host is not.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from torchx_ext.errors import InvalidArgumentError, TopologyError
+from torchx_ext.numa.cpulist import format_cpulist, parse_cpulist
+
+DEFAULT_SYSFS_ROOT = "/sys"
+GPU_VENDORS: Mapping[int, str] = {0x10DE: "nvidia", 0x1002: "amd"}
+_DISPLAY_CLASS = 0x03
+_UNKNOWN_NUMA_NODE = -1
+# The kernel's defaults, used when a node has no readable distance row.
+_LOCAL_DISTANCE = 10
+_REMOTE_DISTANCE = 20
+
+
+@dataclass(frozen=True)
+class Cpu:
+    id: int
+    node: int
+    package: int
+    # The lowest logical CPU listed in its thread_siblings_list: how torch.numa.binding
+    # names a physical core, so that plans group cores exactly as torch does.
+    core: int
+    # The lowest logical CPU sharing its last-level (Unified/Data) cache; None without cache info.
+    llc: int | None
+
+
+@dataclass(frozen=True)
+class NumaNode:
+    id: int
+    cpus: frozenset[int]
+    """CPUs of this node that are online and allowed."""
+    listed_cpus: frozenset[int]
+    """CPUs sysfs lists for this node, allowed or not; empty for a memory-only node."""
+    distances: Mapping[int, int]
+
+    @property
+    def memory_only(self) -> bool:
+        return not self.listed_cpus
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    """Position in PCI-address order, which is nvidia-smi's and rocm-smi's numbering."""
+    pci_address: str
+    vendor: str
+    numa_node: int | None
+    """None where sysfs reports -1 (no affinity known)."""
+
+
+@dataclass(frozen=True)
+class Topology:
+    root: str
+    online: frozenset[int]
+    allowed: frozenset[int]
+    """Online CPUs this process may use: the only CPUs any plan may contain."""
+    cpus: Mapping[int, Cpu]
+    """Details of every allowed CPU."""
+    nodes: Mapping[int, NumaNode]
+    gpus: tuple[Gpu, ...]
+
+    def nodes_with_cpus(self) -> list[int]:
+        return sorted(node.id for node in self.nodes.values() if node.cpus)
+
+    def distance(self, source: int, target: int) -> int:
+        if source == target:
+            return _LOCAL_DISTANCE
+        node = self.nodes.get(source)
+        if node is None:
+            return _REMOTE_DISTANCE
+        return node.distances.get(target, _REMOTE_DISTANCE)
+
+    def nearest_node_with_cpus(self, node: int) -> int | None:
+        """The node with allowed CPUs closest to ``node`` (ties go to the lower id)."""
+        candidates = self.nodes_with_cpus()
+        if not candidates:
+            return None
+        return min(candidates, key=lambda other: (self.distance(node, other), other))
+
+    def socket_of_node(self, node: int) -> int:
+        """The package of the node's lowest allowed CPU, as torch.numa.binding decides it."""
+        return self.cpus[min(self.nodes[node].cpus)].package
+
+    def sockets(self) -> list[int]:
+        return sorted({cpu.package for cpu in self.cpus.values()})
+
+    def group_by_core(self, cpus: Iterable[int]) -> dict[int, frozenset[int]]:
+        """Physical core key -> the given CPUs on that core, ordered by key."""
+        return _group(cpus, lambda cpu: self.cpus[cpu].core)
+
+    def group_by_llc(self, cpus: Iterable[int]) -> dict[int, frozenset[int]]:
+        """Last-level-cache key -> the given CPUs sharing it; the node stands in without cache info."""
+        return _group(cpus, lambda cpu: _llc_key(self.cpus[cpu]))
+
+    def physical_core_count(self, cpus: Iterable[int]) -> int:
+        return len({self.cpus[cpu].core for cpu in cpus})
+
+
+def _llc_key(cpu: Cpu) -> int:
+    # Without cache info a whole node is one complex; negative keys cannot collide with CPU ids.
+    return cpu.llc if cpu.llc is not None else -1 - cpu.node
+
+
+def _group(cpus: Iterable[int], key_of: Callable[[int], int]) -> dict[int, frozenset[int]]:
+    groups: dict[int, set[int]] = {}
+    for cpu in cpus:
+        groups.setdefault(key_of(cpu), set()).add(cpu)
+    return {key: frozenset(groups[key]) for key in sorted(groups)}
+
+
+
+def read_topology(
+    sysfs_root: str | os.PathLike[str] = DEFAULT_SYSFS_ROOT,
+    allowed_cpus: Iterable[int] | None = None,
+) -> Topology:
+    """Read the topology under ``sysfs_root``.
+
+    ``allowed_cpus`` overrides the CPUs this process may use. Without it, the real
+    ``/sys`` is intersected with this process's affinity mask, while any other root
+    (a fixture describing another machine) uses all of its online CPUs.
+    """
+    root = Path(sysfs_root)
+    if not root.is_dir():
+        raise TopologyError(
+            f"sysfs root {str(root)!r} does not exist or is not a directory: "
+            "pass the directory that holds devices/system/cpu (default /sys)"
+        )
+    reader = _SysfsReader(root)
+    online = reader.online_cpus()
+    allowed = _allowed(root, online, allowed_cpus)
+    nodes = reader.nodes(allowed, online)
+    node_of_cpu = {cpu: node.id for node in nodes.values() for cpu in node.listed_cpus}
+    fallback_node = min(nodes)
+    cpus = reader.cpus(allowed, online, node_of_cpu, fallback_node)
+    return Topology(
+        root=str(root),
+        online=online,
+        allowed=allowed,
+        cpus=cpus,
+        nodes=nodes,
+        gpus=reader.gpus(),
+    )
+
+
+def _allowed(
+    root: Path, online: frozenset[int], override: Iterable[int] | None
+) -> frozenset[int]:
+    if override is not None:
+        requested = frozenset(override)
+        source = "allowed CPUs"
+    elif os.path.realpath(root) == os.path.realpath(DEFAULT_SYSFS_ROOT):
+        requested = frozenset(os.sched_getaffinity(0))
+        source = "this process's CPU affinity"
+    else:
+        return online
+    allowed = requested & online
+    if not allowed:
+        raise InvalidArgumentError(
+            f"{source} {format_cpulist(requested) or '(empty)'} include no online CPU "
+            f"(online: {format_cpulist(online)}): give a non-empty cpulist of online CPUs"
+        )
+    return allowed
+
+
+class _SysfsReader:
+    """File access for read_topology; reads each fact once per core or cache, not per CPU."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.cpu_dir = root / "devices/system/cpu"
+        self.node_dir = root / "devices/system/node"
+
+    def text(self, path: Path) -> str | None:
+        try:
+            with open(path) as handle:
+                return handle.read()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as error:
+            raise TopologyError(f"cannot read {path}: {error}") from error
+
+    def cpulist(self, path: Path) -> frozenset[int] | None:
+        text = self.text(path)
+        return None if text is None else parse_cpulist(text, source=str(path))
+
+    def integer(self, path: Path) -> int | None:
+        text = self.text(path)
+        if text is None:
+            return None
+        try:
+            return int(text.strip(), 0)
+        except ValueError as error:
+            raise TopologyError(f"{path} holds {text.strip()!r}, not an integer") from error
+
+    def online_cpus(self) -> frozenset[int]:
+        online = self.cpulist(self.cpu_dir / "online")
+        if online is None:
+            if not self.cpu_dir.is_dir():
+                raise TopologyError(
+                    f"{self.cpu_dir} does not exist: is {str(self.root)!r} a sysfs root?"
+                )
+            online = frozenset(
+                int(name[3:])
+                for name in os.listdir(self.cpu_dir)
+                if name.startswith("cpu") and name[3:].isdigit()
+            )
+        if not online:
+            raise TopologyError(f"{self.cpu_dir} lists no online CPU")
+        return online
+
+    def nodes(self, allowed: frozenset[int], online: frozenset[int]) -> dict[int, NumaNode]:
+        node_ids = self.cpulist(self.node_dir / "online")
+        if node_ids is None:
+            node_ids = self.cpulist(self.node_dir / "possible")
+        if not node_ids:
+            # A kernel built without NUMA support: the whole machine is one node.
+            return {0: NumaNode(0, allowed, online, {0: _LOCAL_DISTANCE})}
+        ordered = sorted(node_ids)
+        nodes: dict[int, NumaNode] = {}
+        for node_id in ordered:
+            path = self.node_dir / f"node{node_id}"
+            listed = (self.cpulist(path / "cpulist") or frozenset()) & online
+            nodes[node_id] = NumaNode(
+                id=node_id,
+                cpus=listed & allowed,
+                listed_cpus=listed,
+                distances=self.distances(path / "distance", ordered),
+            )
+        return nodes
+
+    def distances(self, path: Path, ordered_nodes: list[int]) -> dict[int, int]:
+        text = self.text(path)
+        if text is None:
+            return {}
+        try:
+            values = [int(value) for value in text.split()]
+        except ValueError as error:
+            raise TopologyError(f"{path} holds {text.strip()!r}, not distances") from error
+        # The kernel writes one distance per online node, in node order.
+        return dict(zip(ordered_nodes, values))
+
+    def cpus(
+        self,
+        allowed: frozenset[int],
+        online: frozenset[int],
+        node_of_cpu: Mapping[int, int],
+        fallback_node: int,
+    ) -> dict[int, Cpu]:
+        core_of: dict[int, int] = {}
+        package_of: dict[int, int] = {}
+        llc_of: dict[int, int | None] = {}
+        for cpu in sorted(allowed):
+            topology_dir = self.cpu_dir / f"cpu{cpu}/topology"
+            if cpu not in core_of:
+                siblings = self.cpulist(topology_dir / "thread_siblings_list")
+                package = self.integer(topology_dir / "physical_package_id")
+                if siblings is None:
+                    siblings = self._siblings_by_core_id(cpu, package, online)
+                members = (siblings & allowed) | {cpu}
+                for member in members:
+                    core_of[member] = min(siblings | {cpu})
+                    package_of[member] = package if package is not None else 0
+            if cpu not in llc_of:
+                shared = self.last_level_cache(cpu)
+                if shared is None:
+                    llc_of[cpu] = None
+                else:
+                    for member in (shared & allowed) | {cpu}:
+                        llc_of.setdefault(member, min(shared | {cpu}))
+        return {
+            cpu: Cpu(
+                id=cpu,
+                node=node_of_cpu.get(cpu, fallback_node),
+                package=package_of[cpu],
+                core=core_of[cpu],
+                llc=llc_of[cpu],
+            )
+            for cpu in sorted(allowed)
+        }
+
+    def _siblings_by_core_id(
+        self, cpu: int, package: int | None, online: frozenset[int]
+    ) -> frozenset[int]:
+        core_id = self.integer(self.cpu_dir / f"cpu{cpu}/topology/core_id")
+        if core_id is None:
+            return frozenset({cpu})
+        siblings = {cpu}
+        for other in online:
+            other_dir = self.cpu_dir / f"cpu{other}/topology"
+            if (
+                other != cpu
+                and self.integer(other_dir / "core_id") == core_id
+                and self.integer(other_dir / "physical_package_id") == package
+            ):
+                siblings.add(other)
+        return frozenset(siblings)
+
+    def last_level_cache(self, cpu: int) -> frozenset[int] | None:
+        cache_dir = self.cpu_dir / f"cpu{cpu}/cache"
+        try:
+            entries = sorted(os.listdir(cache_dir))
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        best_level = -1
+        shared: frozenset[int] | None = None
+        for entry in entries:
+            if not (entry.startswith("index") and entry[5:].isdecimal()):
+                continue
+            index_dir = cache_dir / entry
+            kind = (self.text(index_dir / "type") or "").strip()
+            if kind not in ("Unified", "Data"):
+                continue
+            level = self.integer(index_dir / "level")
+            if level is None or level <= best_level:
+                continue
+            best_level = level
+            shared = self.cpulist(index_dir / "shared_cpu_list")
+        return shared
+
+    def gpus(self) -> tuple[Gpu, ...]:
+        pci_dir = self.root / "bus/pci/devices"
+        try:
+            addresses = os.listdir(pci_dir)
+        except (FileNotFoundError, NotADirectoryError):
+            return ()
+        gpus: list[Gpu] = []
+        for address in sorted(addresses, key=_pci_sort_key):
+            device_dir = pci_dir / address
+            device_class = self.integer(device_dir / "class")
+            if device_class is None or device_class >> 16 != _DISPLAY_CLASS:
+                continue
+            vendor = GPU_VENDORS.get(self.integer(device_dir / "vendor") or 0)
+            if vendor is None:
+                continue
+            node = self.integer(device_dir / "numa_node")
+            gpus.append(
+                Gpu(
+                    index=len(gpus),
+                    pci_address=address,
+                    vendor=vendor,
+                    numa_node=None if node is None or node < 0 else node,
+                )
+            )
+        return tuple(gpus)
+
+
+def _pci_sort_key(address: str) -> tuple[int, tuple[int, ...], str]:
+    # Numeric order, so that a five-digit (VMD) domain sorts after the four-digit ones.
+    try:
+        domain, bus, slot_function = address.split(":")
+        slot, function = slot_function.split(".")
+        fields = (int(domain, 16), int(bus, 16), int(slot, 16), int(function, 16))
+    except ValueError:
+        return (1, (), address)
+    return (0, fields, address)
