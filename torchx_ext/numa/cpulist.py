@@ -26,13 +26,13 @@ def parse_cpulist(text: str, *, source: str = "cpulist") -> frozenset[int]:
 
 
 def _parse_chunk(chunk: str, text: str, source: str) -> range | list[int]:
-    span, _, stride = chunk.partition(":")
+    span, colon, stride = chunk.partition(":")
     first_text, dash, last_text = span.partition("-")
     first = _non_negative_int(first_text, text, source)
     last = _non_negative_int(last_text, text, source) if dash else first
     if last < first:
         raise _malformed(text, source, f"range {span!r} runs backwards")
-    if not stride:
+    if not colon:
         return range(first, last + 1)
     used_text, slash, group_text = stride.partition("/")
     if not slash:

@@ -171,9 +171,10 @@ def _resolve_device_kind(requested: str, visible: tuple[Gpu, ...], nproc: int) -
     if requested == "cpu" or (requested == "auto" and not visible):
         return "cpu"
     if nproc > len(visible):
+        ranks = "1 GPU rank needs 1 visible GPU" if nproc == 1 else f"{nproc} GPU ranks need {nproc} visible GPUs"
         raise InvalidArgumentError(
-            f"{nproc} GPU ranks need {nproc} visible GPUs, but {len(visible)} "
-            f"{'is' if len(visible) == 1 else 'are'} visible: lower nproc per node, make more "
+            f"{ranks}, but {len(visible)} {'is' if len(visible) == 1 else 'are'} visible: "
+            "lower nproc per node, make more "
             "GPUs visible (CUDA_VISIBLE_DEVICES), or plan a CPU-only job (device kind 'cpu')"
         )
     return "gpu"
@@ -190,23 +191,21 @@ class _Planner:
         self.fallbacks: list[str] = []
 
     def plan(self) -> tuple[RankBinding, ...]:
-        if self.mode == "none":
-            homes = [-1] * self.nproc
-        else:
-            homes = [self._home_node(rank) for rank in range(self.nproc)]
-        # Ranks sharing a node divide it among themselves, in local-rank order.
-        peers: dict[int, list[int]] = {}
-        for rank, node in enumerate(homes):
-            peers.setdefault(node, []).append(rank)
+        nodes = [self._node(rank) for rank in range(self.nproc)]
+        # Ranks divide a node among those with the same home: for GPU ranks, as torch divides
+        # it among the GPUs on it. Ranks moved there by a fallback share it on top.
+        peers: dict[tuple[int, int], list[int]] = {}
+        for rank, placement in enumerate(nodes):
+            peers.setdefault(placement, []).append(rank)
         bindings = []
-        for rank, node in enumerate(homes):
-            cpus = self._cpus(rank, node, peers[node])
+        for rank, placement in enumerate(nodes):
+            cpus = self._cpus(rank, placement[0], peers[placement])
             gpu = self.gpus[rank] if self.gpus else None
             bindings.append(
                 RankBinding(
                     local_rank=rank,
                     cpus=cpus,
-                    numa_node=None if self.mode == "none" else node,
+                    numa_node=None if self.mode == "none" else placement[0],
                     gpu=None if gpu is None else rank,
                     gpu_pci_address=None if gpu is None else gpu.pci_address,
                     threads=self.topology.physical_core_count(cpus),
@@ -214,36 +213,48 @@ class _Planner:
             )
         return tuple(bindings)
 
+    def _node(self, rank: int) -> tuple[int, int]:
+        """(node whose CPUs the rank uses, its home node); (-1, -1) when mode is none."""
+        if self.mode == "none":
+            return (-1, -1)
+        home = self._home_node(rank)
+        return (self._usable_node(rank, home), home)
+
     def _home_node(self, rank: int) -> int:
-        """The node whose CPUs the rank should use: its GPU's, or its block of nodes'."""
+        """The node the rank belongs on: its GPU's, or for CPU-only jobs its block of nodes."""
         with_cpus = self.topology.nodes_with_cpus()
         if not self.gpus:
             return with_cpus[rank * len(with_cpus) // self.nproc]
         gpu = self.gpus[rank]
-        node = gpu.numa_node
-        if node is None:
-            # torch.numa.binding reads -1 as node 0; do the same, but say it is a guess.
-            node = 0
-            if len(with_cpus) > 1:
-                self.fallbacks.append(
-                    f"GPU {gpu.pci_address} (local rank {rank}) reports no NUMA node (-1); "
-                    "assuming node 0"
-                )
-        if node in with_cpus:
-            return node
-        nearest = self.topology.nearest_node_with_cpus(node)
+        if gpu.numa_node is not None:
+            return gpu.numa_node
+        # torch.numa.binding reads -1 as node 0; do the same, but say it is a guess.
+        if len(with_cpus) > 1:
+            self.fallbacks.append(
+                f"GPU {gpu.pci_address} (local rank {rank}) reports no NUMA node (-1); assuming node 0"
+            )
+        return 0
+
+    def _usable_node(self, rank: int, home: int) -> int:
+        """``home`` if it has allowed CPUs, else the nearest node that has."""
+        if home in self.topology.nodes_with_cpus():
+            return home
+        nearest = self.topology.nearest_node_with_cpus(home)
         assert nearest is not None  # read_topology guarantees at least one allowed CPU
+        node = self.topology.nodes.get(home)
         why = (
-            "is memory-only"
-            if node in self.topology.nodes and self.topology.nodes[node].memory_only
+            "is not online"
+            if node is None
+            else "is memory-only"
+            if node.memory_only
             else "has no CPU this process may use"
-            if node in self.topology.nodes
-            else "is not an online NUMA node"
         )
+        gpu = self.gpus[rank]  # only a GPU's node can lack CPUs: CPU ranks pick nodes that have them
         self.fallbacks.append(
-            f"GPU {gpu.pci_address} (local rank {rank}) is on NUMA node {node}, which {why}; "
-            f"using the nearest node with allowed CPUs, {nearest} "
-            f"(distance {self.topology.distance(node, nearest)})"
+            f"GPU {gpu.pci_address} (local rank {rank}) is on NUMA node {home}, which {why}; "
+            f"using the nearest node with allowed "
+            f"CPUs, {nearest} (distance {self.topology.distance(home, nearest)})"
+            + (", sharing its cores" if self.mode in ("exclusive", "core-complex") else "")
         )
         return nearest
 

@@ -1,0 +1,38 @@
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures.machines import MACHINES, SNAPSHOTS
+from torchx_ext.numa.fake_sysfs import write_sysfs
+from torchx_ext.numa.topology import Topology, read_topology
+
+MachineRoot = Callable[[str], Path]
+
+
+@pytest.fixture(scope="session")
+def machine_root(tmp_path_factory: pytest.TempPathFactory) -> MachineRoot:
+    """name -> the sysfs root of that test machine (written once per session)."""
+    written: dict[str, Path] = {}
+
+    def root(name: str) -> Path:
+        machine = MACHINES[name]
+        if machine.spec is None:
+            return SNAPSHOTS / name
+        if name not in written:
+            written[name] = write_sysfs(machine.spec, tmp_path_factory.mktemp(name))
+        return written[name]
+
+    return root
+
+
+@pytest.fixture(scope="session")
+def machine_topology(machine_root: MachineRoot) -> Callable[[str], Topology]:
+    """name -> the Topology of that test machine, restricted to its cpuset if it has one."""
+
+    def topology(name: str) -> Topology:
+        return read_topology(machine_root(name), MACHINES[name].allowed)
+
+    return topology

@@ -1,0 +1,137 @@
+"""read_topology on the fixture machines: what it must see on each."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import MachineRoot
+from torchx_ext.errors import InvalidArgumentError, TopologyError
+from torchx_ext.numa.cpulist import format_cpulist
+from torchx_ext.numa.topology import Topology, read_topology
+
+TopologyOf = Callable[[str], Topology]
+
+
+def node_cpus(topology: Topology) -> dict[int, str]:
+    return {node.id: format_cpulist(node.cpus) for node in topology.nodes.values()}
+
+
+def test_dgx_h100(machine_topology: TopologyOf) -> None:
+    topology = machine_topology("dgx-h100")
+    assert node_cpus(topology) == {0: "0-55,112-167", 1: "56-111,168-223"}
+    assert topology.sockets() == [0, 1]
+    assert topology.physical_core_count(topology.allowed) == 112
+    assert topology.cpus[112].core == 0 and topology.cpus[0].core == 0
+    assert [gpu.numa_node for gpu in topology.gpus] == [0, 0, 0, 0, 1, 1, 1, 1]
+    # The NVSwitch bridge (NVIDIA, class 0x0680) and the BMC's VGA (vendor 0x1a03) are not GPUs.
+    assert len(topology.gpus) == 8
+    assert [gpu.vendor for gpu in topology.gpus] == ["nvidia"] * 8
+    assert topology.distance(0, 1) == 32
+
+
+def test_gpus_are_in_pci_address_order(machine_topology: TopologyOf) -> None:
+    addresses = [gpu.pci_address for gpu in machine_topology("dgx-h100").gpus]
+    assert addresses == sorted(addresses) and [gpu.index for gpu in machine_topology("dgx-h100").gpus] == list(range(8))
+
+
+def test_epyc_nps4_has_eight_nodes_of_two_l3_complexes(machine_topology: TopologyOf) -> None:
+    topology = machine_topology("epyc-nps4")
+    assert len(topology.nodes_with_cpus()) == 8
+    assert {topology.socket_of_node(node) for node in range(4)} == {0}
+    assert {topology.socket_of_node(node) for node in range(4, 8)} == {1}
+    complexes = topology.group_by_llc(topology.nodes[0].cpus)
+    assert [format_cpulist(cpus) for cpus in complexes.values()] == ["0-7,128-135", "8-15,136-143"]
+    assert {gpu.vendor for gpu in topology.gpus} == {"amd"}
+    assert topology.distance(0, 3) == 12 and topology.distance(0, 4) == 32
+
+
+def test_gh200_memory_only_nodes_are_kept_without_cpus(machine_topology: TopologyOf) -> None:
+    topology = machine_topology("gh200")
+    assert topology.nodes_with_cpus() == [0]
+    assert sorted(topology.nodes) == list(range(9))
+    assert all(topology.nodes[node].memory_only for node in range(1, 9))
+    assert topology.gpus[0].numa_node == 0
+
+
+def test_gb200_two_grace_nodes_and_memory_only_nodes(machine_topology: TopologyOf) -> None:
+    topology = machine_topology("gb200")
+    assert node_cpus(topology) == {0: "0-71", 1: "72-143", 2: "", 3: "", 4: "", 5: ""}
+    assert [gpu.numa_node for gpu in topology.gpus] == [0, 0, 1, 1]
+
+
+def test_cpuset_container_sees_only_its_cpus(machine_topology: TopologyOf) -> None:
+    topology = machine_topology("dgx-h100-cpuset")
+    assert format_cpulist(topology.allowed) == "50-61,162-167"
+    assert node_cpus(topology) == {0: "50-55,162-167", 1: "56-61"}
+    assert set(topology.cpus) == set(topology.allowed)
+    # Cores 56-61 have one allowed thread each, but they are still whole physical cores.
+    assert topology.physical_core_count(topology.nodes[1].cpus) == 6
+    assert topology.nodes[1].listed_cpus == frozenset(range(56, 112)) | frozenset(range(168, 224))
+
+
+def test_offline_cpus_are_left_out(machine_topology: TopologyOf) -> None:
+    topology = machine_topology("offline-cpus")
+    assert format_cpulist(topology.online) == "0-2,4,6-11,13-18,20-31"
+    assert topology.allowed == topology.online
+    assert 3 not in topology.nodes[0].cpus and 19 not in topology.nodes[1].cpus
+    # Core 5 lost one of its two threads; CPU 21 is still on core 5.
+    assert topology.cpus[21].core == 21
+    assert topology.physical_core_count(topology.allowed) == 15
+
+
+def test_snapshot_of_a_real_two_cpu_host(machine_topology: TopologyOf) -> None:
+    topology = machine_topology("dev-2cpu")
+    assert node_cpus(topology) == {0: "0-1"}
+    assert topology.gpus == ()
+    assert topology.physical_core_count(topology.allowed) == 2
+
+
+def test_gpu_with_unknown_numa_node(machine_topology: TopologyOf) -> None:
+    assert [gpu.numa_node for gpu in machine_topology("vm-gpu-node-unknown").gpus] == [None] * 4
+
+
+def test_real_sysfs_is_limited_to_this_process_affinity() -> None:
+    topology = read_topology()
+    assert topology.allowed == frozenset(os.sched_getaffinity(0))
+    assert set(topology.cpus) == set(topology.allowed)
+    assert topology.nodes_with_cpus()
+
+
+def test_allowed_override_is_intersected_with_online_cpus(machine_root: MachineRoot) -> None:
+    topology = read_topology(machine_root("offline-cpus"), allowed_cpus=range(0, 6))
+    assert format_cpulist(topology.allowed) == "0-2,4"
+
+
+def test_allowed_set_without_online_cpu_is_an_error(machine_root: MachineRoot) -> None:
+    with pytest.raises(InvalidArgumentError, match=r"allowed CPUs 3,12 include no online CPU"):
+        read_topology(machine_root("offline-cpus"), allowed_cpus={3, 12})
+    with pytest.raises(InvalidArgumentError, match=r"\(empty\)"):
+        read_topology(machine_root("offline-cpus"), allowed_cpus=set())
+
+
+def test_missing_sysfs_root_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(TopologyError, match="does not exist"):
+        read_topology(tmp_path / "nowhere")
+    with pytest.raises(TopologyError, match="sysfs root"):
+        read_topology(tmp_path)
+
+
+def test_kernel_without_numa_is_one_node(tmp_path: Path) -> None:
+    cpu = tmp_path / "devices/system/cpu"
+    for index in range(4):
+        (cpu / f"cpu{index}").mkdir(parents=True)
+    (cpu / "online").write_text("0-3\n")
+    topology = read_topology(tmp_path)
+    assert node_cpus(topology) == {0: "0-3"}
+    assert topology.physical_core_count(topology.allowed) == 4
+
+
+def test_unparsable_sysfs_file_names_the_file(tmp_path: Path) -> None:
+    (tmp_path / "devices/system/cpu").mkdir(parents=True)
+    (tmp_path / "devices/system/cpu/online").write_text("zero\n")
+    with pytest.raises(InvalidArgumentError, match="devices/system/cpu/online"):
+        read_topology(tmp_path)
