@@ -7,13 +7,16 @@ setup(
     packages=find_packages(include=["torchx_ext", "torchx_ext.*"]),
     package_data={"torchx_ext": ["py.typed"]},
     python_requires=">=3.10",
-    install_requires=["torchx>=0.7.0"],
+    install_requires=["torchx>=0.7.0", "torch>=2.4"],
     extras_require={
         # Exact pins for CI live in requirements-test.txt (torch pinned there: an unpinned
         # torch pulls a multi-GB CUDA build).
-        "test": ["torch>=2.13", "pytest", "hypothesis", "mypy"],
+        "test": ["pytest", "hypothesis", "mypy"],
     },
     entry_points={
-        "console_scripts": ["torchx-ext-numa=torchx_ext.numa.__main__:main"],
+        "console_scripts": [
+            "torchx-ext-numa=torchx_ext.numa.__main__:main",
+            "torchx-ext-run=torchx_ext.launcher.cli:main",
+        ],
     },
 )

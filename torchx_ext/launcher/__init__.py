@@ -1,0 +1,23 @@
+"""The bundled launcher: torchrun's flags and meaning on torch.distributed.elastic, plus NUMA binding.
+
+Command line: ``python -m torchx_ext.launcher`` or ``torchx-ext-run``. Python API:
+``torchx_ext.launcher.launch(fn, *args, nproc_per_node=..., numa_binding=...)``.
+Importing this package does not import torch; calling ``launch`` does.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from torchx_ext.launcher.api import launch
+
+__all__ = ["launch"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "launch":
+        from torchx_ext.launcher.api import launch
+
+        return launch
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

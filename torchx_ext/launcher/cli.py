@@ -1,0 +1,235 @@
+"""``python -m torchx_ext.launcher`` / ``torchx-ext-run``: torchrun plus NUMA binding.
+
+torchrun's own parser (``torch.distributed.run.get_args_parser``) and config builder
+(``config_from_args``) supply every torchrun flag with torchrun's meaning and spelling; this
+module adds the NUMA and rendezvous-from-env flags, checks input before any worker starts,
+and replaces the worker command with the binding bootstrap.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import logging
+import os
+import shutil
+import sys
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from torchx_ext.errors import TorchxExtError, InvalidArgumentError
+from torchx_ext.launcher.bootstrap import BOOTSTRAP_CODE, BoundCallable, run_script_path
+from torchx_ext.launcher.worker_binding import OMP_THREADS_FORMS, check_mode, encode, plan_workers
+from torchx_ext.numa.plan import MODES
+from torchx_ext.numa.topology import DEFAULT_SYSFS_ROOT
+
+logger = logging.getLogger("torchx_ext.launcher")
+
+DEFAULT_RDZV_PORT = 29500
+# torch waits 30 s by default before SIGKILL; a stopped job should be gone well within 10 s.
+DEFAULT_SHUTDOWN_TIMEOUT_S = 5
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from torch.distributed.run import get_args_parser
+
+    parser = argparse.ArgumentParser(
+        prog="torchx-ext-run",
+        description="torchrun with NUMA binding: every worker starts on the CPUs near its GPU "
+        "(or its share of the NUMA nodes for CPU-only jobs).",
+        parents=[get_args_parser()],
+        conflict_handler="resolve",
+    )
+    parser.add_argument(
+        "--numa-binding", "--numa_binding", default="none", metavar="MODE",
+        help=f"one of {', '.join(MODES)} (default none, as torchrun)",
+    )
+    parser.add_argument(
+        "--numa-strict", "--numa_strict", action="store_true",
+        help="fail before starting workers if the plan needs any fallback",
+    )
+    parser.add_argument(
+        "--numa-dry-run", "--numa_dry_run", action="store_true",
+        help="plan and log the binding but do not apply it",
+    )
+    parser.add_argument(
+        "--numa-sysfs-root", "--numa_sysfs_root", default=DEFAULT_SYSFS_ROOT, metavar="DIR",
+        help="read the topology from this sysfs tree (for planning another machine; use with --numa-dry-run)",
+    )
+    parser.add_argument(
+        "--rdzv-endpoint-env", "--rdzv_endpoint_env", metavar="NAME",
+        help="take the rendezvous host from environment variable NAME (localhost when unset or "
+        "empty) and the port from --rdzv-port",
+    )
+    parser.add_argument(
+        "--rdzv-port", "--rdzv_port", type=int, default=DEFAULT_RDZV_PORT, metavar="PORT",
+        help=f"rendezvous port used with --rdzv-endpoint-env (default {DEFAULT_RDZV_PORT})",
+    )
+    parser.add_argument(
+        "--omp-threads", "--omp_threads", metavar="auto|N",
+        help=f"OMP_NUM_THREADS for each worker: {OMP_THREADS_FORMS}; auto is the rank's physical "
+        "cores from the plan. A value exported by the user wins. Default: torchrun's (1 when nproc > 1)",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    _configure_logging()
+    args = build_parser().parse_args(argv)
+    try:
+        config, entrypoint, entry_args = prepare(args)
+    except TorchxExtError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return run(config, entrypoint, entry_args)
+
+
+def prepare(args: argparse.Namespace) -> tuple[Any, Callable[..., Any] | str, list[str]]:
+    """Check every input and plan the binding; returns what elastic_launch needs. Starts nothing."""
+    from torch.distributed.run import config_from_args, parse_min_max_nnodes
+
+    check_mode(args.numa_binding)
+    try:
+        min_nodes, max_nodes = parse_min_max_nnodes(args.nnodes)
+    except (ValueError, RuntimeError) as error:
+        raise InvalidArgumentError(f"invalid --nnodes {args.nnodes!r}: expected N or MIN:MAX") from error
+    if not 0 < min_nodes <= max_nodes:
+        raise InvalidArgumentError(
+            f"invalid --nnodes {args.nnodes!r}: expected N or MIN:MAX with 1 <= MIN <= MAX"
+        )
+    nproc = _nproc_per_node(args.nproc_per_node)
+    _check_entrypoint(args)
+    _resolve_rendezvous(args, max_nodes)
+    omp_decided_here = "OMP_NUM_THREADS" not in os.environ and args.omp_threads is not None
+    if omp_decided_here:
+        # Keeps config_from_args from exporting (and warning about) torchrun's default of 1:
+        # the bootstrap sets each worker's value from the plan instead.
+        os.environ["OMP_NUM_THREADS"] = "1"
+    try:
+        config, _, _ = config_from_args(args)
+    except (ValueError, AssertionError) as error:
+        raise InvalidArgumentError(str(error)) from error
+    finally:
+        if omp_decided_here:
+            os.environ.pop("OMP_NUM_THREADS", None)
+    # Our binding replaces torch's own numa_options, so it is applied once, not twice.
+    config.numa_options = None
+    if getattr(args, "shutdown_timeout", None) is None and "TORCH_ELASTIC_SHUTDOWN_TIMEOUT" not in os.environ:
+        config.shutdown_timeout = DEFAULT_SHUTDOWN_TIMEOUT_S
+    device_kind = {"gpu": "gpu", "cpu": "cpu"}.get(str(args.nproc_per_node), _device_kind_of_torch())
+    _, bindings = plan_workers(
+        nproc,
+        args.numa_binding,
+        strict=args.numa_strict,
+        device_kind=device_kind,
+        omp_threads=args.omp_threads,
+        sysfs_root=args.numa_sysfs_root,
+        dry_run=args.numa_dry_run,
+    )
+    plan = encode(bindings)
+    script_args = [_escape_macros(arg) for arg in args.training_script_args]
+    target = _escape_macros(args.training_script)
+    if args.run_path:
+        bound = BoundCallable(
+            plan,
+            run_script_path,
+            (args.training_script, *args.training_script_args),
+            pickled=config.start_method != "fork",
+        )
+        return config, bound, ["${local_rank}"]
+    if args.no_python:
+        return config, sys.executable, ["-c", BOOTSTRAP_CODE, plan, "${local_rank}", "exec", target, *script_args]
+    kind = "module" if args.module else "script"
+    python = os.getenv("PYTHON_EXEC", sys.executable)
+    return config, python, ["-u", "-c", BOOTSTRAP_CODE, plan, "${local_rank}", kind, target, *script_args]
+
+
+def run(config: Any, entrypoint: Callable[..., Any] | str, entry_args: list[str]) -> int:
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.elastic.rendezvous import RendezvousError
+    from torch.distributed.launcher.api import elastic_launch
+
+    try:
+        elastic_launch(config=config, entrypoint=entrypoint)(*entry_args)
+    except ChildFailedError as error:
+        print(error.format_msg(), file=sys.stderr)
+        return 1
+    except RendezvousError as error:
+        print(
+            f"error: rendezvous {config.run_id!r} at {config.rdzv_endpoint or '(none)'} did not complete: "
+            f"{error} (need {config.min_nodes}"
+            f"{'' if config.min_nodes == config.max_nodes else f'-{config.max_nodes}'} nodes; "
+            f"timeout {config.rdzv_configs.get('join_timeout', config.rdzv_configs.get('timeout'))} s)",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+def _nproc_per_node(value: str) -> int:
+    from torch.distributed.run import determine_local_world_size
+
+    if value not in ("auto", "cpu", "gpu") and not (value.isdigit() and int(value) >= 1):
+        raise InvalidArgumentError(
+            f"invalid --nproc-per-node {value!r}: expected a positive integer, auto, cpu or gpu"
+        )
+    try:
+        return int(determine_local_world_size(value))
+    except (ValueError, RuntimeError) as error:
+        raise InvalidArgumentError(f"invalid --nproc-per-node {value!r}: {error}") from error
+
+
+def _check_entrypoint(args: argparse.Namespace) -> None:
+    script = args.training_script
+    if args.no_python and args.module:
+        raise InvalidArgumentError("--no-python and -m/--module cannot be used together")
+    if args.module:
+        top_level = script.split(".")[0]
+        sys.path.insert(0, os.getcwd())
+        try:
+            found = importlib.util.find_spec(top_level) is not None
+        finally:
+            sys.path.pop(0)
+        if not found:
+            raise InvalidArgumentError(f"module {script!r} not found (run with -m from the directory that holds it)")
+    elif args.no_python:
+        if shutil.which(script) is None:
+            raise InvalidArgumentError(f"program {script!r} not found on PATH or not executable (--no-python)")
+    elif not os.path.isfile(script):
+        raise InvalidArgumentError(f"training script {script!r} does not exist (give a path, or -m MODULE)")
+
+
+def _resolve_rendezvous(args: argparse.Namespace, max_nodes: int) -> None:
+    if args.rdzv_endpoint_env:
+        host = os.environ.get(args.rdzv_endpoint_env) or "localhost"
+        args.rdzv_endpoint = f"{host}:{args.rdzv_port}"
+    if args.standalone:
+        args.rdzv_backend, args.rdzv_endpoint, args.rdzv_id = "c10d", "localhost:0", str(uuid.uuid4())
+    elif args.rdzv_backend == "static" and not args.rdzv_endpoint and args.master_port is None and max_nodes == 1:
+        # torchrun's single-node default: a c10d store on a free port.
+        args.rdzv_backend, args.rdzv_endpoint, args.rdzv_id = "c10d", "localhost:0", str(uuid.uuid4())
+    if args.master_port is None:
+        args.master_port = DEFAULT_RDZV_PORT
+
+
+def _device_kind_of_torch() -> str:
+    import torch
+
+    return "cpu" if torch.version.cuda is None and torch.version.hip is None else "auto"
+
+
+def _escape_macros(arg: str) -> str:
+    # torchelastic runs string.Template.safe_substitute over worker arguments; doubling "$"
+    # makes it give back exactly what the user typed.
+    return arg.replace("$", "$$")
+
+
+def _configure_logging() -> None:
+    ours = logging.getLogger("torchx_ext")
+    if not ours.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("[torchx_ext.launcher] %(levelname)s %(message)s"))
+        ours.addHandler(handler)
+        ours.setLevel(logging.INFO)
+        ours.propagate = False

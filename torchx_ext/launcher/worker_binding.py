@@ -1,0 +1,137 @@
+"""What each worker is told about its binding, and how the agent decides it. No torch import.
+
+The agent plans once per node (torchx_ext.numa) and hands every worker the same compact
+plan; the worker picks its own entry by local rank and applies it before any user code runs
+(see bootstrap.py). The encoding is JSON without ``$``, so torchelastic's ``${local_rank}``
+substitution of worker arguments leaves it intact.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from torchx_ext.errors import BindingError, InvalidArgumentError
+from torchx_ext.numa.cpulist import format_cpulist
+from torchx_ext.numa.plan import MODES, BindingPlan, describe_rank, plan_binding, visible_devices_from_env
+from torchx_ext.numa.topology import DEFAULT_SYSFS_ROOT, read_topology
+
+logger = logging.getLogger("torchx_ext.launcher")
+
+OMP_THREADS_FORMS = "'auto' or a positive integer"
+
+
+@dataclass(frozen=True)
+class WorkerBinding:
+    """One local rank's instructions; ``cpus`` is None when nothing is to be applied."""
+
+    cpus: str | None
+    numa_node: int | None
+    omp_threads: int | None
+
+    def to_json(self) -> list[object]:
+        return [self.cpus, self.numa_node, self.omp_threads]
+
+
+def encode(bindings: list[WorkerBinding]) -> str:
+    return json.dumps([binding.to_json() for binding in bindings], separators=(",", ":"))
+
+
+def decode(text: str) -> list[WorkerBinding]:
+    return [WorkerBinding(cpus, node, omp) for cpus, node, omp in json.loads(text)]
+
+
+def check_mode(mode: str) -> str:
+    if mode not in MODES:
+        raise InvalidArgumentError(
+            f"unknown --numa-binding {mode!r}: valid values are {', '.join(MODES)}"
+        )
+    return mode
+
+
+def parse_omp_threads(value: str | int | None) -> str | int | None:
+    if value is None or value == "auto":
+        return value
+    text = str(value)
+    if not text.isdigit() or int(text) < 1:
+        raise InvalidArgumentError(f"invalid --omp-threads {value!r}: expected {OMP_THREADS_FORMS}")
+    return int(text)
+
+
+def plan_workers(
+    nproc_per_node: int,
+    mode: str,
+    *,
+    strict: bool = False,
+    device_kind: str = "auto",
+    omp_threads: str | int | None = None,
+    sysfs_root: str = DEFAULT_SYSFS_ROOT,
+    dry_run: bool = False,
+    env: Mapping[str, str] | None = None,
+) -> tuple[BindingPlan, list[WorkerBinding]]:
+    """Plan this node's workers, log the plan, and check it can be applied here.
+
+    ``device_kind`` ``auto`` plans GPU ranks only when there are at least as many visible
+    GPUs as ranks; otherwise ranks are CPU-only (a gloo job on a GPU host stays legal).
+    """
+    environ = os.environ if env is None else env
+    check_mode(mode)
+    omp = parse_omp_threads(omp_threads)
+    topology = read_topology(sysfs_root)
+    visible = visible_devices_from_env(environ)
+    if device_kind == "auto":
+        gpu_count = len(topology.gpus) if visible is None else len(visible)
+        device_kind = "gpu" if 0 < nproc_per_node <= gpu_count else "cpu"
+    plan = plan_binding(
+        topology, nproc_per_node, mode, visible_devices=visible, device_kind=device_kind, strict=strict
+    )
+    user_omp = "OMP_NUM_THREADS" in environ
+    bindings = []
+    for rank in plan.ranks:
+        threads: int | None = None
+        if not user_omp and omp == "auto":
+            # In mode none every rank sees every core: split them rather than oversubscribe.
+            threads = rank.threads if plan.mode != "none" else max(1, rank.threads // nproc_per_node)
+        elif not user_omp and isinstance(omp, int):
+            threads = omp
+        apply = plan.mode != "none" and not dry_run
+        bindings.append(
+            WorkerBinding(format_cpulist(rank.cpus) if apply else None, rank.numa_node if apply else None, threads)
+        )
+    _log(plan, bindings, dry_run, user_omp and omp is not None)
+    if not dry_run and plan.mode != "none":
+        _check_applicable(plan)
+    return plan, bindings
+
+
+def _check_applicable(plan: BindingPlan) -> None:
+    usable = frozenset(os.sched_getaffinity(0))
+    for rank in plan.ranks:
+        if not rank.cpus <= usable:
+            raise BindingError(
+                f"local rank {rank.local_rank} is planned on CPUs {format_cpulist(rank.cpus)}, but this "
+                f"process may use only {format_cpulist(usable)}: that plan is for another machine "
+                "(a different sysfs root?); add --numa-dry-run to only log it"
+            )
+
+
+def _log(plan: BindingPlan, bindings: list[WorkerBinding], dry_run: bool, omp_overridden: bool) -> None:
+    suffix = " (dry run: not applied)" if dry_run else ""
+    logger.info(
+        "NUMA binding %s%s, device kind %s, %d local ranks%s",
+        plan.mode,
+        f" (from {plan.requested_mode})" if plan.mode != plan.requested_mode else "",
+        plan.device_kind,
+        len(plan.ranks),
+        suffix,
+    )
+    for rank, binding in zip(plan.ranks, bindings):
+        omp = f" OMP_NUM_THREADS={binding.omp_threads}" if binding.omp_threads is not None else ""
+        logger.info("%s%s", describe_rank(rank), omp)
+    if omp_overridden:
+        logger.info("OMP_NUM_THREADS=%s was exported by the user and is kept", os.environ.get("OMP_NUM_THREADS"))
+    for warning in plan.warnings:
+        logger.warning("NUMA binding fallback: %s", warning)
