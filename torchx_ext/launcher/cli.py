@@ -21,7 +21,7 @@ from typing import Any
 from torchx_ext.errors import TorchxExtError, InvalidArgumentError
 from torchx_ext.launcher.bootstrap import BOOTSTRAP_CODE, BoundCallable, run_script_path
 from torchx_ext.launcher.worker_binding import OMP_THREADS_FORMS, check_mode, encode, plan_workers
-from torchx_ext.numa.plan import MODES
+from torchx_ext.numa.plan import DEVICE_KINDS, MODES
 from torchx_ext.numa.topology import DEFAULT_SYSFS_ROOT
 
 logger = logging.getLogger("torchx_ext.launcher")
@@ -58,6 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="read the topology from this sysfs tree (for planning another machine; use with --numa-dry-run)",
     )
     parser.add_argument(
+        "--numa-device-kind", "--numa_device_kind", default=None, metavar="KIND",
+        help="plan GPU ranks (gpu) or CPU-only ranks (cpu); default: from --nproc-per-node gpu|cpu, "
+        "else gpu when torch has CUDA/ROCm and enough GPUs are visible",
+    )
+    parser.add_argument(
         "--rdzv-endpoint-env", "--rdzv_endpoint_env", metavar="NAME",
         help="take the rendezvous host from environment variable NAME (localhost when unset or "
         "empty) and the port from --rdzv-port",
@@ -90,6 +95,10 @@ def prepare(args: argparse.Namespace) -> tuple[Any, Callable[..., Any] | str, li
     from torch.distributed.run import config_from_args, parse_min_max_nnodes
 
     check_mode(args.numa_binding)
+    if args.numa_device_kind not in (None, *DEVICE_KINDS):
+        raise InvalidArgumentError(
+            f"unknown --numa-device-kind {args.numa_device_kind!r}: valid values are {', '.join(DEVICE_KINDS)}"
+        )
     try:
         min_nodes, max_nodes = parse_min_max_nnodes(args.nnodes)
     except (ValueError, RuntimeError) as error:
@@ -107,17 +116,20 @@ def prepare(args: argparse.Namespace) -> tuple[Any, Callable[..., Any] | str, li
         # the bootstrap sets each worker's value from the plan instead.
         os.environ["OMP_NUM_THREADS"] = "1"
     try:
-        config, _, _ = config_from_args(args)
+        # torch's own --numa-binding stays off: ours is applied instead, once.
+        config, _, _ = config_from_args(argparse.Namespace(**{**vars(args), "numa_binding": None}))
     except (ValueError, AssertionError) as error:
         raise InvalidArgumentError(str(error)) from error
     finally:
         if omp_decided_here:
             os.environ.pop("OMP_NUM_THREADS", None)
-    # Our binding replaces torch's own numa_options, so it is applied once, not twice.
+    # LaunchConfig may still pick torch's default numa_options on CUDA hosts: clear them.
     config.numa_options = None
     if getattr(args, "shutdown_timeout", None) is None and "TORCH_ELASTIC_SHUTDOWN_TIMEOUT" not in os.environ:
         config.shutdown_timeout = DEFAULT_SHUTDOWN_TIMEOUT_S
-    device_kind = {"gpu": "gpu", "cpu": "cpu"}.get(str(args.nproc_per_node), _device_kind_of_torch())
+    device_kind = args.numa_device_kind or {"gpu": "gpu", "cpu": "cpu"}.get(
+        str(args.nproc_per_node), _device_kind_of_torch()
+    )
     _, bindings = plan_workers(
         nproc,
         args.numa_binding,

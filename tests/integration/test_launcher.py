@@ -1,0 +1,233 @@
+"""The launcher with real torch.distributed (gloo) jobs on this machine."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import MachineRoot
+from tests.integration.launcher_helpers import (
+    JOBS,
+    LAUNCHER,
+    REPORT,
+    alive,
+    clean_env,
+    reports,
+    run_launcher,
+    worker_pids,
+)
+
+
+@pytest.fixture
+def two_cpus() -> list[int]:
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI needs two CPUs for launcher binding tests; this process may use {cpus}")
+        pytest.skip("needs two CPUs")
+    return cpus
+
+
+def test_exclusive_gives_each_rank_its_own_cpu_from_the_first_line(tmp_path: Path, two_cpus: list[int]) -> None:
+    result = run_launcher(["--nproc-per-node", "2", "--numa-binding", "exclusive", "--omp-threads", "auto", REPORT, str(tmp_path)])
+    assert result.returncode == 0, result.stderr
+    ranks = reports(tmp_path)
+    assert [rank["sum"] for rank in ranks] == [3.0, 3.0]
+    firsts = [rank["first_affinity"] for rank in ranks]
+    assert all(len(first) == 1 for first in firsts) and firsts[0] != firsts[1]
+    for rank in ranks:
+        assert rank["thread_affinity"] == rank["first_affinity"]
+        assert rank["torchx_ext_cpus"] == str(rank["first_affinity"][0])
+        assert rank["torchx_ext_numa_node"] == "0"
+        assert rank["omp_num_threads"] == "1"
+    # One log line per local rank, before the workers start.
+    assert "local_rank=0 cpus=" in result.stderr and "local_rank=1 cpus=" in result.stderr
+
+
+def test_none_keeps_the_parents_cpus(tmp_path: Path, two_cpus: list[int]) -> None:
+    result = run_launcher(["--nproc-per-node", "2", "--numa-binding", "none", REPORT, str(tmp_path)])
+    assert result.returncode == 0, result.stderr
+    for rank in reports(tmp_path):
+        assert rank["first_affinity"] == two_cpus == rank["thread_affinity"]
+        assert rank["torchx_ext_cpus"] is None
+        assert rank["omp_num_threads"] == "1"  # torchrun's default for nproc > 1
+
+
+def test_launcher_under_a_narrow_affinity_never_binds_outside_it(tmp_path: Path, two_cpus: list[int]) -> None:
+    only = two_cpus[-1]
+    result = run_launcher(
+        ["--nproc-per-node", "2", "--numa-binding", "exclusive", REPORT, str(tmp_path)],
+        preexec_fn=lambda: os.sched_setaffinity(0, {only}),
+    )
+    assert result.returncode == 0, result.stderr
+    assert [rank["first_affinity"] for rank in reports(tmp_path)] == [[only], [only]]
+    assert "ranks share cores" in result.stderr  # the fallback is said out loud
+
+
+def test_script_arguments_reach_the_worker_byte_for_byte(tmp_path: Path) -> None:
+    weird = ["a b", "'quoted'", '"double"', "$HOME", "$$", "${local_rank}", "`id`", "$(id)", "line\nbreak", "ünï☃", "--x=1", ""]
+    result = run_launcher(["--nproc-per-node", "2", REPORT, str(tmp_path), *weird])
+    assert result.returncode == 0, result.stderr
+    for rank in reports(tmp_path):
+        assert rank["argv"] == weird
+        assert rank["argv0"] == REPORT and rank["name"] == "__main__"
+
+
+@pytest.mark.parametrize("entry", ["module", "no-python", "run-path"])
+def test_module_no_python_and_run_path_entrypoints_are_bound(entry: str, tmp_path: Path, two_cpus: list[int]) -> None:
+    target = {
+        "module": ["-m", "report"],
+        "no-python": ["--no-python", sys.executable, REPORT],
+        "run-path": ["--run-path", REPORT],
+    }[entry]
+    result = run_launcher(
+        ["--nproc-per-node", "2", "--numa-binding", "exclusive", *target, str(tmp_path), "x y"], cwd=str(JOBS)
+    )
+    assert result.returncode == 0, result.stderr
+    ranks = reports(tmp_path)
+    assert len(ranks) == 2 and {len(rank["first_affinity"]) for rank in ranks} == {1}
+    assert ranks[0]["first_affinity"] != ranks[1]["first_affinity"]
+    assert all(rank["argv"] == ["x y"] for rank in ranks)
+
+
+def test_omp_threads_flag_and_user_export(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    explicit = run_launcher(["--nproc-per-node", "2", "--omp-threads", "3", REPORT, str(tmp_path / "a")])
+    assert explicit.returncode == 0, explicit.stderr
+    assert [rank["omp_num_threads"] for rank in reports(tmp_path / "a")] == ["3", "3"]
+    exported = run_launcher(
+        ["--nproc-per-node", "2", "--omp-threads", "auto", REPORT, str(tmp_path / "b")],
+        env=clean_env(OMP_NUM_THREADS="5"),
+    )
+    assert exported.returncode == 0, exported.stderr
+    assert [rank["omp_num_threads"] for rank in reports(tmp_path / "b")] == ["5", "5"]
+
+
+def test_rendezvous_host_from_an_env_var(tmp_path: Path) -> None:
+    port = _free_port()
+    result = run_launcher(
+        ["--nnodes", "1", "--nproc-per-node", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint-env", "MY_MASTER",
+         "--rdzv-port", str(port), REPORT, str(tmp_path)],
+        env=clean_env(MY_MASTER=""),
+    )
+    assert result.returncode == 0, result.stderr
+    assert [rank["sum"] for rank in reports(tmp_path)] == [3.0, 3.0]
+
+
+def test_fixture_machine_plan_is_logged_in_a_dry_run(tmp_path: Path, machine_root: MachineRoot) -> None:
+    result = run_launcher(
+        ["--nproc-per-node", "8", "--numa-binding", "exclusive", "--numa-device-kind", "gpu",
+         "--numa-sysfs-root", str(machine_root("dgx-h100")), "--numa-dry-run", REPORT, str(tmp_path)],
+    )
+    assert result.returncode == 0, result.stderr
+    assert "dry run: not applied" in result.stderr
+    assert "local_rank=0 cpus=0-13,112-125 numa_node=0 gpu=0" in result.stderr
+    assert "local_rank=7 cpus=98-111,210-223 numa_node=1 gpu=7" in result.stderr
+    # Not applied: the workers keep this host's CPUs.
+    assert {tuple(rank["first_affinity"]) for rank in reports(tmp_path)} == {tuple(sorted(os.sched_getaffinity(0)))}
+
+
+def test_fixture_plan_without_dry_run_is_refused_before_start(tmp_path: Path, machine_root: MachineRoot) -> None:
+    result = run_launcher(
+        ["--nproc-per-node", "2", "--numa-binding", "node", "--numa-sysfs-root", str(machine_root("dgx-h100")),
+         REPORT, str(tmp_path)],
+    )
+    assert result.returncode == 2
+    assert "add --numa-dry-run" in result.stderr and worker_pids(tmp_path) == []
+
+
+def test_failed_worker_is_restarted_and_the_job_succeeds(tmp_path: Path) -> None:
+    result = run_launcher(
+        ["--nproc-per-node", "2", "--max-restarts", "1", REPORT, str(tmp_path)],
+        env=clean_env(REPORT_FAIL_ON_FIRST_ATTEMPT="1"),
+    )
+    assert result.returncode == 0, result.stderr
+    assert [rank["restart"] for rank in reports(tmp_path)] == [1, 1]
+
+
+def test_worker_failing_every_time_fails_the_job_with_its_error(tmp_path: Path) -> None:
+    result = run_launcher(
+        ["--nproc-per-node", "2", "--max-restarts", "1", REPORT, str(tmp_path)],
+        env=clean_env(REPORT_FAIL_ALWAYS="1"),
+    )
+    assert result.returncode == 1
+    assert "rank      : 1" in result.stderr or "rank: 1" in result.stderr
+    assert "exitcode  : 7" in result.stderr or "exitcode: 7" in result.stderr
+    assert len([pid for pid in worker_pids(tmp_path)]) == 4  # two attempts of two ranks
+
+
+def test_sigterm_ends_every_worker_within_ten_seconds(tmp_path: Path) -> None:
+    launcher = subprocess.Popen(
+        [*LAUNCHER, "--nproc-per-node", "2", REPORT, str(tmp_path)],
+        env=clean_env(REPORT_SLEEP="300"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while len(reports(tmp_path)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(reports(tmp_path)) == 2, "workers did not start"
+        pids = worker_pids(tmp_path)
+        launcher.send_signal(signal.SIGTERM)
+        stopped = time.monotonic()
+        launcher.wait(timeout=10)
+        while any(alive(pid) for pid in pids) and time.monotonic() - stopped < 10:
+            time.sleep(0.05)
+        assert not [pid for pid in pids if alive(pid)]
+        assert time.monotonic() - stopped < 10
+    finally:
+        launcher.kill()
+        launcher.wait()
+
+
+def test_rendezvous_that_cannot_complete_ends_with_a_clear_message(tmp_path: Path) -> None:
+    start = time.monotonic()
+    result = run_launcher(
+        ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+         f"localhost:{_free_port()}", "--rdzv-id", "lonely", "--rdzv-conf", "join_timeout=5", REPORT, str(tmp_path)],
+        timeout=90,
+    )
+    assert result.returncode == 1
+    assert "error: rendezvous 'lonely'" in result.stderr and "need 2 nodes" in result.stderr
+    assert time.monotonic() - start < 60
+    assert worker_pids(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--numa-binding", "numa"], "unknown --numa-binding 'numa': valid values are none, auto, node"),
+        (["--nproc-per-node", "0"], "invalid --nproc-per-node '0'"),
+        (["--nnodes", "3:2"], "invalid --nnodes '3:2'"),
+        (["--omp-threads", "many"], "invalid --omp-threads 'many'"),
+        (["--numa-device-kind", "tpu"], "unknown --numa-device-kind 'tpu'"),
+        (["--nproc-per-node", "3", "--numa-binding", "exclusive", "--numa-strict"], "strict NUMA binding refused"),
+    ],
+)
+def test_bad_input_is_refused_before_any_worker_starts(args: list[str], message: str, tmp_path: Path) -> None:
+    result = run_launcher([*args, REPORT, str(tmp_path)], timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert f"error: {message}" in result.stderr and "Traceback" not in result.stderr
+    assert worker_pids(tmp_path) == []
+
+
+def test_missing_script_is_refused(tmp_path: Path) -> None:
+    result = run_launcher(["--nproc-per-node", "2", str(tmp_path / "nope.py")], timeout=60)
+    assert result.returncode == 2
+    assert f"training script '{tmp_path / 'nope.py'}' does not exist" in result.stderr
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("localhost", 0))
+        return int(probe.getsockname()[1])
