@@ -16,7 +16,7 @@ setup(
     entry_points={
         "console_scripts": [
             "torchx-ext-numa=torchx_ext.numa.__main__:main",
-            "torchx-ext-run=torchx_ext.launcher.cli:main",
+            "torchx-ext-run=torchx_ext.launcher.cli:console_main",
         ],
     },
 )

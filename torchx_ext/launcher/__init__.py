@@ -2,20 +2,20 @@
 
 Command line: ``python -m torchx_ext.launcher`` or ``torchx-ext-run``. Python API:
 ``torchx_ext.launcher.launch(fn, *args, nproc_per_node=..., numa_binding=...)``.
-Importing this package does not import torch; calling ``launch`` does.
+Importing this package imports neither torch nor typing (every worker imports it);
+``launch`` is loaded on first use.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from torchx_ext.launcher.api import launch
 
 __all__ = ["launch"]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     if name == "launch":
         from torchx_ext.launcher.api import launch
 

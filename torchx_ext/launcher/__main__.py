@@ -1,6 +1,4 @@
-import sys
-
-from torchx_ext.launcher.cli import main
+from torchx_ext.launcher.cli import console_main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    console_main()

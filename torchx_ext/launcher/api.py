@@ -12,8 +12,8 @@ from collections.abc import Callable
 from typing import Any
 
 from torchx_ext.errors import InvalidArgumentError, TorchxExtError
-from torchx_ext.launcher.bootstrap import BoundCallable
-from torchx_ext.launcher.worker_binding import encode, plan_workers
+from torchx_ext.launcher.bootstrap import BoundCallable, encode_plan
+from torchx_ext.launcher.worker_binding import plan_workers
 from torchx_ext.numa.topology import DEFAULT_SYSFS_ROOT
 
 START_METHODS = ("spawn", "fork", "forkserver")
@@ -86,7 +86,7 @@ def launch(
     )
     config.numa_options = None  # ours replaces torch's: applied once, not twice
     config.shutdown_timeout = shutdown_timeout  # set after construction: older torch lacks the field
-    entrypoint = BoundCallable(encode(bindings), fn, args, pickled=start_method != "fork")
+    entrypoint = BoundCallable(encode_plan(bindings), fn, args, pickled=start_method != "fork")
     try:
         results: dict[int, Any] = elastic_launch(config, entrypoint)("${local_rank}")
     except ChildFailedError as error:

@@ -14,25 +14,73 @@ or ``exec`` (``--no-python``: replace this process). Callables are wrapped in
 from __future__ import annotations
 
 import os
-import pickle
-import runpy
 import sys
-from collections.abc import Callable
-from typing import Any
 
-from torchx_ext.launcher.worker_binding import WorkerBinding, decode
-from torchx_ext.numa.bind import bind_process
-from torchx_ext.numa.cpulist import parse_cpulist
+# Every worker imports this module before the user's code, so it imports next to nothing
+# (no typing, json, dataclasses, logging, runpy, nor the rest of torchx_ext): those imports
+# would cost more than the binding itself.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
 
 BOOTSTRAP_CODE = "from torchx_ext.launcher.bootstrap import main; main()"
 CPUS_ENV = "TORCHX_EXT_CPUS"
 NUMA_NODE_ENV = "TORCHX_EXT_NUMA_NODE"
 
 
+class WorkerBinding:
+    """One local rank's instructions; ``cpus`` (a cpulist) is None when nothing is applied."""
+
+    __slots__ = ("cpus", "numa_node", "omp_threads")
+
+    def __init__(self, cpus: str | None, numa_node: int | None, omp_threads: int | None) -> None:
+        self.cpus = cpus
+        self.numa_node = numa_node
+        self.omp_threads = omp_threads
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, WorkerBinding) and self.fields() == other.fields()
+
+    def __repr__(self) -> str:
+        return f"WorkerBinding(cpus={self.cpus!r}, numa_node={self.numa_node!r}, omp_threads={self.omp_threads!r})"
+
+    def fields(self) -> tuple[str | None, int | None, int | None]:
+        return (self.cpus, self.numa_node, self.omp_threads)
+
+
+def encode_plan(bindings: list[WorkerBinding]) -> str:
+    """``CPUS|NODE|OMP`` per rank, ``;``-separated, ``-`` for none: no ``$``, so torchelastic's
+    ``${local_rank}`` substitution of worker arguments leaves it intact."""
+    return ";".join(
+        "|".join("-" if value is None else str(value) for value in binding.fields()) for binding in bindings
+    )
+
+
+def decode_plan(text: str) -> list[WorkerBinding]:
+    bindings = []
+    for entry in text.split(";"):
+        cpus, node, omp = entry.split("|")
+        bindings.append(
+            WorkerBinding(
+                None if cpus == "-" else cpus,
+                None if node == "-" else int(node),
+                None if omp == "-" else int(omp),
+            )
+        )
+    return bindings
+
+
 def apply(binding: WorkerBinding) -> None:
     """Bind this process and describe the binding in its environment (inherited by children)."""
     if binding.cpus is not None:
-        bind_process(parse_cpulist(binding.cpus))
+        cpus = _cpus_of(binding.cpus)
+        if len(os.listdir("/proc/self/task")) == 1:
+            os.sched_setaffinity(0, cpus)  # the usual case: nothing has started a thread yet
+        else:
+            from torchx_ext.numa.bind import bind_process
+
+            bind_process(cpus)
         os.environ[CPUS_ENV] = binding.cpus
         os.environ[NUMA_NODE_ENV] = "" if binding.numa_node is None else str(binding.numa_node)
     if binding.omp_threads is not None:
@@ -42,23 +90,49 @@ def apply(binding: WorkerBinding) -> None:
             torch.set_num_threads(binding.omp_threads)
 
 
+def _cpus_of(cpulist: str) -> set[int]:
+    # Only encode_plan writes these (plain ranges from format_cpulist), so the full parser in
+    # torchx_ext.numa.cpulist is not needed here.
+    cpus: set[int] = set()
+    for chunk in cpulist.split(","):
+        first, _, last = chunk.partition("-")
+        cpus.update(range(int(first), int(last or first) + 1))
+    return cpus
+
+
 def main() -> None:
     plan, local_rank, kind, target, *args = sys.argv[1:]
-    apply(decode(plan)[int(local_rank)])
+    apply(decode_plan(plan)[int(local_rank)])
     if kind == "exec":
         os.execvp(target, [target, *args])
+    sys.argv = [target, *args]
     if kind == "module":
-        sys.argv = [target, *args]
+        import runpy  # as ``python -m`` itself does
+
         sys.path[0] = os.getcwd()
         runpy.run_module(target, run_name="__main__", alter_sys=True)
     else:
-        sys.argv = [target, *args]
         sys.path[0] = os.path.dirname(os.path.abspath(target))
-        runpy.run_path(target, run_name="__main__")
+        _run_as_main(target)
+
+
+def _run_as_main(script: str) -> None:
+    """Run ``script`` as ``python script`` does: in ``__main__``, with ``__file__`` set.
+
+    Not runpy.run_path: importing runpy (and pkgutil) would cost more than the binding.
+    """
+    namespace = sys.modules["__main__"].__dict__
+    namespace.pop("main", None)  # the name our ``-c`` line imported
+    namespace.update(__name__="__main__", __file__=script, __cached__=None, __spec__=None, __package__=None)
+    with open(script, "rb") as source:
+        code = compile(source.read(), script, "exec", dont_inherit=True)
+    exec(code, namespace)
 
 
 def run_script_path(script: str, *args: str) -> None:
     """``--run-path``: run a script inside the worker's interpreter, as torchrun does."""
+    import runpy
+
     sys.argv = [script, *args]
     runpy.run_path(script, run_name="__main__")
 
@@ -88,6 +162,11 @@ class BoundCallable:
             self.call = (fn, args)
 
     def __call__(self, local_rank: str) -> Any:
-        apply(decode(self.plan)[int(local_rank)])
-        fn, args = self.call if self.call is not None else pickle.loads(self.payload or b"")
+        apply(decode_plan(self.plan)[int(local_rank)])
+        if self.call is None:
+            import pickle
+
+            fn, args = pickle.loads(self.payload or b"")
+        else:
+            fn, args = self.call
         return fn(*args)

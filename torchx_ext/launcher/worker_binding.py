@@ -1,20 +1,17 @@
-"""What each worker is told about its binding, and how the agent decides it. No torch import.
+"""Agent side of the binding: plan this node's workers once, log it, check it applies here.
 
-The agent plans once per node (torchx_ext.numa) and hands every worker the same compact
-plan; the worker picks its own entry by local rank and applies it before any user code runs
-(see bootstrap.py). The encoding is JSON without ``$``, so torchelastic's ``${local_rank}``
-substitution of worker arguments leaves it intact.
+Every worker gets the same encoded plan (bootstrap.encode_plan) and picks its own entry by
+local rank before any user code runs. No torch import.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from torchx_ext.errors import BindingError, InvalidArgumentError
+from torchx_ext.launcher.bootstrap import WorkerBinding
 from torchx_ext.numa.cpulist import format_cpulist
 from torchx_ext.numa.plan import MODES, BindingPlan, describe_rank, plan_binding, visible_devices_from_env
 from torchx_ext.numa.topology import DEFAULT_SYSFS_ROOT, read_topology
@@ -22,26 +19,6 @@ from torchx_ext.numa.topology import DEFAULT_SYSFS_ROOT, read_topology
 logger = logging.getLogger("torchx_ext.launcher")
 
 OMP_THREADS_FORMS = "'auto' or a positive integer"
-
-
-@dataclass(frozen=True)
-class WorkerBinding:
-    """One local rank's instructions; ``cpus`` is None when nothing is to be applied."""
-
-    cpus: str | None
-    numa_node: int | None
-    omp_threads: int | None
-
-    def to_json(self) -> list[object]:
-        return [self.cpus, self.numa_node, self.omp_threads]
-
-
-def encode(bindings: list[WorkerBinding]) -> str:
-    return json.dumps([binding.to_json() for binding in bindings], separators=(",", ":"))
-
-
-def decode(text: str) -> list[WorkerBinding]:
-    return [WorkerBinding(cpus, node, omp) for cpus, node, omp in json.loads(text)]
 
 
 def check_mode(mode: str) -> str:
