@@ -7,7 +7,7 @@ import pytest
 
 from tests.fixtures.machines import MACHINES, SNAPSHOTS
 from torchx_ext.numa.fake_sysfs import write_sysfs
-from torchx_ext.numa.topology import Topology, read_topology
+from torchx_ext.numa.topology import ALL_ONLINE, Topology, read_topology
 
 MachineRoot = Callable[[str], Path]
 
@@ -33,6 +33,7 @@ def machine_topology(machine_root: MachineRoot) -> Callable[[str], Topology]:
     """name -> the Topology of that test machine, restricted to its cpuset if it has one."""
 
     def topology(name: str) -> Topology:
-        return read_topology(machine_root(name), MACHINES[name].allowed)
+        allowed = MACHINES[name].allowed
+        return read_topology(machine_root(name), ALL_ONLINE if allowed is None else allowed)
 
     return topology

@@ -134,13 +134,15 @@ def test_fixture_machine_plan_is_logged_in_a_dry_run(tmp_path: Path, machine_roo
     assert {tuple(rank["first_affinity"]) for rank in reports(tmp_path)} == {tuple(sorted(os.sched_getaffinity(0)))}
 
 
-def test_fixture_plan_without_dry_run_is_refused_before_start(tmp_path: Path, machine_root: MachineRoot) -> None:
+def test_another_sysfs_root_is_still_limited_to_this_process_cpus(tmp_path: Path, machine_root: MachineRoot) -> None:
+    # A container reading its host's tree (say /host/sys) must stay inside its own cpuset.
     result = run_launcher(
-        ["--nproc-per-node", "2", "--numa-binding", "node", "--numa-sysfs-root", str(machine_root("dgx-h100")),
-         REPORT, str(tmp_path)],
+        ["--nproc-per-node", "2", "--numa-binding", "node", "--numa-device-kind", "cpu",
+         "--numa-sysfs-root", str(machine_root("dgx-h100")), REPORT, str(tmp_path)],
     )
-    assert result.returncode == 2
-    assert "add --numa-dry-run" in result.stderr and worker_pids(tmp_path) == []
+    assert result.returncode == 0, result.stderr
+    mine = set(os.sched_getaffinity(0))
+    assert all(set(rank["first_affinity"]) <= mine for rank in reports(tmp_path))
 
 
 def test_failed_worker_is_restarted_and_the_job_succeeds(tmp_path: Path) -> None:

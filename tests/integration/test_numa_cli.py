@@ -24,7 +24,7 @@ def numa_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Comple
 def test_plan_json_contract(machine_root: MachineRoot) -> None:
     result = numa_cli(
         "plan", "--nproc-per-node", "2", "--mode", "exclusive",
-        "--sysfs-root", str(machine_root("dgx-h100")), "--visible-devices", "4,5", "--json",
+        "--sysfs-root", str(machine_root("dgx-h100")), "--allowed-cpus", "all", "--visible-devices", "4,5", "--json",
     )
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)
@@ -40,7 +40,8 @@ def test_plan_json_contract(machine_root: MachineRoot) -> None:
 
 def test_visible_devices_default_to_cuda_visible_devices(machine_root: MachineRoot) -> None:
     result = numa_cli(
-        "plan", "--nproc-per-node", "1", "--mode", "node", "--sysfs-root", str(machine_root("dgx-h100")), "--json",
+        "plan", "--nproc-per-node", "1", "--mode", "node", "--sysfs-root", str(machine_root("dgx-h100")),
+        "--allowed-cpus", "all", "--json",
         env={"CUDA_VISIBLE_DEVICES": "7"},
     )
     assert json.loads(result.stdout)["ranks"][0]["numa_node"] == 1
@@ -79,12 +80,26 @@ def test_plan_on_this_machine() -> None:
 
 
 def test_show_names_nodes_gpus_and_memory_only_nodes(machine_root: MachineRoot) -> None:
-    result = numa_cli("show", "--sysfs-root", str(machine_root("gb200")))
+    result = numa_cli("show", "--sysfs-root", str(machine_root("gb200")), "--allowed-cpus", "all")
     assert result.returncode == 0, result.stderr
-    assert "memory only" in result.stdout
+    assert "none online (memory only?)" in result.stdout
     assert "GPUs (PCI order)" in result.stdout and result.stdout.count("nvidia") == 4
-    document = json.loads(numa_cli("show", "--sysfs-root", str(machine_root("gb200")), "--json").stdout)
-    assert [node["memory_only"] for node in document["nodes"]] == [False, False, True, True, True, True]
+    shown = numa_cli("show", "--sysfs-root", str(machine_root("gb200")), "--allowed-cpus", "all", "--json")
+    document = json.loads(shown.stdout)
+    assert [node["has_online_cpus"] for node in document["nodes"]] == [True, True, False, False, False, False]
+
+
+def test_a_container_cpuset_limits_every_plan(machine_root: MachineRoot) -> None:
+    """The process's affinity (a cpuset, here one CPU) bounds the plan on any sysfs root."""
+    cpu = max(os.sched_getaffinity(0))
+    for root in ["/sys", str(machine_root("cpu-2socket"))]:
+        result = subprocess.run(
+            [sys.executable, "-m", "torchx_ext.numa", "plan", "--nproc-per-node", "2", "--mode", "node",
+             "--sysfs-root", root, "--json"],
+            capture_output=True, text=True, preexec_fn=lambda: os.sched_setaffinity(0, {cpu}),
+        )
+        assert result.returncode == 0, result.stderr
+        assert [rank["cpus"] for rank in json.loads(result.stdout)["ranks"]] == [[cpu], [cpu]]
 
 
 def test_snapshot_then_plan_elsewhere(tmp_path: Path) -> None:
@@ -112,6 +127,12 @@ def test_bad_input_is_one_clear_line_and_exit_2(args: list[str], message: str) -
     assert result.returncode == 2
     assert result.stderr.startswith("error: ") and message in result.stderr
     assert "Traceback" not in result.stderr and result.stdout == ""
+
+
+def test_snapshot_into_an_unwritable_place_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("")
+    result = numa_cli("snapshot", str(tmp_path / "afile" / "x"))
+    assert result.returncode == 2 and result.stderr.startswith("error: cannot write the snapshot under")
 
 
 def test_numa_package_does_not_import_torch() -> None:

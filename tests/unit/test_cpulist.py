@@ -23,7 +23,7 @@ def test_parses_kernel_cpulists(text: str, cpus: set[int]) -> None:
     assert parse_cpulist(text) == cpus
 
 
-@pytest.mark.parametrize("text", ["x", "0-", "-3", "3-1", "1,,2", "0-3:", "0-7:0/4", "0-7:5/4", "1.5", "0x3", ","])
+@pytest.mark.parametrize("text", ["x", "0-", "-3", "3-1", "1,,2", "0-3:", "0-7:0/4", "0-7:5/4", "1.5", "0x3", ",", "²", "1-²"])
 def test_malformed_cpulists_name_the_text_and_the_valid_forms(text: str) -> None:
     with pytest.raises(InvalidArgumentError) as error:
         parse_cpulist(text, source="--allowed-cpus")

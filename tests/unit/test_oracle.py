@@ -53,8 +53,18 @@ TORCH_ALWAYS_FAILS = {
     ("gb200", "socket"),
     ("dgx-h100-node1-cpuset", "socket"),
     ("dgx-h100-2cores", "socket"),
+    ("dgx-h100-no-cpu0", "socket"),
+    ("epyc-nps4-uneven", "socket"),
+    ("epyc-nps4-no-node0", "socket"),
+    # Node 4 is listed in `possible` but has no directory.
+    ("sparse-node-ids", "socket"),
     # Two physical cores on node 0 for GPUs 0-3, none on node 1 for GPUs 4-7.
     ("dgx-h100-2cores", "exclusive"),
+    # Every GPU reports a memory-only node: torch finds no CPU for any of them.
+    ("gb200-gpu-memory-nodes", "node"),
+    ("gb200-gpu-memory-nodes", "socket"),
+    ("gb200-gpu-memory-nodes", "exclusive"),
+    ("gb200-gpu-memory-nodes", "core-complex"),
 }
 
 

@@ -16,7 +16,7 @@ from torchx_ext.numa.plan import (
     plan_binding,
     visible_devices_from_env,
 )
-from torchx_ext.numa.topology import Topology
+from torchx_ext.numa.topology import Topology, read_topology
 
 TopologyOf = Callable[[str], Topology]
 
@@ -118,6 +118,35 @@ def test_gpu_on_a_node_outside_the_cpuset_falls_back_to_the_nearest_node(machine
         plan_binding(machine_topology("dgx-h100-node1-cpuset"), 8, "node", strict=True)
 
 
+def test_fallback_takes_the_nearest_node_by_distance(machine_topology: TopologyOf) -> None:
+    plan = plan_binding(machine_topology("epyc-nps4-no-node0"), 8, "node")
+    assert [rank.numa_node for rank in plan.ranks] == [1, 1, 2, 3, 4, 5, 6, 7]
+    assert plan.warnings == (
+        "GPU 0000:10:00.0 (local rank 0) is on NUMA node 0, which has no CPU this process may use; "
+        "using the nearest node with allowed CPUs, 1 (distance 12)",
+    )
+
+
+def test_gpus_on_memory_only_nodes_use_their_sockets_cpu_node(machine_topology: TopologyOf) -> None:
+    plan = plan_binding(machine_topology("gb200-gpu-memory-nodes"), 4, "exclusive")
+    assert [rank.numa_node for rank in plan.ranks] == [0, 1, 0, 1]
+    assert "is on NUMA node 2, which has no online CPU (memory-only" in plan.warnings[0]
+    assert "nearest node with allowed CPUs, 0 (distance 40), sharing its cores" in plan.warnings[0]
+    with pytest.raises(BindingFallbackError):
+        plan_binding(machine_topology("gb200-gpu-memory-nodes"), 4, "exclusive", strict=True)
+
+
+def test_core_complex_sharing_is_a_fallback(machine_topology: TopologyOf) -> None:
+    plan = plan_binding(machine_topology("dgx-h100"), 8, "core-complex")
+    assert cpus(plan) == ["0-55,112-167"] * 4 + ["56-111,168-223"] * 4
+    assert plan.warnings == (
+        "NUMA node 0 has 1 last-level-cache complex for 4 ranks; ranks share complexes",
+        "NUMA node 1 has 1 last-level-cache complex for 4 ranks; ranks share complexes",
+    )
+    with pytest.raises(BindingFallbackError, match="ranks share complexes"):
+        plan_binding(machine_topology("dgx-h100"), 8, "core-complex", strict=True)
+
+
 def test_fallback_ranks_share_cores_and_native_ranks_keep_torchs_slices(machine_topology: TopologyOf) -> None:
     plan = plan_binding(machine_topology("dgx-h100-node1-cpuset"), 8, "exclusive")
     assert cpus(plan)[4:] == ["56-69,168-181", "70-83,182-195", "84-97,196-209", "98-111,210-223"]
@@ -136,8 +165,16 @@ def test_fewer_cores_than_ranks_share_cores_with_a_warning(machine_topology: Top
 def test_gpu_without_numa_node_is_node_zero_with_a_warning(machine_topology: TopologyOf) -> None:
     plan = plan_binding(machine_topology("vm-gpu-node-unknown"), 4, "node")
     assert [rank.numa_node for rank in plan.ranks] == [0] * 4
-    assert len(plan.warnings) == 4 and "reports no NUMA node (-1)" in plan.warnings[0]
+    assert len(plan.warnings) == 4
+    assert plan.warnings[0].endswith("reports no NUMA node (-1); assuming node 0, as torch does")
     assert plan_binding(machine_topology("vm-gpu-node-unknown"), 4, "none").warnings == ()
+
+
+def test_gpu_without_numa_node_and_node_zero_outside_the_cpuset(machine_topology: TopologyOf) -> None:
+    topology = read_topology(machine_topology("vm-gpu-node-unknown").root, range(8, 16))
+    # Only node 1 has CPUs: there is nothing to guess, and nothing for strict to refuse.
+    plan = plan_binding(topology, 2, "node", strict=True)
+    assert [rank.numa_node for rank in plan.ranks] == [1, 1] and plan.warnings == ()
 
 
 def test_gh200_binds_to_the_grace_node_not_the_gpu_memory_node(machine_topology: TopologyOf) -> None:
@@ -188,7 +225,7 @@ def test_gpu_kind_without_gpus_is_an_error(machine_topology: TopologyOf) -> None
 
 
 def test_visible_device_beyond_the_host_is_an_error(machine_topology: TopologyOf) -> None:
-    with pytest.raises(InvalidArgumentError, match="visible device 8 does not exist: this host has GPUs 0-7"):
+    with pytest.raises(InvalidArgumentError, match="visible device 8 does not exist: this host has nvidia GPUs 0-7"):
         plan_binding(machine_topology("dgx-h100"), 1, "node", visible_devices=(8,))
 
 
@@ -207,6 +244,8 @@ def test_visible_devices_follow_cuda_visible_devices(text: str, indices: tuple[i
         ("MIG-GPU-8f3e4c1a/1/0", "GPU UUID or MIG name"),
         ("0,a", "not an index"),
         ("1,1", "lists GPU 1 twice"),
+        ("--1", "not an index"),
+        ("²", "not an index"),
     ],
 )
 def test_uuids_and_garbage_in_visible_devices_are_errors(text: str, says: str) -> None:

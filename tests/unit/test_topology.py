@@ -9,9 +9,12 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import MachineRoot
+from tests.fixtures.machines import CPU_2SOCKET, OFFLINE
 from torchx_ext.errors import InvalidArgumentError, TopologyError
+from torchx_ext.numa.fake_sysfs import MachineSpec, write_sysfs
+from torchx_ext.numa.plan import plan_binding
 from torchx_ext.numa.cpulist import format_cpulist
-from torchx_ext.numa.topology import Topology, read_topology
+from torchx_ext.numa.topology import ALL_ONLINE, Topology, read_topology
 
 TopologyOf = Callable[[str], Topology]
 
@@ -53,7 +56,7 @@ def test_gh200_memory_only_nodes_are_kept_without_cpus(machine_topology: Topolog
     topology = machine_topology("gh200")
     assert topology.nodes_with_cpus() == [0]
     assert sorted(topology.nodes) == list(range(9))
-    assert all(topology.nodes[node].memory_only for node in range(1, 9))
+    assert all(topology.nodes[node].cpuless for node in range(1, 9))
     assert topology.gpus[0].numa_node == 0
 
 
@@ -94,6 +97,47 @@ def test_gpu_with_unknown_numa_node(machine_topology: TopologyOf) -> None:
     assert [gpu.numa_node for gpu in machine_topology("vm-gpu-node-unknown").gpus] == [None] * 4
 
 
+def test_sparse_node_ids_and_possible_but_offline_nodes(machine_topology: TopologyOf) -> None:
+    topology = machine_topology("sparse-node-ids")
+    assert sorted(topology.nodes) == [0, 2]
+    assert node_cpus(topology) == {0: "0-3,8-11", 2: "4-7,12-15"}
+    # Distances are matched to node ids, not to positions.
+    assert topology.distance(0, 2) == 32 and topology.distance(2, 0) == 32
+    assert [gpu.numa_node for gpu in topology.gpus] == [0, 2]
+
+
+def test_cpus_in_no_node_join_the_lowest_node(tmp_path: Path) -> None:
+    root = write_sysfs(CPU_2SOCKET, tmp_path)
+    (root / "devices/system/node/node1/cpulist").unlink()
+    topology = read_topology(root, ALL_ONLINE)
+    assert node_cpus(topology) == {0: "0-63", 1: ""}
+    assert plan_binding(topology, 2, "node", device_kind="cpu").ranks[1].cpus == topology.allowed
+
+
+def test_offline_cpus_are_not_online_when_the_online_file_is_missing(tmp_path: Path) -> None:
+    root = write_sysfs(OFFLINE, tmp_path)
+    (root / "devices/system/cpu/online").unlink()
+    assert read_topology(root, ALL_ONLINE).online == OFFLINE.online_cpus()
+
+
+def test_amd_instinct_processing_accelerators_are_gpus_and_vendors_are_numbered_apart(tmp_path: Path) -> None:
+    root = write_sysfs(MachineSpec(sockets=2, gpu_nodes=(0, 1)), tmp_path)
+    for address, device_class, node in [("0000:01:00.0", "0x030000", "0"), ("0000:f0:00.0", "0x120000", "1")]:
+        device = root / "bus/pci/devices" / address
+        device.mkdir(parents=True)
+        (device / "class").write_text(device_class + "\n")
+        (device / "vendor").write_text("0x1002\n")
+        (device / "numa_node").write_text(node + "\n")
+    topology = read_topology(root, ALL_ONLINE)
+    assert [(gpu.vendor, gpu.index) for gpu in topology.gpus] == [
+        ("amd", 0), ("nvidia", 0), ("nvidia", 1), ("amd", 1)
+    ]
+    # CUDA_VISIBLE_DEVICES=1 is the second NVIDIA GPU, whatever AMD parts sit before it.
+    plan = plan_binding(topology, 1, "node", visible_devices=(1,))
+    assert plan.ranks[0].numa_node == 1
+    assert plan_binding(topology, 2, "node", gpu_vendor="amd").ranks[1].gpu_pci_address == "0000:f0:00.0"
+
+
 def test_real_sysfs_is_limited_to_this_process_affinity() -> None:
     topology = read_topology()
     assert topology.allowed == frozenset(os.sched_getaffinity(0))
@@ -125,13 +169,13 @@ def test_kernel_without_numa_is_one_node(tmp_path: Path) -> None:
     for index in range(4):
         (cpu / f"cpu{index}").mkdir(parents=True)
     (cpu / "online").write_text("0-3\n")
-    topology = read_topology(tmp_path)
+    topology = read_topology(tmp_path, ALL_ONLINE)
     assert node_cpus(topology) == {0: "0-3"}
     assert topology.physical_core_count(topology.allowed) == 4
 
 
-def test_unparsable_sysfs_file_names_the_file(tmp_path: Path) -> None:
+def test_unparsable_sysfs_file_is_a_topology_error_naming_the_file(tmp_path: Path) -> None:
     (tmp_path / "devices/system/cpu").mkdir(parents=True)
     (tmp_path / "devices/system/cpu/online").write_text("zero\n")
-    with pytest.raises(InvalidArgumentError, match="devices/system/cpu/online"):
+    with pytest.raises(TopologyError, match="devices/system/cpu/online"):
         read_topology(tmp_path)

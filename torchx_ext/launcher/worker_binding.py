@@ -10,11 +10,11 @@ import logging
 import os
 from collections.abc import Mapping
 
-from torchx_ext.errors import BindingError, InvalidArgumentError
+from torchx_ext.errors import InvalidArgumentError
 from torchx_ext.launcher.bootstrap import WorkerBinding
 from torchx_ext.numa.cpulist import format_cpulist
 from torchx_ext.numa.plan import MODES, BindingPlan, describe_rank, plan_binding, visible_devices_from_env
-from torchx_ext.numa.topology import DEFAULT_SYSFS_ROOT, read_topology
+from torchx_ext.numa.topology import ALL_ONLINE, DEFAULT_SYSFS_ROOT, read_topology
 
 logger = logging.getLogger("torchx_ext.launcher")
 
@@ -49,7 +49,11 @@ def plan_workers(
     dry_run: bool = False,
     env: Mapping[str, str] | None = None,
 ) -> tuple[BindingPlan, list[WorkerBinding]]:
-    """Plan this node's workers, log the plan, and check it can be applied here.
+    """Plan this node's workers and log the plan.
+
+    The plan only holds CPUs this process may use (read_topology intersects every sysfs
+    root with its affinity), except in a dry run for another machine's tree, which plans
+    for all of that tree's CPUs and applies nothing.
 
     ``device_kind`` ``auto`` plans GPU ranks only when there are at least as many visible
     GPUs as ranks; otherwise ranks are CPU-only (a gloo job on a GPU host stays legal).
@@ -57,7 +61,9 @@ def plan_workers(
     environ = os.environ if env is None else env
     check_mode(mode)
     omp = parse_omp_threads(omp_threads)
-    topology = read_topology(sysfs_root)
+    # A dry run for another machine's tree plans for all of its CPUs, not this process's.
+    plan_all = dry_run and os.path.realpath(sysfs_root) != os.path.realpath(DEFAULT_SYSFS_ROOT)
+    topology = read_topology(sysfs_root, ALL_ONLINE if plan_all else None)
     visible = visible_devices_from_env(environ)
     if device_kind == "auto":
         gpu_count = len(topology.gpus) if visible is None else len(visible)
@@ -79,20 +85,7 @@ def plan_workers(
             WorkerBinding(format_cpulist(rank.cpus) if apply else None, rank.numa_node if apply else None, threads)
         )
     _log(plan, bindings, dry_run, user_omp and omp is not None)
-    if not dry_run and plan.mode != "none":
-        _check_applicable(plan)
     return plan, bindings
-
-
-def _check_applicable(plan: BindingPlan) -> None:
-    usable = frozenset(os.sched_getaffinity(0))
-    for rank in plan.ranks:
-        if not rank.cpus <= usable:
-            raise BindingError(
-                f"local rank {rank.local_rank} is planned on CPUs {format_cpulist(rank.cpus)}, but this "
-                f"process may use only {format_cpulist(usable)}: that plan is for another machine "
-                "(a different sysfs root?); add --numa-dry-run to only log it"
-            )
 
 
 def _log(plan: BindingPlan, bindings: list[WorkerBinding], dry_run: bool, omp_overridden: bool) -> None:

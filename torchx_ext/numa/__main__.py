@@ -23,7 +23,7 @@ from torchx_ext.numa.plan import (
 )
 from torchx_ext.numa.report import format_plan, format_topology
 from torchx_ext.numa.snapshot import snapshot_sysfs
-from torchx_ext.numa.topology import DEFAULT_SYSFS_ROOT, Topology, read_topology
+from torchx_ext.numa.topology import ALL_ONLINE, DEFAULT_SYSFS_ROOT, Topology, read_topology
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -40,8 +40,8 @@ def _parser() -> argparse.ArgumentParser:
         )
         command.add_argument(
             "--allowed-cpus", metavar="LIST",
-            help=f"CPUs the job may use, {CPULIST_FORMS} (default: this process's affinity for /sys, "
-            "all online CPUs for another root)",
+            help=f"CPUs the job may use: {CPULIST_FORMS}, or 'all' for every online CPU of the tree "
+            "(default: this process's affinity, which reflects a container's cpuset)",
         )
         command.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
@@ -73,7 +73,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             count = snapshot_sysfs(args.destination, args.sysfs_root)
             print(f"copied {count} files from {args.sysfs_root} to {args.destination}")
             return 0
-        allowed = None if args.allowed_cpus is None else parse_cpulist(args.allowed_cpus, source="--allowed-cpus")
+        allowed: frozenset[int] | str | None = args.allowed_cpus
+        if args.allowed_cpus not in (None, ALL_ONLINE):
+            allowed = parse_cpulist(args.allowed_cpus, source="--allowed-cpus")
         topology = read_topology(args.sysfs_root, allowed)
         if args.command == "show":
             print(json.dumps(_topology_json(topology), indent=2) if args.json else format_topology(topology))
@@ -106,7 +108,7 @@ def _topology_json(topology: Topology) -> dict[str, object]:
             {
                 "id": node.id,
                 "cpus": sorted(node.cpus),
-                "memory_only": node.memory_only,
+                "has_online_cpus": not node.cpuless,
                 "distances": {str(other): value for other, value in sorted(node.distances.items())},
             }
             for node in topology.nodes.values()

@@ -46,7 +46,7 @@ def _parse_chunk(chunk: str, text: str, source: str) -> range | list[int]:
 
 def _non_negative_int(text: str, whole: str, source: str) -> int:
     stripped = text.strip()
-    if not stripped.isdigit():
+    if not (stripped.isascii() and stripped.isdigit()):
         raise _malformed(whole, source)
     return int(stripped)
 

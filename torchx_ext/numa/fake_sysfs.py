@@ -44,6 +44,10 @@ class MachineSpec:
     offline_cpus: frozenset[int] = field(default_factory=frozenset)
     remote_socket_distance: int = 32
     same_socket_distance: int = 12
+    node_id_step: int = 1
+    """Sysfs id of node i is ``i * node_id_step``: 2 gives sparse ids 0, 2, 4, ..."""
+    possible_only_nodes: int = 0
+    """Node ids after the last online one that ``possible`` lists but that have no directory."""
 
     @property
     def cpu_nodes(self) -> int:
@@ -59,6 +63,10 @@ class MachineSpec:
 
     def node_count(self) -> int:
         return self.cpu_nodes + self.memory_only_nodes
+
+    def node_id(self, node: int) -> int:
+        """The sysfs id of logical node ``node`` (-1 stays -1: no node)."""
+        return node if node < 0 else node * self.node_id_step
 
     def online_cpus(self) -> frozenset[int]:
         return frozenset(range(self.total_cpus)) - self.offline_cpus
@@ -140,15 +148,19 @@ def _write_cpu(
 
 def _write_nodes(spec: MachineSpec, path: Path, online: frozenset[int]) -> None:
     nodes = range(spec.node_count())
-    _write(path / "possible", format_cpulist(nodes))
-    _write(path / "online", format_cpulist(nodes))
-    _write(path / "has_cpu", format_cpulist(range(spec.cpu_nodes)))
+    ids = [spec.node_id(node) for node in nodes]
+    possible = ids + [ids[-1] + spec.node_id_step * (extra + 1) for extra in range(spec.possible_only_nodes)]
+    _write(path / "possible", format_cpulist(possible))
+    _write(path / "online", format_cpulist(ids))
+    _write(path / "has_cpu", format_cpulist(ids[: spec.cpu_nodes]))
     for node in nodes:
         cpus = [
             cpu for cpu in sorted(online) if node < spec.cpu_nodes and spec.node_of_core(spec.core_of(cpu)) == node
         ]
-        _write(path / f"node{node}/cpulist", format_cpulist(cpus))
-        _write(path / f"node{node}/distance", " ".join(str(spec.distance(node, other)) for other in nodes))
+        node_dir = path / f"node{spec.node_id(node)}"
+        _write(node_dir / "cpulist", format_cpulist(cpus))
+        # One distance per online node, in id order, as the kernel writes them.
+        _write(node_dir / "distance", " ".join(str(spec.distance(node, other)) for other in nodes))
 
 
 def _write_pci(spec: MachineSpec, path: Path) -> None:
@@ -157,7 +169,8 @@ def _write_pci(spec: MachineSpec, path: Path) -> None:
         _write_pci_device(path / address, device_class, vendor, -1)
     for index, node in enumerate(spec.gpu_nodes):
         # Bus numbers rise with the index so that PCI order is GPU order.
-        _write_pci_device(path / f"0000:{0x10 + 8 * index:02x}:00.0", _GPU_CLASS, spec.gpu_vendor, node)
+        address = f"0000:{0x10 + 8 * index:02x}:00.0"
+        _write_pci_device(path / address, _GPU_CLASS, spec.gpu_vendor, spec.node_id(node))
 
 
 def _write_pci_device(path: Path, device_class: int, vendor: int, numa_node: int) -> None:

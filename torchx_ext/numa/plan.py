@@ -82,9 +82,9 @@ def parse_visible_devices(text: str, *, source: str = "visible devices") -> tupl
         item = raw.strip()
         if not item:
             continue
-        if item.lstrip("-").isdigit() and int(item) < 0:
+        if item.startswith("-") and _is_number(item[1:]):
             break  # CUDA stops enumerating at the first invalid index; -1 means "none".
-        if not item.isdigit():
+        if not _is_number(item):
             kind = "a GPU UUID or MIG name" if item.upper().startswith(("GPU-", "MIG-")) else "not an index"
             raise InvalidArgumentError(
                 f"{source} {text!r}: {item!r} is {kind}; give comma-separated integer GPU "
@@ -94,6 +94,10 @@ def parse_visible_devices(text: str, *, source: str = "visible devices") -> tupl
             raise InvalidArgumentError(f"{source} {text!r} lists GPU {item} twice")
         indices.append(int(item))
     return tuple(indices)
+
+
+def _is_number(text: str) -> bool:
+    return text.isascii() and text.isdigit()
 
 
 def visible_devices_from_env(env: Mapping[str, str]) -> tuple[int, ...] | None:
@@ -111,11 +115,13 @@ def plan_binding(
     visible_devices: Sequence[int] | None = None,
     device_kind: str = "auto",
     strict: bool = False,
+    gpu_vendor: str | None = None,
 ) -> BindingPlan:
     """Plan the CPU set, NUMA node, GPU and thread count of each local rank.
 
-    ``visible_devices`` are indices into ``topology.gpus`` (PCI order), as in
-    CUDA_VISIBLE_DEVICES; None means every GPU is visible.
+    GPUs are those of ``gpu_vendor`` (default: NVIDIA if the host has any, else AMD), as
+    CUDA_VISIBLE_DEVICES and HIP_VISIBLE_DEVICES each count only their own vendor's.
+    ``visible_devices`` are indices among them in PCI order; None means all are visible.
     """
     _check_choice("NUMA binding mode", mode, MODES)
     _check_choice("device kind", device_kind, DEVICE_KINDS)
@@ -123,7 +129,7 @@ def plan_binding(
         raise InvalidArgumentError(
             f"nproc per node must be an integer of at least 1, got {nproc_per_node!r}"
         )
-    visible = _visible_gpus(topology, visible_devices)
+    visible = _visible_gpus(topology, visible_devices, gpu_vendor)
     kind = _resolve_device_kind(device_kind, visible, nproc_per_node)
     resolved_mode = mode
     if mode == "auto":
@@ -150,20 +156,23 @@ def _check_choice(what: str, value: object, choices: Sequence[str]) -> None:
         raise InvalidArgumentError(f"unknown {what} {value!r}: valid values are {', '.join(choices)}")
 
 
-def _visible_gpus(topology: Topology, visible_devices: Sequence[int] | None) -> tuple[Gpu, ...]:
+def _visible_gpus(
+    topology: Topology, visible_devices: Sequence[int] | None, vendor: str | None
+) -> tuple[Gpu, ...]:
+    if vendor is None:
+        vendor = "nvidia" if topology.gpus_of("nvidia") else "amd"
+    candidates = topology.gpus_of(vendor)
     if visible_devices is None:
-        return topology.gpus
+        return candidates
     gpus: list[Gpu] = []
     for index in visible_devices:
-        if not 0 <= index < len(topology.gpus):
-            have = (
-                f"GPUs 0-{len(topology.gpus) - 1}" if topology.gpus else "no GPU"
-            )
+        if not 0 <= index < len(candidates):
+            have = f"{vendor} GPUs 0-{len(candidates) - 1}" if candidates else f"no {vendor} GPU"
             raise InvalidArgumentError(
                 f"visible device {index} does not exist: this host has {have} "
-                f"(listed in PCI order under {topology.root}/bus/pci/devices)"
+                f"(numbered in PCI order under {topology.root}/bus/pci/devices)"
             )
-        gpus.append(topology.gpus[index])
+        gpus.append(candidates[index])
     return tuple(gpus)
 
 
@@ -214,26 +223,29 @@ class _Planner:
         return tuple(bindings)
 
     def _node(self, rank: int) -> tuple[int, int]:
-        """(node whose CPUs the rank uses, its home node); (-1, -1) when mode is none."""
+        """(node whose CPUs the rank uses, its home node); (-1, -1) when mode is none.
+
+        The home node groups ranks as torch groups GPUs: a GPU reporting no node (-1) counts
+        as node 0's, like in torch.numa.binding, wherever its CPUs then come from.
+        """
         if self.mode == "none":
             return (-1, -1)
-        home = self._home_node(rank)
-        return (self._usable_node(rank, home), home)
-
-    def _home_node(self, rank: int) -> int:
-        """The node the rank belongs on: its GPU's, or for CPU-only jobs its block of nodes."""
         with_cpus = self.topology.nodes_with_cpus()
         if not self.gpus:
-            return with_cpus[rank * len(with_cpus) // self.nproc]
+            home = with_cpus[rank * len(with_cpus) // self.nproc]
+            return (home, home)
         gpu = self.gpus[rank]
         if gpu.numa_node is not None:
-            return gpu.numa_node
-        # torch.numa.binding reads -1 as node 0; do the same, but say it is a guess.
-        if len(with_cpus) > 1:
-            self.fallbacks.append(
-                f"GPU {gpu.pci_address} (local rank {rank}) reports no NUMA node (-1); assuming node 0"
-            )
-        return 0
+            return (self._usable_node(rank, gpu.numa_node), gpu.numa_node)
+        if len(with_cpus) == 1:
+            return (with_cpus[0], 0)  # one node to choose from: no guess involved
+        node = 0 if 0 in with_cpus else self.topology.nearest_node_with_cpus(0)
+        assert node is not None  # read_topology guarantees at least one allowed CPU
+        self.fallbacks.append(
+            f"GPU {gpu.pci_address} (local rank {rank}) reports no NUMA node (-1); "
+            + ("assuming node 0, as torch does" if node == 0 else f"node 0 has no allowed CPU, using node {node}")
+        )
+        return (node, 0)
 
     def _usable_node(self, rank: int, home: int) -> int:
         """``home`` if it has allowed CPUs, else the nearest node that has."""
@@ -245,8 +257,8 @@ class _Planner:
         why = (
             "is not online"
             if node is None
-            else "is memory-only"
-            if node.memory_only
+            else "has no online CPU (memory-only, or its CPUs are offline)"
+            if node.cpuless
             else "has no CPU this process may use"
         )
         gpu = self.gpus[rank]  # only a GPU's node can lack CPUs: CPU ranks pick nodes that have them
@@ -276,7 +288,7 @@ class _Planner:
             )
         if self.mode == "exclusive":
             return self._exclusive(node, node_cpus, peers.index(rank), len(peers))
-        return self._core_complex(node_cpus, peers.index(rank))
+        return self._core_complex(node, node_cpus, peers.index(rank), len(peers))
 
     def _exclusive(self, node: int, node_cpus: frozenset[int], position: int, sharers: int) -> frozenset[int]:
         cores = list(self.topology.group_by_core(node_cpus).values())
@@ -293,11 +305,16 @@ class _Planner:
         end = start + share + (1 if position < extra else 0)
         return frozenset().union(*cores[start:end])
 
-    def _core_complex(self, node_cpus: frozenset[int], position: int) -> frozenset[int]:
+    def _core_complex(self, node: int, node_cpus: frozenset[int], position: int, sharers: int) -> frozenset[int]:
         complexes = sorted(
             self.topology.group_by_llc(node_cpus).items(),
             key=lambda item: (-len(item[1]), item[0]),
         )
+        if len(complexes) < sharers and position == 0:
+            self.fallbacks.append(
+                f"NUMA node {node} has {len(complexes)} last-level-cache complex"
+                f"{'' if len(complexes) == 1 else 'es'} for {sharers} ranks; ranks share complexes"
+            )
         # More ranks than complexes share them round-robin, as torch does.
         return complexes[position % len(complexes)][1]
 

@@ -27,7 +27,7 @@ def format_topology(topology: Topology) -> str:
             [
                 node_id,
                 format_cpulist(node.cpus) or "-",
-                "memory only" if node.memory_only else format_cpulist(node.listed_cpus),
+                "none online (memory only?)" if node.cpuless else format_cpulist(node.listed_cpus),
                 ",".join(map(str, sockets)) or "-",
                 topology.physical_core_count(node.cpus),
                 " ".join(str(topology.distance(node_id, other)) for other in node_ids),

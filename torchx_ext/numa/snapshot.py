@@ -10,7 +10,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from torchx_ext.errors import TopologyError
+from torchx_ext.errors import TopologyError, TorchxExtError
 
 
 def snapshot_sysfs(destination: str | os.PathLike[str], sysfs_root: str | os.PathLike[str] = "/sys") -> int:
@@ -25,8 +25,11 @@ def snapshot_sysfs(destination: str | os.PathLike[str], sysfs_root: str | os.Pat
             text = (source / relative).read_text()
         except OSError:
             continue  # absent on this kernel, or unreadable: the reader copes with both
-        (target / relative).parent.mkdir(parents=True, exist_ok=True)
-        (target / relative).write_text(text)
+        try:
+            (target / relative).parent.mkdir(parents=True, exist_ok=True)
+            (target / relative).write_text(text)
+        except OSError as error:
+            raise TorchxExtError(f"cannot write the snapshot under {target}: {error}") from error
         copied += 1
     return copied
 
@@ -47,7 +50,7 @@ def _topology_files(source: Path) -> Iterator[str]:
         yield f"{node}/{name}/cpulist"
         yield f"{node}/{name}/distance"
     pci = source / "bus/pci/devices"
-    for address in sorted(os.listdir(pci)) if pci.is_dir() else []:
+    for address in _numbered(pci, ""):
         for fact in ("class", "vendor", "numa_node"):
             yield f"bus/pci/devices/{address}/{fact}"
 
@@ -57,4 +60,6 @@ def _numbered(directory: Path, prefix: str) -> list[str]:
         names = os.listdir(directory)
     except OSError:
         return []
-    return sorted(name for name in names if name.startswith(prefix) and name[len(prefix):].isdigit())
+    if not prefix:
+        return sorted(names)
+    return sorted(name for name in names if name.startswith(prefix) and name[len(prefix):].isdecimal())

@@ -17,8 +17,11 @@ from torchx_ext.errors import InvalidArgumentError, TopologyError
 from torchx_ext.numa.cpulist import format_cpulist, parse_cpulist
 
 DEFAULT_SYSFS_ROOT = "/sys"
+ALL_ONLINE = "all"
 GPU_VENDORS: Mapping[int, str] = {0x10DE: "nvidia", 0x1002: "amd"}
-_DISPLAY_CLASS = 0x03
+# Display controllers (0x03: VGA, 3D) for every vendor; AMD Instinct MI300-class parts
+# present themselves as processing accelerators (0x12) instead.
+_GPU_CLASSES: Mapping[str, tuple[int, ...]] = {"nvidia": (0x03,), "amd": (0x03, 0x12)}
 _UNKNOWN_NUMA_NODE = -1
 # The kernel's defaults, used when a node has no readable distance row.
 _LOCAL_DISTANCE = 10
@@ -43,18 +46,19 @@ class NumaNode:
     cpus: frozenset[int]
     """CPUs of this node that are online and allowed."""
     listed_cpus: frozenset[int]
-    """CPUs sysfs lists for this node, allowed or not; empty for a memory-only node."""
+    """Online CPUs sysfs lists for this node, allowed or not."""
     distances: Mapping[int, int]
 
     @property
-    def memory_only(self) -> bool:
+    def cpuless(self) -> bool:
+        """No online CPU: a memory-only node (GPU or CXL memory), or one whose CPUs are offline."""
         return not self.listed_cpus
 
 
 @dataclass(frozen=True)
 class Gpu:
     index: int
-    """Position in PCI-address order, which is nvidia-smi's and rocm-smi's numbering."""
+    """Position among its vendor's GPUs in PCI-address order: nvidia-smi's and rocm-smi's numbering."""
     pci_address: str
     vendor: str
     numa_node: int | None
@@ -71,6 +75,9 @@ class Topology:
     """Details of every allowed CPU."""
     nodes: Mapping[int, NumaNode]
     gpus: tuple[Gpu, ...]
+
+    def gpus_of(self, vendor: str) -> tuple[Gpu, ...]:
+        return tuple(gpu for gpu in self.gpus if gpu.vendor == vendor)
 
     def nodes_with_cpus(self) -> list[int]:
         return sorted(node.id for node in self.nodes.values() if node.cpus)
@@ -124,13 +131,14 @@ def _group(cpus: Iterable[int], key_of: Callable[[int], int]) -> dict[int, froze
 
 def read_topology(
     sysfs_root: str | os.PathLike[str] = DEFAULT_SYSFS_ROOT,
-    allowed_cpus: Iterable[int] | None = None,
+    allowed_cpus: Iterable[int] | str | None = None,
 ) -> Topology:
     """Read the topology under ``sysfs_root``.
 
-    ``allowed_cpus`` overrides the CPUs this process may use. Without it, the real
-    ``/sys`` is intersected with this process's affinity mask, while any other root
-    (a fixture describing another machine) uses all of its online CPUs.
+    The CPUs plans may use are the online CPUs intersected with this process's affinity
+    mask (which reflects a container's cpuset), whatever the root. ``allowed_cpus``
+    overrides the mask: a set of CPUs, or ``"all"`` for every online CPU of the tree (a
+    fixture or snapshot describing another machine).
     """
     root = Path(sysfs_root)
     if not root.is_dir():
@@ -156,21 +164,24 @@ def read_topology(
 
 
 def _allowed(
-    root: Path, online: frozenset[int], override: Iterable[int] | None
+    root: Path, online: frozenset[int], override: Iterable[int] | str | None
 ) -> frozenset[int]:
+    if override == ALL_ONLINE:
+        return online
+    if isinstance(override, str):
+        raise InvalidArgumentError(f"allowed CPUs {override!r}: give a set of CPUs or {ALL_ONLINE!r}")
     if override is not None:
         requested = frozenset(override)
         source = "allowed CPUs"
-    elif os.path.realpath(root) == os.path.realpath(DEFAULT_SYSFS_ROOT):
+    else:
         requested = frozenset(os.sched_getaffinity(0))
         source = "this process's CPU affinity"
-    else:
-        return online
     allowed = requested & online
     if not allowed:
+        hint = "" if override is not None else f", or {ALL_ONLINE!r} to plan for every CPU of {root}"
         raise InvalidArgumentError(
             f"{source} {format_cpulist(requested) or '(empty)'} include no online CPU "
-            f"(online: {format_cpulist(online)}): give a non-empty cpulist of online CPUs"
+            f"(online: {format_cpulist(online)}): give a non-empty cpulist of online CPUs{hint}"
         )
     return allowed
 
@@ -191,20 +202,33 @@ class _SysfsReader:
         except (FileNotFoundError, NotADirectoryError):
             return None
         except OSError as error:
-            raise TopologyError(f"cannot read {path}: {error}") from error
+            raise TopologyError(f"cannot read {path}: {error.strerror}") from error
         try:
             chunks = []
             while chunk := os.read(descriptor, 65536):
                 chunks.append(chunk)
         except OSError as error:
-            raise TopologyError(f"cannot read {path}: {error}") from error
+            raise TopologyError(f"cannot read {path}: {error.strerror}") from error
         finally:
             os.close(descriptor)
         return b"".join(chunks).decode(errors="replace")
 
+    def listdir(self, path: Path | str) -> list[str] | None:
+        try:
+            return os.listdir(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as error:
+            raise TopologyError(f"cannot list {path}: {error.strerror}") from error
+
     def cpulist(self, path: Path | str) -> frozenset[int] | None:
         text = self.text(path)
-        return None if text is None else parse_cpulist(text, source=str(path))
+        if text is None:
+            return None
+        try:
+            return parse_cpulist(text, source=str(path))
+        except InvalidArgumentError as error:
+            raise TopologyError(str(error)) from error
 
     def integer(self, path: Path | str) -> int | None:
         text = self.text(path)
@@ -222,10 +246,13 @@ class _SysfsReader:
                 raise TopologyError(
                     f"{self.cpu_dir} does not exist: is {str(self.root)!r} a sysfs root?"
                 )
+            # No online file: every cpuN directory whose own online file does not say 0.
             online = frozenset(
                 int(name[3:])
-                for name in os.listdir(self.cpu_dir)
-                if name.startswith("cpu") and name[3:].isdigit()
+                for name in self.listdir(self.cpu_dir) or []
+                if name.startswith("cpu")
+                and name[3:].isdecimal()
+                and (self.text(self.cpu_dir / name / "online") or "1").strip() != "0"
             )
         if not online:
             raise TopologyError(f"{self.cpu_dir} lists no online CPU")
@@ -239,17 +266,23 @@ class _SysfsReader:
             # A kernel built without NUMA support: the whole machine is one node.
             return {0: NumaNode(0, allowed, online, {0: _LOCAL_DISTANCE})}
         ordered = sorted(node_ids)
-        nodes: dict[int, NumaNode] = {}
+        listed: dict[int, frozenset[int]] = {}
         for node_id in ordered:
-            path = self.node_dir / f"node{node_id}"
-            listed = (self.cpulist(path / "cpulist") or frozenset()) & online
-            nodes[node_id] = NumaNode(
+            listed[node_id] = (self.cpulist(self.node_dir / f"node{node_id}/cpulist") or frozenset()) & online
+        # CPUs that no node lists (a node's cpulist missing or unreadable) join the lowest
+        # node, so that every allowed CPU belongs somewhere.
+        orphans = online - frozenset().union(*listed.values())
+        if orphans:
+            listed[ordered[0]] |= orphans
+        return {
+            node_id: NumaNode(
                 id=node_id,
-                cpus=listed & allowed,
-                listed_cpus=listed,
-                distances=self.distances(path / "distance", ordered),
+                cpus=listed[node_id] & allowed,
+                listed_cpus=listed[node_id],
+                distances=self.distances(self.node_dir / f"node{node_id}/distance", ordered),
             )
-        return nodes
+            for node_id in ordered
+        }
 
     def distances(self, path: Path, ordered_nodes: list[int]) -> dict[int, int]:
         text = self.text(path)
@@ -321,10 +354,10 @@ class _SysfsReader:
 
     def last_level_cache(self, cpu: int) -> frozenset[int] | None:
         cache_dir = f"{self.cpu_dir}/cpu{cpu}/cache"
-        try:
-            entries = sorted(os.listdir(cache_dir))
-        except (FileNotFoundError, NotADirectoryError):
+        listing = self.listdir(cache_dir)
+        if listing is None:
             return None
+        entries = sorted(listing)
         best_level = -1
         shared: frozenset[int] | None = None
         for entry in entries:
@@ -343,28 +376,24 @@ class _SysfsReader:
 
     def gpus(self) -> tuple[Gpu, ...]:
         pci_dir = self.root / "bus/pci/devices"
-        try:
-            addresses = os.listdir(pci_dir)
-        except (FileNotFoundError, NotADirectoryError):
-            return ()
         gpus: list[Gpu] = []
-        for address in sorted(addresses, key=_pci_sort_key):
+        per_vendor: dict[str, int] = {}
+        for address in sorted(self.listdir(pci_dir) or [], key=_pci_sort_key):
             device_dir = pci_dir / address
             device_class = self.integer(device_dir / "class")
-            if device_class is None or device_class >> 16 != _DISPLAY_CLASS:
-                continue
             vendor = GPU_VENDORS.get(self.integer(device_dir / "vendor") or 0)
-            if vendor is None:
+            if device_class is None or vendor is None or device_class >> 16 not in _GPU_CLASSES[vendor]:
                 continue
             node = self.integer(device_dir / "numa_node")
             gpus.append(
                 Gpu(
-                    index=len(gpus),
+                    index=per_vendor.get(vendor, 0),
                     pci_address=address,
                     vendor=vendor,
                     numa_node=None if node is None or node < 0 else node,
                 )
             )
+            per_vendor[vendor] = per_vendor.get(vendor, 0) + 1
         return tuple(gpus)
 
 
