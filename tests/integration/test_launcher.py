@@ -165,10 +165,11 @@ def test_worker_failing_every_time_fails_the_job_with_its_error(tmp_path: Path) 
     assert len([pid for pid in worker_pids(tmp_path)]) == 4  # two attempts of two ranks
 
 
-def test_sigterm_ends_every_worker_within_ten_seconds(tmp_path: Path) -> None:
+@pytest.mark.parametrize("worker", ["plain", "ignores-sigterm"])
+def test_sigterm_ends_every_worker_within_ten_seconds(worker: str, tmp_path: Path) -> None:
     launcher = subprocess.Popen(
         [*LAUNCHER, "--nproc-per-node", "2", REPORT, str(tmp_path)],
-        env=clean_env(REPORT_SLEEP="300"),
+        env=clean_env(REPORT_SLEEP="300", REPORT_IGNORE_SIGTERM="1" if worker == "ignores-sigterm" else "0"),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )

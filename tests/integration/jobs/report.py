@@ -2,7 +2,8 @@
 
 Usage: report.py OUTDIR [ARGS...]; writes OUTDIR/rank<RANK>.json. Environment knobs:
 REPORT_FAIL_ON_FIRST_ATTEMPT=<rank> exits 3 from that rank before the first restart;
-REPORT_FAIL_ALWAYS=<rank> exits 7 from that rank; REPORT_SLEEP=<seconds> sleeps before exiting.
+REPORT_FAIL_ALWAYS=<rank> exits 7 from that rank; REPORT_SLEEP=<seconds> sleeps before exiting;
+REPORT_IGNORE_SIGTERM=1 ignores SIGTERM (so only SIGKILL ends it).
 """
 
 import os
@@ -23,6 +24,10 @@ import torch.distributed as dist  # noqa: E402
 
 
 def main() -> None:
+    if os.environ.get("REPORT_IGNORE_SIGTERM") == "1":
+        import signal
+
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     out_dir = sys.argv[1]
     rank = int(os.environ["RANK"])
     restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))

@@ -1,0 +1,40 @@
+"""What the launcher hands torch.distributed.elastic, checked before anything starts."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from torchx_ext.launcher.bootstrap import BOOTSTRAP_CODE, WorkerBinding, decode_plan, encode_plan
+from torchx_ext.launcher.cli import build_parser, prepare
+
+
+@pytest.fixture(autouse=True)
+def no_omp_export(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+
+
+def test_torchs_own_numa_binding_is_off_and_ours_is_in_the_worker_command(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("")
+    args = build_parser().parse_args(
+        ["--nproc_per_node", "2", "--numa_binding", "exclusive", "--omp_threads", "auto", str(script), "a$b"]
+    )
+    config, entrypoint, entry_args = prepare(args)
+    assert config.numa_options is None  # applied once: by us, not also by torch
+    assert config.nproc_per_node == 2 and config.shutdown_timeout == 5
+    assert entry_args[:3] == ["-u", "-c", BOOTSTRAP_CODE]
+    plan, local_rank, kind, target, *rest = entry_args[3:]
+    assert (local_rank, kind, target, rest) == ("${local_rank}", "script", str(script), ["a$$b"])
+    bindings = decode_plan(plan)
+    assert len(bindings) == 2 and all(binding.cpus for binding in bindings)
+    assert all(binding.omp_threads is not None for binding in bindings)
+    assert "OMP_NUM_THREADS" not in os.environ  # our choice, per rank; not torchrun's global 1
+
+
+def test_plan_encoding_round_trips_without_dollar_signs() -> None:
+    bindings = [WorkerBinding("0-13,112-125", 0, 14), WorkerBinding(None, None, None), WorkerBinding("7", 3, None)]
+    text = encode_plan(bindings)
+    assert "$" not in text and decode_plan(text) == bindings
