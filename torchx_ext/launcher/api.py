@@ -7,12 +7,14 @@ In the spirit of ``elastic_launch(LaunchConfig, fn)(*args)``: it uses
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Callable
 from typing import Any
 
 from torchx_ext.errors import InvalidArgumentError, TorchxExtError
 from torchx_ext.launcher.bootstrap import BoundCallable, encode_plan
+from torchx_ext.launcher.cli import FRESH_STORE_PER_ATTEMPT_ENV
 from torchx_ext.launcher.worker_binding import plan_workers
 from torchx_ext.numa.topology import DEFAULT_SYSFS_ROOT
 
@@ -87,6 +89,9 @@ def launch(
     config.numa_options = None  # ours replaces torch's: applied once, not twice
     config.shutdown_timeout = shutdown_timeout  # set after construction: older torch lacks the field
     entrypoint = BoundCallable(encode_plan(bindings), fn, args, pickled=start_method != "fork")
+    name, value = FRESH_STORE_PER_ATTEMPT_ENV
+    previous = os.environ.get(name)
+    os.environ.setdefault(name, value)
     try:
         results: dict[int, Any] = elastic_launch(config, entrypoint)("${local_rank}")
     except ChildFailedError as error:
@@ -98,6 +103,9 @@ def launch(
             traceback=_traceback_of(failure),
             summary=error.format_msg(),
         ) from error
+    finally:
+        if previous is None:
+            os.environ.pop(name, None)
     return results
 
 

@@ -27,6 +27,11 @@ from torchx_ext.numa.topology import DEFAULT_SYSFS_ROOT
 logger = logging.getLogger("torchx_ext.launcher")
 
 DEFAULT_RDZV_PORT = 29500
+# With the c10d rendezvous, torchelastic by default hands workers the agent's own TCPStore,
+# one key space for every restart: a restarted attempt can read the previous attempt's gloo
+# addresses and fail or hang in init_process_group (torchrun: 2 of 10 restarts here). This
+# documented switch gives each attempt a fresh store hosted by its rank 0.
+FRESH_STORE_PER_ATTEMPT_ENV = ("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
 # torch waits 30 s by default before SIGKILL; a stopped job should be gone well within 10 s.
 DEFAULT_SHUTDOWN_TIMEOUT_S = 5
 
@@ -176,6 +181,7 @@ def run(config: Any, entrypoint: Callable[..., Any] | str, entry_args: list[str]
     from torch.distributed.elastic.rendezvous import RendezvousError
     from torch.distributed.launcher.api import elastic_launch
 
+    os.environ.setdefault(*FRESH_STORE_PER_ATTEMPT_ENV)
     try:
         elastic_launch(config=config, entrypoint=entrypoint)(*entry_args)
     except ChildFailedError as error:
