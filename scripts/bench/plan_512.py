@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from torchx_ext.numa.fake_sysfs import MachineSpec, write_sysfs  # noqa: E402
 from torchx_ext.numa.plan import plan_binding  # noqa: E402
-from torchx_ext.numa.topology import read_topology  # noqa: E402
+from torchx_ext.numa.topology import ALL_ONLINE, read_topology  # noqa: E402
 
 MACHINE = MachineSpec(
     sockets=2, nodes_per_socket=8, cores_per_node=16, threads_per_core=2, cores_per_llc=8, gpu_nodes=tuple(range(16))
@@ -46,15 +46,15 @@ def main() -> int:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as directory:
         root = write_sysfs(MACHINE, directory)
-        topology = read_topology(root)
+        topology = read_topology(root, ALL_ONLINE)
         assert len(topology.allowed) == 512 and len(topology.nodes) == 16 and len(topology.gpus) == 16
-        read_ms = median_ms(lambda: read_topology(root), args.repeats)
+        read_ms = median_ms(lambda: read_topology(root, ALL_ONLINE), args.repeats)
         print(f"machine: 512 CPUs, 16 NUMA nodes, 16 GPUs; median of {args.repeats} runs")
         print(f"read_topology: {read_ms:.2f} ms")
         worst = 0.0
         for mode in MODES:
             plan_ms = median_ms(lambda: plan_binding(topology, 16, mode), args.repeats)
-            total = median_ms(lambda: plan_binding(read_topology(root), 16, mode), args.repeats)
+            total = median_ms(lambda: plan_binding(read_topology(root, ALL_ONLINE), 16, mode), args.repeats)
             worst = max(worst, total)
             line = f"{mode:>12}: plan {plan_ms:.2f} ms, read+plan {total:.2f} ms"
             if not args.no_torch:

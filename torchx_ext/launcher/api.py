@@ -14,7 +14,7 @@ from typing import Any
 
 from torchx_ext.errors import InvalidArgumentError, TorchxExtError
 from torchx_ext.launcher.bootstrap import BoundCallable, encode_plan
-from torchx_ext.launcher.cli import FRESH_STORE_PER_ATTEMPT_ENV
+from torchx_ext.launcher.cli import FRESH_STORE_PER_ATTEMPT_ENV, needs_fresh_store_per_attempt
 from torchx_ext.launcher.worker_binding import plan_workers
 from torchx_ext.numa.topology import DEFAULT_SYSFS_ROOT
 
@@ -91,7 +91,8 @@ def launch(
     entrypoint = BoundCallable(encode_plan(bindings), fn, args, pickled=start_method != "fork")
     name, value = FRESH_STORE_PER_ATTEMPT_ENV
     previous = os.environ.get(name)
-    os.environ.setdefault(name, value)
+    if needs_fresh_store_per_attempt(config):
+        os.environ.setdefault(name, value)
     try:
         results: dict[int, Any] = elastic_launch(config, entrypoint)("${local_rank}")
     except ChildFailedError as error:
