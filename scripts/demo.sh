@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# The README's main command: installs the package into .venv, then shows this machine's
-# topology and the binding plan two local ranks would get.
+# The README's main command: installs everything into .venv, then runs a 2-node x 2-process
+# DDP training job on this machine through torchx (local_cwd) and our dist.ddp component.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup_venv.sh
-.venv/bin/python -m torchx_ext.numa show
+bash scripts/setup_venv.sh --test
+# torchx's local_cwd runs the role's "python" from PATH: the venv's.
+export PATH="$PWD/.venv/bin:$PATH"
+torchx topo -j 2x2
 echo
-.venv/bin/python -m torchx_ext.numa plan --nproc-per-node 2 --mode exclusive
+torchx run -s local_cwd dist.ddp -j 2x2 --script examples/train.py

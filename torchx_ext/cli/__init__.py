@@ -1,0 +1,1 @@
+"""torchx CLI subcommands (entry point group ``torchx.cli.cmds``)."""

@@ -1,0 +1,70 @@
+"""``torchx topo``: this host's topology (or a named resource's) and the plan a job would get.
+
+    torchx topo -j 2x4 --numa_binding exclusive           # on this host
+    torchx topo -j 1x8 -h dgx_h100 --numa_binding node --json
+
+No torch import: the torchx CLI loads every subcommand on every call.
+"""
+
+import argparse
+import json
+import logging
+import sys
+import tempfile
+
+from torchx.cli.cmd_base import SubCommand
+
+from torchx_ext.components.dist import parse_j
+from torchx_ext.errors import TorchxExtError
+from torchx_ext.launcher.worker_binding import plan_workers
+from torchx_ext.numa.fake_sysfs import write_sysfs
+from torchx_ext.numa.report import format_plan, format_topology
+from torchx_ext.numa.topology import ALL_ONLINE, DEFAULT_SYSFS_ROOT, read_topology
+from torchx_ext.resources import host
+
+
+class CmdTopo(SubCommand):
+    def add_arguments(self, subparser: argparse.ArgumentParser) -> None:
+        # -h names a host, as in `torchx run dist.ddp -h`; --help still prints help. argparse
+        # only lets a later option take over -h when every container resolves conflicts.
+        for container in [subparser, *subparser._action_groups]:
+            container.conflict_handler = "resolve"
+        subparser.add_argument("-j", default="1x2", help="[MIN:]NODESxPROCS, as for dist.ddp (default 1x2)")
+        subparser.add_argument("--numa_binding", "--numa-binding", default="auto", help="binding mode (default auto)")
+        subparser.add_argument("-h", dest="host", default=None, help="a named resource to plan for (default: this host)")
+        subparser.add_argument("--json", action="store_true", help="print JSON")
+
+    def run(self, args: argparse.Namespace) -> None:
+        try:
+            document, text = describe(args.j, args.numa_binding, args.host)
+        except TorchxExtError as error:
+            print(f"error: {error}", file=sys.stderr)
+            sys.exit(2)
+        print(json.dumps(document, indent=2) if args.json else text)
+
+
+def describe(j: str, numa_binding: str, host_name: str | None) -> tuple[dict[str, object], str]:
+    """The per-replica plan for a ``-j`` job on this host or on ``host_name``, as JSON and text."""
+    min_nodes, max_nodes, nproc = parse_j(j)
+    with tempfile.TemporaryDirectory() as directory:
+        if host_name is None:
+            root, dry_run, allowed = DEFAULT_SYSFS_ROOT, False, None
+        else:
+            root, dry_run, allowed = str(write_sysfs(host(host_name).machine, directory)), True, ALL_ONLINE
+        topology = read_topology(root, allowed)
+        # The table below says what the launcher's INFO lines would; its warnings still show.
+        launcher_log = logging.getLogger("torchx_ext.launcher")
+        level = launcher_log.level
+        launcher_log.setLevel(logging.WARNING)
+        try:
+            plan, _ = plan_workers(nproc, numa_binding, sysfs_root=root, dry_run=dry_run)
+        finally:
+            launcher_log.setLevel(level)
+    where = host_name or "this host"
+    nodes = str(max_nodes) if min_nodes == max_nodes else f"{min_nodes}:{max_nodes}"
+    header = f"{where}: {nodes} node(s) x {nproc} processes; the plan of each replica's launcher:"
+    document: dict[str, object] = {"host": where, "nnodes": nodes, "nproc_per_node": nproc, **plan.to_json()}
+    return document, "\n".join([format_topology(topology), "", header, format_plan(plan)])
+
+
+__all__ = ["CmdTopo", "describe"]

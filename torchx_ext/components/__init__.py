@@ -1,0 +1,1 @@
+"""torchx components (registered as the ``dist`` group: ``dist.ddp``, ``dist.spmd``)."""

@@ -1,0 +1,294 @@
+"""``dist.ddp`` and ``dist.spmd``: torchx's distributed components, on our NUMA-binding launcher.
+
+Every parameter of torchx's own ``dist.ddp``/``dist.spmd`` keeps its meaning; added are
+``numa_binding``, ``numa_strict`` and ``omp_threads``. The role runs
+``python -m torchx_ext.launcher`` with an argument list (never ``bash -c``): the rendezvous
+host comes from the scheduler's rank-0 env var through ``--rdzv-endpoint-env``.
+
+This module must not import torch: the torchx CLI imports every component on every call.
+Annotations stay ``typing`` forms (no ``from __future__ import annotations``): torchx reads
+them to build each component's command line.
+"""
+
+import os
+import re
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+import torchx
+from torchx import specs
+from torchx.components.structured_arg import StructuredNameArgument
+from torchx.specs import macros
+
+from torchx_ext.errors import InvalidArgumentError
+from torchx_ext.launcher.worker_binding import check_mode, parse_omp_threads
+
+J_FORMS = "NODESxPROCS (e.g. 2x4), MIN:MAXxPROCS (e.g. 2:5x8) or a single number"
+MOUNT_FORMS = (
+    "type=bind,src=HOST_PATH,dst=CONTAINER_PATH[,readonly], type=volume,src=NAME,dst=PATH[,readonly] "
+    "or type=device,src=/dev/X[,dst=/dev/Y][,perm=rwm]"
+)
+TORCH_DEBUG_FLAGS: Dict[str, str] = {
+    "CUDA_LAUNCH_BLOCKING": "1",
+    "NCCL_DESYNC_DEBUG": "1",
+    "TORCH_DISTRIBUTED_DEBUG": "DETAIL",
+    "TORCH_SHOW_CPP_STACKTRACES": "1",
+}
+_J_NODES_PROCS = re.compile(r"(?:(\d+):)?(\d+)x(\d+)")
+_J_NUMBER = re.compile(r"\d+")
+
+
+def ddp(
+    *script_args: str,
+    script: Optional[str] = None,
+    m: Optional[str] = None,
+    image: str = torchx.IMAGE,
+    name: str = "/",
+    h: Optional[str] = None,
+    cpu: int = 2,
+    gpu: int = 0,
+    memMB: int = 1024,
+    j: str = "1x2",
+    env: Optional[Dict[str, str]] = None,
+    max_retries: int = 0,
+    rdzv_port: int = 29500,
+    rdzv_backend: str = "c10d",
+    rdzv_conf: Optional[str] = None,
+    mounts: Optional[List[str]] = None,
+    debug: bool = False,
+    tee: int = 3,
+    numa_binding: str = "auto",
+    numa_strict: bool = False,
+    omp_threads: Optional[str] = "auto",
+) -> specs.AppDef:
+    """
+    Distributed data parallel job (one role, NODES replicas of PROCS processes each) run by
+    torchx_ext's launcher, which binds every worker to the CPUs near its GPU (or its share of
+    the NUMA nodes for CPU-only jobs).
+
+    Args:
+        script_args: arguments to the script or module, passed exactly as given
+        script: script to run (exactly one of script and m)
+        m: python module to run
+        image: image (e.g. docker) for container schedulers
+        name: {experiment}/{run}, {experiment}/, /{run} or {run}; run defaults to the script or module name
+        h: a named resource (takes precedence over cpu, gpu and memMB)
+        cpu: CPUs per replica
+        gpu: GPUs per replica
+        memMB: memory per replica in MB
+        j: [MIN:]NODESxPROCS or PROCS (one node), e.g. 2x4 or 2:5x8
+        env: environment variables for the workers (e.g. ENV1=v1,ENV2=v2)
+        max_retries: scheduler retries of a failed replica
+        rdzv_port: rendezvous port on rank 0's host (multi-node jobs; single-node jobs use a free port)
+        rdzv_backend: rendezvous backend (c10d, static, etcd, ...)
+        rdzv_conf: extra rendezvous configuration, e.g. join_timeout=600,read_timeout=60
+        mounts: mounts for container schedulers (e.g. type=bind,src=/host,dst=/job[,readonly])
+        debug: set PyTorch's debug environment flags
+        tee: tee the workers' streams to console and file: 0 none, 1 stdout, 2 stderr, 3 both
+        numa_binding: none, auto, node, socket, exclusive or core-complex
+        numa_strict: fail instead of taking a binding fallback
+        omp_threads: OMP_NUM_THREADS per worker: auto (the rank's physical cores) or a number
+    """
+    min_nodes, max_nodes, nproc = parse_j(j)
+    resource = _resource(cpu, gpu, memMB, h)
+    return _app(
+        script_args, script=script, m=m, image=image, name=name, resource=resource,
+        nodes=(min_nodes, max_nodes), nproc=nproc, env=env, max_retries=max_retries,
+        rdzv_port=rdzv_port, rdzv_backend=rdzv_backend, rdzv_conf=rdzv_conf, mounts=mounts,
+        debug=debug, tee=tee, numa_binding=numa_binding, numa_strict=numa_strict, omp_threads=omp_threads,
+    )
+
+
+def spmd(
+    *script_args: str,
+    script: Optional[str] = None,
+    m: Optional[str] = None,
+    image: str = torchx.IMAGE,
+    name: str = "/",
+    h: str = "gpu.small",
+    j: str = "1x1",
+    env: Optional[Dict[str, str]] = None,
+    max_retries: int = 0,
+    rdzv_port: int = 29500,
+    rdzv_backend: str = "c10d",
+    rdzv_conf: Optional[str] = None,
+    mounts: Optional[List[str]] = None,
+    debug: bool = False,
+    numa_binding: str = "auto",
+    numa_strict: bool = False,
+    omp_threads: Optional[str] = "auto",
+) -> specs.AppDef:
+    """
+    Single-program-multiple-data job: NODES replicas of PROCS copies of the same program, bound
+    to the CPUs near their GPUs by torchx_ext's launcher. A bare -j N means N nodes with one
+    process per GPU of the host (-h).
+
+    Args:
+        script_args: arguments to the script or module, passed exactly as given
+        script: script to run (exactly one of script and m)
+        m: python module to run
+        image: image (e.g. docker) for container schedulers
+        name: {experiment}/{run}, {experiment}/, /{run} or {run}; run defaults to the script or module name
+        h: a named resource, e.g. aws_p5.48xlarge
+        j: [MIN:]NODESxPROCS, or NODES (PROCS = the host's GPU count), e.g. 2x8, 2:5x8 or 2
+        env: environment variables for the workers (e.g. ENV1=v1,ENV2=v2)
+        max_retries: scheduler retries of a failed replica
+        rdzv_port: rendezvous port on rank 0's host (multi-node jobs; single-node jobs use a free port)
+        rdzv_backend: rendezvous backend (c10d, static, etcd, ...)
+        rdzv_conf: extra rendezvous configuration, e.g. join_timeout=600
+        mounts: mounts for container schedulers (e.g. type=bind,src=/host,dst=/job[,readonly])
+        debug: set PyTorch's debug environment flags
+        numa_binding: none, auto, node, socket, exclusive or core-complex
+        numa_strict: fail instead of taking a binding fallback
+        omp_threads: OMP_NUM_THREADS per worker: auto (the rank's physical cores) or a number
+    """
+    resource = _resource(2, 0, 1024, h)
+    if _J_NUMBER.fullmatch(j):
+        if resource.gpu < 1:
+            raise InvalidArgumentError(
+                f"-j {j!r} means {j} nodes with one process per GPU, but {h!r} has no GPU: "
+                f"give the processes per node as NODESxPROCS (e.g. {j}x8)"
+            )
+        j = f"{j}x{resource.gpu}"
+    min_nodes, max_nodes, nproc = parse_j(j)
+    return _app(
+        script_args, script=script, m=m, image=image, name=name, resource=resource,
+        nodes=(min_nodes, max_nodes), nproc=nproc, env=env, max_retries=max_retries,
+        rdzv_port=rdzv_port, rdzv_backend=rdzv_backend, rdzv_conf=rdzv_conf, mounts=mounts,
+        debug=debug, tee=3, numa_binding=numa_binding, numa_strict=numa_strict, omp_threads=omp_threads,
+    )
+
+
+def parse_j(j: str) -> Tuple[int, int, int]:
+    """``[MIN:]NODESxPROCS`` or ``PROCS`` (one node) -> (min nodes, max nodes, procs per node)."""
+    text = j.strip()
+    match = _J_NODES_PROCS.fullmatch(text)
+    if match:
+        low, high, procs = match.groups()
+        min_nodes, max_nodes, nproc = int(low if low is not None else high), int(high), int(procs)
+    elif _J_NUMBER.fullmatch(text):
+        min_nodes, max_nodes, nproc = 1, 1, int(text)
+    else:
+        raise InvalidArgumentError(f"invalid -j {j!r}: expected {J_FORMS}")
+    if min_nodes < 1 or nproc < 1:
+        raise InvalidArgumentError(f"invalid -j {j!r}: nodes and processes must be at least 1 ({J_FORMS})")
+    if min_nodes > max_nodes:
+        raise InvalidArgumentError(f"invalid -j {j!r}: MIN {min_nodes} is above MAX {max_nodes} ({J_FORMS})")
+    return min_nodes, max_nodes, nproc
+
+
+def _resource(cpu: int, gpu: int, memMB: int, h: Optional[str]) -> specs.Resource:
+    if h is None:
+        return specs.resource(cpu=cpu, gpu=gpu, memMB=memMB)
+    try:
+        return specs.named_resources[h]
+    except KeyError as error:
+        # torchx's message already lists every registered name.
+        raise InvalidArgumentError(f"unknown named resource -h {h!r}: {error.args[0]}") from None
+
+
+def _app(
+    script_args: Tuple[str, ...],
+    *,
+    script: Optional[str],
+    m: Optional[str],
+    image: str,
+    name: str,
+    resource: specs.Resource,
+    nodes: Tuple[int, int],
+    nproc: int,
+    env: Optional[Dict[str, str]],
+    max_retries: int,
+    rdzv_port: int,
+    rdzv_backend: str,
+    rdzv_conf: Optional[str],
+    mounts: Optional[List[str]],
+    debug: bool,
+    tee: int,
+    numa_binding: str,
+    numa_strict: bool,
+    omp_threads: Optional[str],
+) -> specs.AppDef:
+    if (script is None) == (m is None):
+        raise InvalidArgumentError(
+            "give exactly one of --script SCRIPT and -m MODULE "
+            f"(got {'both' if script is not None else 'neither'})"
+        )
+    check_mode(numa_binding)
+    parse_omp_threads(omp_threads)
+    if resource.gpu > 0 and nproc > resource.gpu:
+        raise InvalidArgumentError(
+            f"{nproc} processes per node but the host has {resource.gpu} GPUs: "
+            f"use at most {resource.gpu} (e.g. -j {nodes[1]}x{resource.gpu})"
+        )
+    min_nodes, max_nodes = nodes
+    names = StructuredNameArgument.parse_from(name=name, m=m, script=script)
+    worker_env = dict(env or {})
+    worker_env["TORCHX_TRACKING_EXPERIMENT_NAME"] = names.experiment_name
+    worker_env["TORCHX_TRACKING_RUN_NAME"] = names.run_name
+    worker_env.setdefault("LOGLEVEL", os.getenv("LOGLEVEL", "WARNING"))
+    if debug:
+        worker_env.update(TORCH_DEBUG_FLAGS)
+    args = [
+        "-m", "torchx_ext.launcher",
+        "--rdzv-backend", rdzv_backend,
+        "--rdzv-id", macros.app_id,
+        "--nnodes", str(max_nodes) if min_nodes == max_nodes else f"{min_nodes}:{max_nodes}",
+        "--nproc-per-node", str(nproc),
+        "--tee", str(tee),
+        "--role", "",
+        "--numa-binding", numa_binding,
+    ]
+    if max_nodes == 1:
+        args += ["--rdzv-endpoint", "localhost:0"]  # one agent: any free port will do
+    else:
+        args += ["--rdzv-endpoint-env", macros.rank0_env, "--rdzv-port", str(rdzv_port)]
+    if rdzv_backend == "static":
+        args += ["--node-rank", macros.replica_id]
+    if rdzv_conf:
+        args += ["--rdzv-conf", rdzv_conf]
+    if numa_strict:
+        args.append("--numa-strict")
+    if omp_threads is not None:
+        args += ["--omp-threads", str(omp_threads)]
+    # torchx substitutes ${...} macros in every argument and env value: "$$" gives back "$".
+    user_args = [_escape(arg) for arg in script_args]
+    args += [_escape(script)] if script is not None else ["-m", _escape(m or "")]
+    args += user_args
+    return specs.AppDef(
+        name=names.run_name,
+        roles=[
+            specs.Role(
+                name=_role_name(script, m),
+                image=image,
+                entrypoint="python",
+                args=args,
+                env={key: _escape(value) for key, value in worker_env.items()},
+                resource=resource,
+                min_replicas=min_nodes,
+                num_replicas=max_nodes,
+                port_map={"c10d": rdzv_port},
+                max_retries=max_retries,
+                mounts=_mounts(mounts),
+            )
+        ],
+    )
+
+
+def _role_name(script: Optional[str], m: Optional[str]) -> str:
+    return Path(script).stem if script is not None else (m or "").rpartition(".")[2]
+
+
+def _mounts(mounts: Optional[List[str]]) -> List[specs.BindMount | specs.VolumeMount | specs.DeviceMount]:
+    if not mounts:
+        return []
+    try:
+        return list(specs.parse_mounts(mounts))
+    except (KeyError, ValueError) as error:
+        raise InvalidArgumentError(
+            f"malformed --mounts {','.join(mounts)!r} ({error}): expected {MOUNT_FORMS}"
+        ) from None
+
+
+def _escape(value: str) -> str:
+    return value.replace("$", "$$")
