@@ -10,13 +10,13 @@ from tests.fixtures.machines import MACHINES
 from torchx_ext.errors import BindingFallbackError, InvalidArgumentError
 from torchx_ext.numa.cpulist import format_cpulist
 from torchx_ext.numa.plan import (
-    MODES,
     BindingPlan,
     parse_visible_devices,
     plan_binding,
     visible_devices_from_env,
 )
 from torchx_ext.numa.topology import Topology, read_topology
+from torchx_ext.options import MODES
 
 TopologyOf = Callable[[str], Topology]
 

@@ -8,19 +8,11 @@ No torch import: the torchx CLI loads every subcommand on every call.
 
 import argparse
 import json
-import logging
 import sys
-import tempfile
 
 from torchx.cli.cmd_base import SubCommand
 
-from torchx_ext.components.dist import parse_j
 from torchx_ext.errors import TorchxExtError
-from torchx_ext.launcher.worker_binding import plan_workers
-from torchx_ext.numa.fake_sysfs import write_sysfs
-from torchx_ext.numa.report import format_plan, format_topology
-from torchx_ext.numa.topology import ALL_ONLINE, DEFAULT_SYSFS_ROOT, read_topology
-from torchx_ext.resources import host
 
 
 class CmdTopo(SubCommand):
@@ -45,6 +37,17 @@ class CmdTopo(SubCommand):
 
 def describe(j: str, numa_binding: str, host_name: str | None) -> tuple[dict[str, object], str]:
     """The per-replica plan for a ``-j`` job on this host or on ``host_name``, as JSON and text."""
+    # Imported here: the torchx CLI loads this module for every command, not only for topo.
+    import logging
+    import tempfile
+
+    from torchx_ext.components.dist import parse_j
+    from torchx_ext.launcher.worker_binding import plan_workers
+    from torchx_ext.numa.fake_sysfs import write_sysfs
+    from torchx_ext.numa.report import format_plan, format_topology
+    from torchx_ext.numa.topology import ALL_ONLINE, DEFAULT_SYSFS_ROOT, read_topology
+    from torchx_ext.resources import host
+
     min_nodes, max_nodes, nproc = parse_j(j)
     with tempfile.TemporaryDirectory() as directory:
         if host_name is None:

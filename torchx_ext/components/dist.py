@@ -21,7 +21,7 @@ from torchx.components.structured_arg import StructuredNameArgument
 from torchx.specs import macros
 
 from torchx_ext.errors import InvalidArgumentError
-from torchx_ext.launcher.worker_binding import check_mode, parse_omp_threads
+from torchx_ext.options import check_mode, parse_omp_threads
 
 J_FORMS = "NODESxPROCS (e.g. 2x4), MIN:MAXxPROCS (e.g. 2:5x8) or a single number"
 MOUNT_FORMS = (

@@ -20,8 +20,9 @@ from typing import Any
 
 from torchx_ext.errors import TorchxExtError, InvalidArgumentError
 from torchx_ext.launcher.bootstrap import BOOTSTRAP_CODE, BoundCallable, encode_plan, run_script_path
-from torchx_ext.launcher.worker_binding import OMP_THREADS_FORMS, check_mode, plan_workers
-from torchx_ext.numa.plan import DEVICE_KINDS, MODES
+from torchx_ext.launcher.worker_binding import plan_workers
+from torchx_ext.options import OMP_THREADS_FORMS, check_mode
+from torchx_ext.options import DEVICE_KINDS, MODES
 from torchx_ext.numa.topology import DEFAULT_SYSFS_ROOT
 
 logger = logging.getLogger("torchx_ext.launcher")

@@ -10,33 +10,13 @@ import logging
 import os
 from collections.abc import Mapping
 
-from torchx_ext.errors import InvalidArgumentError
 from torchx_ext.launcher.bootstrap import WorkerBinding
 from torchx_ext.numa.cpulist import format_cpulist
-from torchx_ext.numa.plan import MODES, BindingPlan, describe_rank, plan_binding, visible_devices_from_env
+from torchx_ext.numa.plan import BindingPlan, describe_rank, plan_binding, visible_devices_from_env
+from torchx_ext.options import check_mode, parse_omp_threads
 from torchx_ext.numa.topology import ALL_ONLINE, DEFAULT_SYSFS_ROOT, read_topology
 
 logger = logging.getLogger("torchx_ext.launcher")
-
-OMP_THREADS_FORMS = "'auto' or a positive integer"
-
-
-def check_mode(mode: str) -> str:
-    if mode not in MODES:
-        raise InvalidArgumentError(
-            f"unknown --numa-binding {mode!r}: valid values are {', '.join(MODES)}"
-        )
-    return mode
-
-
-def parse_omp_threads(value: str | int | None) -> str | int | None:
-    if value is None or value == "auto":
-        return value
-    text = str(value)
-    if not text.isdigit() or int(text) < 1:
-        raise InvalidArgumentError(f"invalid --omp-threads {value!r}: expected {OMP_THREADS_FORMS}")
-    return int(text)
-
 
 def plan_workers(
     nproc_per_node: int,

@@ -12,7 +12,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from torchx_ext.numa.cpulist import format_cpulist, parse_cpulist
     from torchx_ext.numa.plan import (
-        MODES,
         BindingPlan,
         RankBinding,
         parse_visible_devices,
@@ -20,11 +19,12 @@ if TYPE_CHECKING:
         visible_devices_from_env,
     )
     from torchx_ext.numa.topology import Cpu, Gpu, NumaNode, Topology, read_topology
+    from torchx_ext.options import MODES
 
 _EXPORTS = {
     "format_cpulist": "torchx_ext.numa.cpulist",
     "parse_cpulist": "torchx_ext.numa.cpulist",
-    "MODES": "torchx_ext.numa.plan",
+    "MODES": "torchx_ext.options",
     "BindingPlan": "torchx_ext.numa.plan",
     "RankBinding": "torchx_ext.numa.plan",
     "parse_visible_devices": "torchx_ext.numa.plan",

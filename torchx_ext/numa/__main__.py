@@ -15,14 +15,13 @@ from collections.abc import Sequence
 from torchx_ext.errors import TorchxExtError
 from torchx_ext.numa.cpulist import CPULIST_FORMS, parse_cpulist
 from torchx_ext.numa.plan import (
-    DEVICE_KINDS,
-    MODES,
     parse_visible_devices,
     plan_binding,
     visible_devices_from_env,
 )
 from torchx_ext.numa.report import format_plan, format_topology
 from torchx_ext.numa.snapshot import snapshot_sysfs
+from torchx_ext.options import DEVICE_KINDS, MODES
 from torchx_ext.numa.topology import ALL_ONLINE, DEFAULT_SYSFS_ROOT, Topology, read_topology
 
 

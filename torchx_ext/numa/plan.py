@@ -22,9 +22,8 @@ from dataclasses import dataclass, field
 from torchx_ext.errors import BindingFallbackError, InvalidArgumentError
 from torchx_ext.numa.cpulist import format_cpulist
 from torchx_ext.numa.topology import Gpu, Topology
+from torchx_ext.options import DEVICE_KINDS, MODES
 
-MODES = ("none", "auto", "node", "socket", "exclusive", "core-complex")
-DEVICE_KINDS = ("auto", "gpu", "cpu")
 VISIBLE_DEVICES_ENV_VARS = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
 
 

@@ -1,0 +1,126 @@
+"""The torchx CLI with torchx_ext installed, as a user types it."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.integration.launcher_helpers import JOBS, clean_env
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+TORCHX_BUILTIN_SCHEDULERS = [
+    "local_cwd", "local_docker", "slurm", "kubernetes", "kubernetes_mcad",
+    "aws_batch", "aws_sagemaker", "gcp_batch", "ray", "lsf",
+]
+# Scheduler options each needs for a dry run; all the client libraries they need are installed.
+DRYRUN_SCHEDULERS = {
+    "local_cwd": [],
+    "local_docker": [],
+    "slurm": [],
+    "lsf": [],
+    "kubernetes": ["-cfg", "queue=default"],
+    "kubernetes_mcad": ["-cfg", "namespace=default"],
+    "aws_batch": ["-cfg", "queue=default"],
+}
+
+
+def torchx(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    env = clean_env(PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}")
+    return subprocess.run(
+        [str(BIN / "torchx"), *args], capture_output=True, text=True, env=env, cwd=REPO, timeout=timeout
+    )
+
+
+def test_builtins_lists_our_components_and_torchx_others() -> None:
+    listing = torchx("builtins").stdout
+    for name in ["dist.ddp", "dist.spmd", "utils.echo", "utils.sh", "utils.python", "utils.binary",
+                 "utils.copy", "utils.touch", "utils.booth", "serve.torchserve", "metrics.tensorboard"]:
+        assert re.search(rf"\b{re.escape(name)}\b", listing), name
+    assert "numa_binding" in torchx("builtins", "--print", "dist.ddp").stdout  # ours, not torchx's
+
+
+def test_torchx_utils_components_still_run(tmp_path: Path) -> None:
+    echo = torchx("run", "-s", "local_cwd", "utils.echo", "--msg", "hello from torchx")
+    assert echo.returncode == 0 and "Job finished: SUCCEEDED" in echo.stderr, echo.stderr
+    touched = tmp_path / "touched"
+    touch = torchx("run", "-s", "local_cwd", "utils.touch", "--file", str(touched))
+    assert touch.returncode == 0, touch.stderr
+    assert touched.exists()
+
+
+def test_every_torchx_builtin_scheduler_is_still_accepted_with_local_cwd_first() -> None:
+    refused = torchx("run", "-s", "no_such_scheduler", "utils.echo")
+    choices = re.search(r"invalid choice: 'no_such_scheduler' \(choose from (.*)\)", refused.stderr)
+    assert choices is not None, refused.stderr
+    names = re.findall(r"'([a-z_]+)'", choices.group(1))
+    assert names[0] == "local_cwd"  # torchx run's default
+    assert set(TORCHX_BUILTIN_SCHEDULERS) <= set(names)
+
+
+def test_dryrun_on_each_scheduler_runs_our_launcher() -> None:
+    for scheduler, cfg in DRYRUN_SCHEDULERS.items():
+        result = torchx("run", "--workspace", "", "--dryrun", "-s", scheduler, *cfg,
+                        "dist.ddp", "-j", "2x2", "--script", "train.py", "--", "--lr", "0.1")
+        assert result.returncode == 0, (scheduler, result.stderr[-2000:])
+        out = result.stdout + result.stderr
+        assert "torchx_ext.launcher" in out and "--rdzv-endpoint-env" in out, scheduler
+        assert "bash -c" not in out, scheduler
+
+
+def test_main_job_four_ranks_bound_as_torchx_topo_says() -> None:
+    result = torchx("run", "-s", "local_cwd", "dist.ddp", "-j", "2x2", "--script", "examples/train.py",
+                    timeout=300)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-3000:]
+    assert re.search(r"train\.py: 4 ranks finished 20 steps, .* weights in sync on every rank", out), out[-3000:]
+    reported = {
+        (int(group), int(local)): json.loads(cpus)
+        for local, group, cpus in re.findall(r"rank \d+/4 \(local (\d+), replica (\d+)\): cpus=(\[[\d, ]*\])", out)
+    }
+    assert sorted(reported) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    plan = json.loads(torchx("topo", "-j", "2x2", "--json").stdout)
+    for (_, local), cpus in reported.items():
+        assert cpus == plan["ranks"][local]["cpus"]
+
+
+weird_text = st.text(
+    alphabet=st.characters(exclude_categories=["Cs"], exclude_characters="\x00"), max_size=12
+)
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(args=st.lists(st.one_of(weird_text, st.sampled_from(["$HOME", "$$", "${app_id}", "`id`", "$(id)", "-h", "--"])),
+                     min_size=1, max_size=5))
+def test_random_script_arguments_reach_every_worker_byte_for_byte(args: list[str]) -> None:
+    with tempfile.TemporaryDirectory() as out_dir:
+        result = torchx("run", "-s", "local_cwd", "dist.ddp", "-j", "1x2", "--script",
+                        str(JOBS / "argv_job.py"), out_dir, *args)
+        assert result.returncode == 0, result.stderr[-2000:]
+        for rank in (0, 1):
+            assert json.loads((Path(out_dir) / f"argv{rank}.json").read_text(encoding="utf-8")) == args
+
+
+def test_bad_component_input_is_a_clear_error_and_starts_nothing() -> None:
+    cases = [
+        (["-h", "no_such_host", "--script", "t.py"], "unknown named resource -h 'no_such_host'"),
+        (["-j", "1x", "--script", "t.py"], "invalid -j '1x'"),
+        (["--script", "t.py", "-m", "mod"], "exactly one of --script SCRIPT and -m MODULE"),
+        (["-j", "1x1"], "exactly one of --script SCRIPT and -m MODULE"),
+        (["--numa_binding", "numa", "--script", "t.py"], "unknown --numa-binding 'numa'"),
+        (["--mounts", "type=bind,src=/a", "--script", "t.py"], "malformed --mounts"),
+        (["--env", "NOEQUALS", "--script", "t.py"], "NOEQUALS"),
+    ]
+    for args, message in cases:
+        result = torchx("run", "-s", "local_cwd", "dist.ddp", *args)
+        assert result.returncode != 0, args
+        assert message in result.stdout + result.stderr, (args, (result.stdout + result.stderr)[-1500:])
+        assert "Waiting for the app to finish" not in result.stderr, args
