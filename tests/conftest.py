@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -37,3 +38,14 @@ def machine_topology(machine_root: MachineRoot) -> Callable[[str], Topology]:
         return read_topology(machine_root(name), ALL_ONLINE if allowed is None else allowed)
 
     return topology
+
+
+@pytest.fixture
+def two_cpus() -> list[int]:
+    """The CPUs this process may use, when there are at least two (CI has two: fail there)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI needs two CPUs for binding tests; this process may use only {cpus}")
+        pytest.skip("binding tests need two CPUs")
+    return cpus

@@ -24,16 +24,6 @@ from tests.integration.launcher_helpers import (
 )
 
 
-@pytest.fixture
-def two_cpus() -> list[int]:
-    cpus = sorted(os.sched_getaffinity(0))
-    if len(cpus) < 2:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI needs two CPUs for launcher binding tests; this process may use {cpus}")
-        pytest.skip("needs two CPUs")
-    return cpus
-
-
 def test_exclusive_gives_each_rank_its_own_cpu_from_the_first_line(tmp_path: Path, two_cpus: list[int]) -> None:
     result = run_launcher(["--nproc-per-node", "2", "--numa-binding", "exclusive", "--omp-threads", "auto", REPORT, str(tmp_path)])
     assert result.returncode == 0, result.stderr

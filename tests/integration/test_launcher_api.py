@@ -25,10 +25,7 @@ def run_api_job(*args: str, parallel: bool = False) -> dict[str, Any]:
 
 @pytest.mark.parametrize("parallel", [False, True], ids=["sequential", "parallel"])
 @pytest.mark.parametrize("start_method", ["spawn", "fork", "forkserver"])
-def test_callable_is_bound_before_it_runs(start_method: str, parallel: bool) -> None:
-    cpus = sorted(os.sched_getaffinity(0))
-    if len(cpus) < 2 and os.environ.get("CI") != "true":
-        pytest.skip("needs two CPUs")
+def test_callable_is_bound_before_it_runs(start_method: str, parallel: bool, two_cpus: list[int]) -> None:
     results = run_api_job(start_method, "exclusive", parallel=parallel)
     assert sorted(results) == ["0", "1"]
     firsts = [results[rank]["first_affinity"] for rank in ("0", "1")]
