@@ -62,15 +62,19 @@ def main() -> None:
     in_sync = all(torch.isclose(value, checksums[0]) for value in checksums)
     samples = torch.tensor([args.steps * args.batch / elapsed], device=device)
     dist.all_reduce(samples)
+    ranks_sum = torch.tensor([float(rank + 1)], device=device)
+    dist.all_reduce(ranks_sum)
+    expected_sum = world * (world + 1) // 2
     if rank == 0:
         status = "weights in sync on every rank" if in_sync else "WEIGHTS DIFFER BETWEEN RANKS"
         print(
             f"train.py: {world} ranks finished {args.steps} steps, loss {loss.item():.4f}, "
-            f"{samples.item():.0f} samples/s in total, {status}",
+            f"{samples.item():.0f} samples/s in total, all-reduce of ranks 1..{world} = "
+            f"{ranks_sum.item():.0f} (expected {expected_sum}), {status}",
             flush=True,
         )
     dist.destroy_process_group()
-    if not in_sync:
+    if not in_sync or ranks_sum.item() != expected_sum:
         raise SystemExit(1)
 
 

@@ -25,7 +25,10 @@ THREADS_PER_CORE = "torchx_ext/threads_per_core"
 MEMORY_ONLY_NUMA_NODES = "torchx_ext/memory_only_numa_nodes"
 GPU_VENDOR = "torchx_ext/gpu_vendor"
 
-_GIB = 1024
+# As torchx's AWS resources: request 96% of a host's memory, so that pods fit in what a
+# Kubernetes node leaves allocatable.
+_MEMORY_SHARE = 0.96
+EFA_DEVICE = "vpc.amazonaws.com/efa"
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,7 @@ class Host:
     machine: MachineSpec
     mem_gib: int
     instance_type: str | None = None
+    efa_devices: int = 0
 
     def resource(self) -> Resource:
         machine = self.machine
@@ -52,8 +56,9 @@ class Host:
         return Resource(
             cpu=machine.total_cpus,
             gpu=len(machine.gpu_nodes),
-            memMB=self.mem_gib * _GIB,
+            memMB=int(self.mem_gib * 1024 * _MEMORY_SHARE),
             capabilities=capabilities,
+            devices={EFA_DEVICE: self.efa_devices} if self.efa_devices else {},
         )
 
 
@@ -72,9 +77,9 @@ HOSTS: Mapping[str, Host] = {
     host.name: host
     for host in [
         # 2x Xeon 8275CL (24 cores, SMT), 8x A100 40GB, 4 per socket.
-        Host("aws_p4d.24xlarge", _two_socket(24, 2, 8), 1152, "p4d.24xlarge"),
+        Host("aws_p4d.24xlarge", _two_socket(24, 2, 8), 1152, "p4d.24xlarge", efa_devices=4),
         # 2x EPYC 7R13 (48 cores, SMT), 8x H100, 4 per socket.
-        Host("aws_p5.48xlarge", _two_socket(48, 2, 8), 2048, "p5.48xlarge"),
+        Host("aws_p5.48xlarge", _two_socket(48, 2, 8), 2048, "p5.48xlarge", efa_devices=32),
         # 2x Xeon 8481C (52 cores, SMT), 8x H100.
         Host("gcp_a3-highgpu-8g", _two_socket(52, 2, 8), 1872, "a3-highgpu-8g"),
         # Standard_ND96isr_H100_v5: 96 vCPUs as 2x 48 cores without SMT, 8x H100.

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import MachineRoot
+from torchx_ext.numa.cpulist import format_cpulist
 from tests.integration.launcher_helpers import (
     JOBS,
     LAUNCHER,
@@ -40,13 +41,34 @@ def test_exclusive_gives_each_rank_its_own_cpu_from_the_first_line(tmp_path: Pat
     assert "local_rank=0 cpus=" in result.stderr and "local_rank=1 cpus=" in result.stderr
 
 
-def test_none_keeps_the_parents_cpus(tmp_path: Path, two_cpus: list[int]) -> None:
+def test_none_keeps_the_parents_cpus_and_says_which(tmp_path: Path, two_cpus: list[int]) -> None:
     result = run_launcher(["--nproc-per-node", "2", "--numa-binding", "none", REPORT, str(tmp_path)])
     assert result.returncode == 0, result.stderr
     for rank in reports(tmp_path):
         assert rank["first_affinity"] == two_cpus == rank["thread_affinity"]
-        assert rank["torchx_ext_cpus"] is None
+        assert rank["torchx_ext_cpus"] == format_cpulist(two_cpus)
+        assert rank["torchx_ext_numa_node"] == ""
         assert rank["omp_num_threads"] == "1"  # torchrun's default for nproc > 1
+        assert rank["file"] == REPORT and os.path.isabs(rank["file"])
+
+
+def test_gpu_uuids_stop_only_a_binding_that_was_asked_for(tmp_path: Path) -> None:
+    uuids = clean_env(CUDA_VISIBLE_DEVICES="GPU-8f3e4c1a-0000-1111-2222-333344445555")
+    unbound = run_launcher(["--nproc-per-node", "1", "--numa-binding", "auto", REPORT, str(tmp_path)], env=uuids)
+    assert unbound.returncode == 0, unbound.stderr
+    assert "NUMA binding off: CUDA_VISIBLE_DEVICES" in unbound.stderr
+    refused = run_launcher(["--nproc-per-node", "1", "--numa-binding", "node", REPORT, str(tmp_path)], env=uuids)
+    assert refused.returncode == 2 and "GPU UUID or MIG name" in refused.stderr
+
+
+def test_a_workers_exception_reaches_the_launchers_own_error_file(tmp_path: Path) -> None:
+    error_file = tmp_path / "error.json"
+    result = run_launcher(
+        ["--nproc-per-node", "2", str(JOBS / "raise_job.py")], env=clean_env(TORCHELASTIC_ERROR_FILE=str(error_file))
+    )
+    assert result.returncode == 1
+    assert "raise_job.py FAILED" in result.stderr
+    assert "rank one is broken on purpose" in error_file.read_text()
 
 
 def test_launcher_under_a_narrow_affinity_never_binds_outside_it(tmp_path: Path, two_cpus: list[int]) -> None:
@@ -202,6 +224,7 @@ def test_rendezvous_that_cannot_complete_ends_with_a_clear_message(tmp_path: Pat
         (["--nnodes", "3:2"], "invalid --nnodes '3:2'"),
         (["--omp-threads", "many"], "invalid --omp-threads 'many'"),
         (["--numa-device-kind", "tpu"], "unknown --numa-device-kind 'tpu'"),
+        (["--rdzv-backend", "bogus"], "unknown --rdzv-backend 'bogus': valid values are c10d"),
         (["--nproc-per-node", "3", "--numa-binding", "exclusive", "--numa-strict"], "strict NUMA binding refused"),
     ],
 )
@@ -210,6 +233,19 @@ def test_bad_input_is_refused_before_any_worker_starts(args: list[str], message:
     assert result.returncode == 2, result.stderr
     assert f"error: {message}" in result.stderr and "Traceback" not in result.stderr
     assert worker_pids(tmp_path) == []
+
+
+def test_static_rendezvous_that_cannot_complete_ends_with_a_clear_message(tmp_path: Path) -> None:
+    start = time.monotonic()
+    result = run_launcher(
+        ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "static", "--node-rank", "0",
+         "--master-port", str(_free_port()), "--rdzv-conf", "timeout=5", REPORT, str(tmp_path)],
+        timeout=90,
+    )
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert "error: rendezvous" in result.stderr and "static" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert time.monotonic() - start < 60
 
 
 def test_missing_script_is_refused(tmp_path: Path) -> None:

@@ -76,20 +76,37 @@ def test_dryrun_on_each_scheduler_runs_our_launcher() -> None:
         assert "bash -c" not in out, scheduler
 
 
-def test_main_job_four_ranks_bound_as_torchx_topo_says() -> None:
-    result = torchx("run", "-s", "local_cwd", "dist.ddp", "-j", "2x2", "--script", "examples/train.py",
-                    timeout=300)
+def run_train(*args: str) -> tuple[str, dict[tuple[int, int], list[int]]]:
+    """Runs examples/train.py through dist.ddp; returns the output and (replica, local rank) -> CPUs."""
+    result = torchx("run", "-s", "local_cwd", "dist.ddp", *args, "--script", "examples/train.py", timeout=300)
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-3000:]
-    assert re.search(r"train\.py: 4 ranks finished 20 steps, .* weights in sync on every rank", out), out[-3000:]
     reported = {
         (int(group), int(local)): json.loads(cpus)
-        for local, group, cpus in re.findall(r"rank \d+/4 \(local (\d+), replica (\d+)\): cpus=(\[[\d, ]*\])", out)
+        for local, group, cpus in re.findall(r"rank \d+/\d+ \(local (\d+), replica (\d+)\): cpus=(\[[\d, ]*\])", out)
     }
+    return out, reported
+
+
+def test_main_job_four_ranks_bound_as_torchx_topo_says() -> None:
+    out, reported = run_train("-j", "2x2")
+    assert re.search(
+        r"train\.py: 4 ranks finished 20 steps, .* all-reduce of ranks 1\.\.4 = 10 \(expected 10\), "
+        r"weights in sync on every rank",
+        out,
+    ), out[-3000:]
     assert sorted(reported) == [(0, 0), (0, 1), (1, 0), (1, 1)]
     plan = json.loads(torchx("topo", "-j", "2x2", "--json").stdout)
     for (_, local), cpus in reported.items():
         assert cpus == plan["ranks"][local]["cpus"]
+
+
+def test_exclusive_job_binds_each_rank_where_torchx_topo_says(two_cpus: list[int]) -> None:
+    out, reported = run_train("-j", "1x2", "--numa_binding", "exclusive")
+    assert "all-reduce of ranks 1..2 = 3 (expected 3)" in out
+    plan = json.loads(torchx("topo", "-j", "1x2", "--numa_binding", "exclusive", "--json").stdout)
+    assert reported == {(0, local): plan["ranks"][local]["cpus"] for local in (0, 1)}
+    assert reported[(0, 0)] != reported[(0, 1)]
 
 
 weird_text = st.text(

@@ -67,6 +67,16 @@ def test_static_rendezvous_passes_the_node_rank_and_rdzv_conf() -> None:
     assert flag(role.args, "--rdzv-conf") == "join_timeout=60"
 
 
+def test_static_rendezvous_on_one_node_leaves_the_port_to_the_launcher() -> None:
+    role = role_of(ddp(script="train.py", j="1x2", rdzv_backend="static"))
+    assert "--rdzv-endpoint" not in role.args and flag(role.args, "--node-rank") == macros.replica_id
+
+
+def test_tee_is_passed_on() -> None:
+    assert flag(role_of(ddp(script="t.py", tee=1)).args, "--tee") == "1"
+    assert flag(role_of(spmd(script="t.py")).args, "--tee") == "3"
+
+
 def test_module_entrypoint_and_numa_flags() -> None:
     role = role_of(ddp("x", m="pkg.trainer", numa_binding="exclusive", numa_strict=True, omp_threads="4"))
     assert role.name == "trainer"
@@ -126,6 +136,17 @@ def test_spmd_bare_j_means_nodes_with_one_process_per_gpu() -> None:
     assert flag(role.args, "--nnodes") == "2" and flag(role.args, "--nproc-per-node") == "8"
     elastic = role_of(spmd(script="t.py", j="2:5x8", h="dgx_h100"))
     assert flag(elastic.args, "--nnodes") == "2:5" and (elastic.min_replicas, elastic.num_replicas) == (2, 5)
+
+
+@pytest.mark.parametrize("j", [" 2", "2 ", "2"])
+def test_spmd_reads_a_bare_j_the_same_with_spaces(j: str) -> None:
+    assert flag(role_of(spmd(script="t.py", j=j, h="dgx_h100")).args, "--nproc-per-node") == "8"
+
+
+@pytest.mark.parametrize("j", ["1x", "x2", ":3", ":2x1", "1x2:3", "0x2", "3:2x1", "-1"])
+def test_spmd_malformed_j(j: str) -> None:
+    with pytest.raises(InvalidArgumentError, match="invalid -j"):
+        spmd(script="t.py", j=j, h="dgx_h100")
 
 
 def test_spmd_bare_j_on_a_cpu_host_is_an_error() -> None:

@@ -38,3 +38,14 @@ def test_plan_encoding_round_trips_without_dollar_signs() -> None:
     bindings = [WorkerBinding("0-13,112-125", 0, 14), WorkerBinding(None, None, None), WorkerBinding("7", 3, None)]
     text = encode_plan(bindings)
     assert "$" not in text and decode_plan(text) == bindings
+
+
+def test_rendezvous_host_comes_from_the_named_env_var(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("")
+    parser = build_parser()
+    monkeypatch.setenv("MY_MASTER", "10.1.2.3")
+    args = ["--nnodes", "2", "--rdzv_endpoint_env", "MY_MASTER", "--rdzv_port", "29555", str(script)]
+    assert prepare(parser.parse_args(args))[0].rdzv_endpoint == "10.1.2.3:29555"
+    monkeypatch.setenv("MY_MASTER", "")
+    assert prepare(parser.parse_args(args))[0].rdzv_endpoint == "localhost:29555"

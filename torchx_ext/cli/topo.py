@@ -12,7 +12,7 @@ import sys
 
 from torchx.cli.cmd_base import SubCommand
 
-from torchx_ext.errors import TorchxExtError
+from torchx_ext.errors import InvalidArgumentError, TorchxExtError
 
 
 class CmdTopo(SubCommand):
@@ -49,18 +49,26 @@ def describe(j: str, numa_binding: str, host_name: str | None) -> tuple[dict[str
     from torchx_ext.resources import host
 
     min_nodes, max_nodes, nproc = parse_j(j)
+    env: dict[str, str] | None = None  # this host: CUDA_VISIBLE_DEVICES counts, as for the launcher
     with tempfile.TemporaryDirectory() as directory:
         if host_name is None:
             root, dry_run, allowed = DEFAULT_SYSFS_ROOT, False, None
         else:
-            root, dry_run, allowed = str(write_sysfs(host(host_name).machine, directory)), True, ALL_ONLINE
+            machine = host(host_name).machine
+            gpus = len(machine.gpu_nodes)
+            if gpus and nproc > gpus:
+                raise InvalidArgumentError(
+                    f"{nproc} processes per node but {host_name} has {gpus} GPUs (dist.ddp refuses this -j too)"
+                )
+            # Another machine: none of this host's visible-device settings apply to it.
+            root, dry_run, allowed, env = str(write_sysfs(machine, directory)), True, ALL_ONLINE, {}
         topology = read_topology(root, allowed)
         # The table below says what the launcher's INFO lines would; its warnings still show.
         launcher_log = logging.getLogger("torchx_ext.launcher")
         level = launcher_log.level
         launcher_log.setLevel(logging.WARNING)
         try:
-            plan, _ = plan_workers(nproc, numa_binding, sysfs_root=root, dry_run=dry_run)
+            plan, _ = plan_workers(nproc, numa_binding, sysfs_root=root, dry_run=dry_run, env=env)
         finally:
             launcher_log.setLevel(level)
     where = host_name or "this host"

@@ -143,6 +143,7 @@ def spmd(
         omp_threads: OMP_NUM_THREADS per worker: auto (the rank's physical cores) or a number
     """
     resource = _resource(2, 0, 1024, h)
+    j = j.strip()
     if _J_NUMBER.fullmatch(j):
         if resource.gpu < 1:
             raise InvalidArgumentError(
@@ -240,7 +241,10 @@ def _app(
         "--numa-binding", numa_binding,
     ]
     if max_nodes == 1:
-        args += ["--rdzv-endpoint", "localhost:0"]  # one agent: any free port will do
+        if rdzv_backend != "static":
+            args += ["--rdzv-endpoint", "localhost:0"]  # one agent: any free port will do
+        # static on one node with no endpoint: the launcher, like torchrun, takes a free port
+        # (static at localhost:0 would wait forever for a store nobody can reach)
     else:
         args += ["--rdzv-endpoint-env", macros.rank0_env, "--rdzv-port", str(rdzv_port)]
     if rdzv_backend == "static":

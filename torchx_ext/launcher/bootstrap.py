@@ -112,7 +112,8 @@ def main() -> None:
         sys.path[0] = os.getcwd()
         runpy.run_module(target, run_name="__main__", alter_sys=True)
     else:
-        sys.path[0] = os.path.dirname(os.path.abspath(target))
+        # As python does: the script's real directory first on the path, __file__ absolute.
+        sys.path[0] = os.path.dirname(os.path.realpath(target))
         _run_as_main(target)
 
 
@@ -123,7 +124,9 @@ def _run_as_main(script: str) -> None:
     """
     namespace = sys.modules["__main__"].__dict__
     namespace.pop("main", None)  # the name our ``-c`` line imported
-    namespace.update(__name__="__main__", __file__=script, __cached__=None, __spec__=None, __package__=None)
+    namespace.update(
+        __name__="__main__", __file__=os.path.abspath(script), __cached__=None, __spec__=None, __package__=None
+    )
     with open(script, "rb") as source:
         code = compile(source.read(), script, "exec", dont_inherit=True)
     exec(code, namespace)
@@ -141,8 +144,10 @@ class BoundCallable:
     """A worker entrypoint that applies its rank's binding, then loads and calls ``fn``.
 
     For spawn and forkserver, ``fn`` and its arguments travel pickled and are unpickled
-    only after binding, so the module defining ``fn`` is imported on the rank's CPUs. Under
-    fork nothing is pickled and they are kept as they are.
+    only after binding, so a module defining ``fn`` is imported on the rank's CPUs. One thing
+    runs before: multiprocessing re-imports the parent's ``__main__`` in a spawn child; threads
+    it starts are re-bound by bind_process, but its top-level code runs unbound. Under fork
+    nothing is pickled and they are kept as they are.
     """
 
     def __init__(

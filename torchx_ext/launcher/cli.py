@@ -133,6 +133,7 @@ def prepare(args: argparse.Namespace) -> tuple[Any, Callable[..., Any] | str, li
             f"invalid --nnodes {args.nnodes!r}: expected N or MIN:MAX with 1 <= MIN <= MAX"
         )
     nproc = _nproc_per_node(args.nproc_per_node)
+    _check_rdzv_backend(args.rdzv_backend)
     _check_entrypoint(args)
     _resolve_rendezvous(args, max_nodes)
     omp_decided_here = "OMP_NUM_THREADS" not in os.environ and args.omp_threads is not None
@@ -183,7 +184,8 @@ def prepare(args: argparse.Namespace) -> tuple[Any, Callable[..., Any] | str, li
 
 
 def run(config: Any, entrypoint: Callable[..., Any] | str, entry_args: list[str], job_name: str) -> int:
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    import torch.distributed as dist
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, get_error_handler
     from torch.distributed.elastic.rendezvous import RendezvousError
     from torch.distributed.launcher.api import elastic_launch
 
@@ -192,15 +194,21 @@ def run(config: Any, entrypoint: Callable[..., Any] | str, entry_args: list[str]
     try:
         elastic_launch(config=config, entrypoint=entrypoint)(*entry_args)
     except ChildFailedError as error:
+        _, failure = error.get_first_failure()
+        if failure.error_file and os.path.isfile(failure.error_file):
+            # As torchrun's @record does: the root cause goes to our own error file, where a
+            # scheduler (torchx describe/status) looks for it.
+            get_error_handler().dump_error_file(failure.error_file, failure.exitcode)
         error.name = job_name  # torch would title the report with our bootstrap's code
         print(error.format_msg(), file=sys.stderr)
         return 1
-    except RendezvousError as error:
+    except (RendezvousError, dist.DistError, TimeoutError) as error:
+        timeout = config.rdzv_configs.get("join_timeout", config.rdzv_configs.get("timeout", 600))
         print(
-            f"error: rendezvous {config.run_id!r} at {config.rdzv_endpoint or '(none)'} did not complete: "
-            f"{error} (need {config.min_nodes}"
+            f"error: rendezvous {config.run_id!r} ({config.rdzv_backend} at {config.rdzv_endpoint or '(default)'}) "
+            f"did not complete: {str(error).strip() or type(error).__name__} (need {config.min_nodes}"
             f"{'' if config.min_nodes == config.max_nodes else f'-{config.max_nodes}'} nodes; "
-            f"timeout {config.rdzv_configs.get('join_timeout', config.rdzv_configs.get('timeout'))} s)",
+            f"timeout {timeout} s)",
             file=sys.stderr,
         )
         return 1
@@ -218,6 +226,14 @@ def _nproc_per_node(value: str) -> int:
         return int(determine_local_world_size(value))
     except (ValueError, RuntimeError) as error:
         raise InvalidArgumentError(f"invalid --nproc-per-node {value!r}: {error}") from error
+
+
+def _check_rdzv_backend(backend: str) -> None:
+    from torch.distributed.elastic.rendezvous import rendezvous_handler_registry
+
+    known = sorted(rendezvous_handler_registry._registry)  # the registry lists no names publicly
+    if backend not in known:
+        raise InvalidArgumentError(f"unknown --rdzv-backend {backend!r}: valid values are {', '.join(known)}")
 
 
 def _check_entrypoint(args: argparse.Namespace) -> None:

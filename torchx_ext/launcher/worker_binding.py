@@ -12,7 +12,8 @@ from collections.abc import Mapping
 
 from torchx_ext.launcher.bootstrap import WorkerBinding
 from torchx_ext.numa.cpulist import format_cpulist
-from torchx_ext.numa.plan import BindingPlan, describe_rank, plan_binding, visible_devices_from_env
+from torchx_ext.errors import TorchxExtError
+from torchx_ext.numa.plan import BindingPlan, RankBinding, describe_rank, plan_binding, visible_devices_from_env
 from torchx_ext.options import check_mode, parse_omp_threads
 from torchx_ext.numa.topology import ALL_ONLINE, DEFAULT_SYSFS_ROOT, read_topology
 
@@ -41,16 +42,15 @@ def plan_workers(
     environ = os.environ if env is None else env
     check_mode(mode)
     omp = parse_omp_threads(omp_threads)
-    # A dry run for another machine's tree plans for all of its CPUs, not this process's.
-    plan_all = dry_run and os.path.realpath(sysfs_root) != os.path.realpath(DEFAULT_SYSFS_ROOT)
-    topology = read_topology(sysfs_root, ALL_ONLINE if plan_all else None)
-    visible = visible_devices_from_env(environ)
-    if device_kind == "auto":
-        gpu_count = len(topology.gpus) if visible is None else len(visible)
-        device_kind = "gpu" if 0 < nproc_per_node <= gpu_count else "cpu"
-    plan = plan_binding(
-        topology, nproc_per_node, mode, visible_devices=visible, device_kind=device_kind, strict=strict
-    )
+    try:
+        plan = _plan(nproc_per_node, mode, strict, device_kind, sysfs_root, dry_run, environ)
+    except TorchxExtError as error:
+        if mode not in ("none", "auto"):
+            raise
+        # No binding was asked for (or only "if useful"): an unreadable sysfs or a GPU list we
+        # cannot map (UUIDs, MIG) must not stop a job torchrun would run.
+        logger.warning("NUMA binding off: %s", error)
+        plan = _unbound_plan(nproc_per_node, mode)
     user_omp = "OMP_NUM_THREADS" in environ
     bindings = []
     for rank in plan.ranks:
@@ -60,12 +60,32 @@ def plan_workers(
             threads = rank.threads if plan.mode != "none" else max(1, rank.threads // nproc_per_node)
         elif not user_omp and isinstance(omp, int):
             threads = omp
-        apply = plan.mode != "none" and not dry_run
+        # In mode none the rank's CPUs are all it may use: binding to them changes nothing,
+        # and the worker still learns them through TORCHX_EXT_CPUS.
         bindings.append(
-            WorkerBinding(format_cpulist(rank.cpus) if apply else None, rank.numa_node if apply else None, threads)
+            WorkerBinding(None if dry_run else format_cpulist(rank.cpus), None if dry_run else rank.numa_node, threads)
         )
     _log(plan, bindings, dry_run, user_omp and omp is not None)
     return plan, bindings
+
+
+def _plan(
+    nproc: int, mode: str, strict: bool, device_kind: str, sysfs_root: str, dry_run: bool, environ: Mapping[str, str]
+) -> BindingPlan:
+    # A dry run for another machine's tree plans for all of its CPUs, not this process's.
+    plan_all = dry_run and os.path.realpath(sysfs_root) != os.path.realpath(DEFAULT_SYSFS_ROOT)
+    topology = read_topology(sysfs_root, ALL_ONLINE if plan_all else None)
+    visible = visible_devices_from_env(environ)
+    if device_kind == "auto":
+        gpu_count = len(topology.gpus) if visible is None else len(visible)
+        device_kind = "gpu" if 0 < nproc <= gpu_count else "cpu"
+    return plan_binding(topology, nproc, mode, visible_devices=visible, device_kind=device_kind, strict=strict)
+
+
+def _unbound_plan(nproc: int, mode: str) -> BindingPlan:
+    cpus = frozenset(os.sched_getaffinity(0))
+    ranks = tuple(RankBinding(rank, cpus, None, None, None, len(cpus)) for rank in range(nproc))
+    return BindingPlan(mode="none", requested_mode=mode, device_kind="cpu", ranks=ranks)
 
 
 def _log(plan: BindingPlan, bindings: list[WorkerBinding], dry_run: bool, omp_overridden: bool) -> None:

@@ -54,6 +54,7 @@ def main() -> None:
         "argv": sys.argv[2:],
         "argv0": sys.argv[0],
         "name": __name__,
+        "file": __file__,
         "restart": restart,
     }
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as handle:
