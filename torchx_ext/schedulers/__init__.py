@@ -1,0 +1,1 @@
+"""Scheduler adapters (local_cwd, local_docker, kubernetes) and what they share (placement)."""
