@@ -142,21 +142,19 @@ def spmd(
         numa_strict: fail instead of taking a binding fallback
         omp_threads: OMP_NUM_THREADS per worker: auto (the rank's physical cores) or a number
     """
-    resource = _resource(2, 0, 1024, h)
+    gpus = _resource(2, 0, 1024, h).gpu
     j = j.strip()
     if _J_NUMBER.fullmatch(j):
-        if resource.gpu < 1:
+        if gpus < 1:
             raise InvalidArgumentError(
                 f"-j {j!r} means {j} nodes with one process per GPU, but {h!r} has no GPU: "
                 f"give the processes per node as NODESxPROCS (e.g. {j}x8)"
             )
-        j = f"{j}x{resource.gpu}"
-    min_nodes, max_nodes, nproc = parse_j(j)
-    return _app(
-        script_args, script=script, m=m, image=image, name=name, resource=resource,
-        nodes=(min_nodes, max_nodes), nproc=nproc, env=env, max_retries=max_retries,
-        rdzv_port=rdzv_port, rdzv_backend=rdzv_backend, rdzv_conf=rdzv_conf, mounts=mounts,
-        debug=debug, tee=3, numa_binding=numa_binding, numa_strict=numa_strict, omp_threads=omp_threads,
+        j = f"{j}x{gpus}"
+    return ddp(
+        *script_args, script=script, m=m, image=image, name=name, h=h, j=j, env=env,
+        max_retries=max_retries, rdzv_port=rdzv_port, rdzv_backend=rdzv_backend, rdzv_conf=rdzv_conf,
+        mounts=mounts, debug=debug, numa_binding=numa_binding, numa_strict=numa_strict, omp_threads=omp_threads,
     )
 
 
