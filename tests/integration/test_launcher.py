@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -80,6 +81,22 @@ def test_launcher_under_a_narrow_affinity_never_binds_outside_it(tmp_path: Path,
     assert result.returncode == 0, result.stderr
     assert [rank["first_affinity"] for rank in reports(tmp_path)] == [[only], [only]]
     assert "ranks share cores" in result.stderr  # the fallback is said out loud
+
+
+def test_launcher_under_taskset_never_binds_outside_its_cpu(tmp_path: Path, two_cpus: list[int]) -> None:
+    taskset = shutil.which("taskset")
+    if taskset is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("taskset (util-linux) is missing on the CI machine")
+        pytest.skip("needs taskset")
+    only = two_cpus[-1]
+    result = subprocess.run(
+        [taskset, "-c", str(only), *LAUNCHER, "--nproc-per-node", "2", "--numa-binding", "exclusive",
+         REPORT, str(tmp_path)],
+        capture_output=True, text=True, env=clean_env(), timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert [rank["first_affinity"] for rank in reports(tmp_path)] == [[only], [only]]
 
 
 def test_script_arguments_reach_the_worker_byte_for_byte(tmp_path: Path) -> None:
