@@ -20,7 +20,11 @@ def run_api_job(*args: str, parallel: bool = False) -> dict[str, Any]:
     env = clean_env(TORCH_MP_PARALLEL_START="1" if parallel else "0")
     result = subprocess.run([sys.executable, API_JOB, *args], capture_output=True, text=True, env=env, timeout=120)
     assert result.returncode == 0, result.stderr
-    document: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
+    lines = result.stdout.strip().splitlines()
+    document: dict[str, Any] = json.loads(lines[-2] if "parent_after" in lines[-1] else lines[-1])
+    if "parent_after" in lines[-1]:
+        # The launching thread is back on all its CPUs once the job is over.
+        assert json.loads(lines[-1])["parent_after"] == sorted(os.sched_getaffinity(0))
     return document
 
 
@@ -39,6 +43,10 @@ def test_callable_is_bound_before_it_runs(start_method: str, parallel: bool, two
         assert value["sum"] == 3.0
         # Arguments are not passed through torchelastic's ${local_rank} substitution.
         assert value["tag"] == "a $x $$ ${local_rank}"
+    if start_method == "spawn":
+        # A spawn child re-imports __main__ before anything else: that ran bound too. (A fork
+        # child runs nothing again; a forkserver child's __main__ came from the server.)
+        assert [results[rank]["import_affinity"] for rank in ("0", "1")] == firsts
 
 
 def test_none_keeps_the_parents_cpus_for_callables() -> None:

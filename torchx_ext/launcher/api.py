@@ -88,7 +88,14 @@ def launch(
     )
     config.numa_options = None  # ours replaces torch's: applied once, not twice
     config.shutdown_timeout = shutdown_timeout  # set after construction: older torch lacks the field
-    entrypoint = BoundCallable(encode_plan(bindings), fn, args, pickled=start_method != "fork")
+    entrypoint = BoundCallable(
+        encode_plan(bindings),
+        fn,
+        args,
+        pickled=start_method != "fork",
+        bind_spawn_parent=start_method == "spawn",
+    )
+    caller_cpus = os.sched_getaffinity(0)
     name, value = FRESH_STORE_PER_ATTEMPT_ENV
     previous = os.environ.get(name)
     if needs_fresh_store_per_attempt(config):
@@ -105,6 +112,7 @@ def launch(
             summary=error.format_msg(),
         ) from error
     finally:
+        os.sched_setaffinity(0, caller_cpus)  # spawning bound this thread child by child
         if previous is None:
             os.environ.pop(name, None)
     return results

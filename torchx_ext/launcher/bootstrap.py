@@ -144,14 +144,25 @@ class BoundCallable:
     """A worker entrypoint that applies its rank's binding, then loads and calls ``fn``.
 
     For spawn and forkserver, ``fn`` and its arguments travel pickled and are unpickled
-    only after binding, so a module defining ``fn`` is imported on the rank's CPUs. One thing
-    runs before: multiprocessing re-imports the parent's ``__main__`` in a spawn child; threads
-    it starts are re-bound by bind_process, but its top-level code runs unbound. Under fork
-    nothing is pickled and they are kept as they are.
+    only after binding, so a module defining ``fn`` is imported on the rank's CPUs. Under
+    fork nothing is pickled and they are kept as they are.
+
+    Under spawn a child re-imports the parent's ``__main__`` before it unpickles anything,
+    so ``bind_spawn_parent`` also binds the starting thread while each child is created (the
+    parent-inherits trick): torch starts spawn children one by one from one thread, pickling
+    this object once per child, in local-rank order, just before creating it. The caller
+    restores that thread's CPUs afterwards. Forkserver children are forked by the server,
+    not by this thread, so the trick would bind them wrongly there and is not used.
     """
 
     def __init__(
-        self, plan: str, fn: Callable[..., Any], args: tuple[Any, ...], *, pickled: bool
+        self,
+        plan: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        *,
+        pickled: bool,
+        bind_spawn_parent: bool = False,
     ) -> None:
         self.plan = plan
         # torchelastic names the run and its events after the entrypoint's names.
@@ -159,12 +170,22 @@ class BoundCallable:
         self.__qualname__ = getattr(fn, "__qualname__", self.__name__)
         self.payload: bytes | None = None
         self.call: tuple[Callable[..., Any], tuple[Any, ...]] | None = None
+        self._spawn_cpus = [binding.cpus for binding in decode_plan(plan)] if bind_spawn_parent else []
+        self._children_started = 0
         if pickled:
             from multiprocessing.reduction import ForkingPickler
 
             self.payload = bytes(ForkingPickler.dumps((fn, args)))
         else:
             self.call = (fn, args)
+
+    def __reduce__(self) -> tuple[Callable[..., BoundCallable], tuple[Any, ...]]:
+        if self._spawn_cpus:
+            cpus = self._spawn_cpus[self._children_started % len(self._spawn_cpus)]
+            self._children_started += 1
+            if cpus is not None:
+                os.sched_setaffinity(0, _cpus_of(cpus))  # the child about to be spawned inherits it
+        return (_rebuild_bound_callable, (self.plan, self.__name__, self.__qualname__, self.payload))
 
     def __call__(self, local_rank: str) -> Any:
         apply(decode_plan(self.plan)[int(local_rank)])
@@ -175,3 +196,11 @@ class BoundCallable:
         else:
             fn, args = self.call
         return fn(*args)
+
+
+def _rebuild_bound_callable(plan: str, name: str, qualname: str, payload: bytes | None) -> BoundCallable:
+    bound = BoundCallable.__new__(BoundCallable)
+    bound.plan, bound.__name__, bound.__qualname__ = plan, name, qualname
+    bound.payload, bound.call = payload, None
+    bound._spawn_cpus, bound._children_started = [], 0
+    return bound

@@ -174,6 +174,7 @@ def prepare(args: argparse.Namespace) -> tuple[Any, Callable[..., Any] | str, li
             run_script_path,
             (args.training_script, *args.training_script_args),
             pickled=config.start_method != "fork",
+            bind_spawn_parent=config.start_method == "spawn",
         )
         return config, bound, ["${local_rank}"]
     if args.no_python:

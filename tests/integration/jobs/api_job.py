@@ -8,9 +8,12 @@ import os
 import sys
 import threading
 
-from torchx_ext.errors import TorchxExtError
-from torchx_ext.launcher import launch
-from torchx_ext.launcher.api import WorkerFailedError
+# Under spawn every worker runs this module's top level again before anything else.
+IMPORT_AFFINITY = sorted(os.sched_getaffinity(0))
+
+from torchx_ext.errors import TorchxExtError  # noqa: E402
+from torchx_ext.launcher import launch  # noqa: E402
+from torchx_ext.launcher.api import WorkerFailedError  # noqa: E402
 
 
 def report(tag: str) -> dict[str, object]:
@@ -28,6 +31,7 @@ def report(tag: str) -> dict[str, object]:
     dist.destroy_process_group()
     return {
         "tag": tag,
+        "import_affinity": IMPORT_AFFINITY,
         "first_affinity": first,
         "thread_affinity": seen[0],
         "torchx_ext_cpus": os.environ.get("TORCHX_EXT_CPUS"),
@@ -52,6 +56,7 @@ if __name__ == "__main__":
             results = launch(report, "a $x $$ ${local_rank}", nproc_per_node=2, numa_binding=mode,
                              start_method=start_method, omp_threads="auto")
             print(json.dumps({str(rank): value for rank, value in results.items()}))
+            print(json.dumps({"parent_after": sorted(os.sched_getaffinity(0))}))
     except WorkerFailedError as error:
         print(json.dumps({"failed_rank": error.rank, "exitcode": error.exitcode, "traceback": error.traceback}))
     except TorchxExtError as error:
