@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.fixtures.machines import GPU_MACHINES, MACHINES
+from tests.fixtures.machines import GPU_MACHINES
 from tests.torch_oracle import torch_binding
 from tests.conftest import MachineRoot
 from torchx_ext.numa.plan import plan_binding
