@@ -33,7 +33,7 @@ def main() -> None:
     print(
         f"rank {rank}/{world} (local {local_rank}, replica {os.environ.get('GROUP_RANK', '?')}): "
         f"cpus={sorted(os.sched_getaffinity(0))} planned={os.environ.get('TORCHX_EXT_CPUS', '-')} "
-        f"numa_node={os.environ.get('TORCHX_EXT_NUMA_NODE', '-')} "
+        f"numa_node={os.environ.get('TORCHX_EXT_NUMA_NODE') or '-'} "
         f"omp_threads={os.environ.get('OMP_NUM_THREADS', '-')} torch_threads={torch.get_num_threads()} "
         f"device={device}",
         flush=True,
