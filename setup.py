@@ -28,10 +28,10 @@ ENTRY_POINTS = {
         "gb200_nvl_tray = torchx_ext.resources:gb200_nvl_tray",
         "cpu_2socket = torchx_ext.resources:cpu_2socket",
     ],
-    # torchx's schedulers, registered again so that local_cwd comes first (torchx's first is
-    # local_docker) and so that later adapters of ours can take single names over.
+    # local_cwd is ours; torchx's other schedulers are registered again, local_cwd first
+    # (torchx takes the first as the default; its own first is local_docker).
     "torchx.schedulers": [
-        "local_cwd = torchx.schedulers.local_scheduler:create_scheduler",
+        "local_cwd = torchx_ext.schedulers.local:create_scheduler",
         "local_docker = torchx.schedulers.docker_scheduler:create_scheduler",
         "slurm = torchx.schedulers.slurm_scheduler:create_scheduler",
         "kubernetes = torchx.schedulers.kubernetes_scheduler:create_scheduler",

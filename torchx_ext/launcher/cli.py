@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import logging
 import os
 import shutil
 import sys
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -22,7 +24,7 @@ from torchx_ext.errors import TorchxExtError, InvalidArgumentError
 from torchx_ext.launcher.bootstrap import BOOTSTRAP_CODE, BoundCallable, encode_plan, run_script_path
 from torchx_ext.launcher.worker_binding import plan_workers
 from torchx_ext.options import OMP_THREADS_FORMS, check_mode
-from torchx_ext.options import DEVICE_KINDS, MODES
+from torchx_ext.options import DEVICE_KINDS, MODES, RDZV_PORT_ENV
 from torchx_ext.numa.topology import DEFAULT_SYSFS_ROOT
 
 logger = logging.getLogger("torchx_ext.launcher")
@@ -76,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--rdzv-endpoint-env", "--rdzv_endpoint_env", metavar="NAME",
         help="take the rendezvous host from environment variable NAME (localhost when unset or "
-        "empty) and the port from --rdzv-port",
+        f"empty) and the port from ${RDZV_PORT_ENV} (set by schedulers that share a host) or --rdzv-port",
     )
     parser.add_argument(
         "--rdzv-port", "--rdzv_port", type=int, default=DEFAULT_RDZV_PORT, metavar="PORT",
@@ -195,11 +197,13 @@ def run(config: Any, entrypoint: Callable[..., Any] | str, entry_args: list[str]
     try:
         elastic_launch(config=config, entrypoint=entrypoint)(*entry_args)
     except ChildFailedError as error:
-        _, failure = error.get_first_failure()
+        rank, failure = error.get_first_failure()
         if failure.error_file and os.path.isfile(failure.error_file):
             # As torchrun's @record does: the root cause goes to our own error file, where a
             # scheduler (torchx describe/status) looks for it.
             get_error_handler().dump_error_file(failure.error_file, failure.exitcode)
+        else:
+            _write_exit_report(rank, failure.local_rank, failure.exitcode, failure.signal_name())
         error.name = job_name  # torch would title the report with our bootstrap's code
         print(error.format_msg(), file=sys.stderr)
         return 1
@@ -214,6 +218,21 @@ def run(config: Any, entrypoint: Callable[..., Any] | str, entry_args: list[str]
         )
         return 1
     return 0
+
+
+def _write_exit_report(rank: int, local_rank: int, exitcode: int, signal_name: str) -> None:
+    """A root cause in torchelastic's error-file format for a worker that wrote none (it exited
+    or was killed without raising), so that a scheduler can name the rank and its exit code."""
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not path or os.path.exists(path):
+        return
+    how = f"was killed by {signal_name}" if exitcode < 0 else f"exited with code {exitcode}"
+    message = {"message": f"rank {rank} (local rank {local_rank}) {how}", "extraInfo": {"timestamp": str(int(time.time()))}}
+    try:
+        with open(path, "w") as file:
+            json.dump({"message": message}, file)
+    except OSError:
+        pass  # the report is a courtesy: the exit code and stderr still tell the story
 
 
 def _nproc_per_node(value: str) -> int:
@@ -260,7 +279,10 @@ def _check_entrypoint(args: argparse.Namespace) -> None:
 def _resolve_rendezvous(args: argparse.Namespace, max_nodes: int) -> None:
     if args.rdzv_endpoint_env:
         host = os.environ.get(args.rdzv_endpoint_env) or "localhost"
-        args.rdzv_endpoint = f"{host}:{args.rdzv_port}"
+        port = os.environ.get(RDZV_PORT_ENV) or str(args.rdzv_port)
+        if not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
+            raise InvalidArgumentError(f"invalid ${RDZV_PORT_ENV} {port!r}: expected a port number 1-65535")
+        args.rdzv_endpoint = f"{host}:{port}"
     if args.standalone:
         args.rdzv_backend, args.rdzv_endpoint, args.rdzv_id = "c10d", "localhost:0", str(uuid.uuid4())
     elif args.rdzv_backend == "static" and not args.rdzv_endpoint and args.master_port is None and max_nodes == 1:

@@ -1,0 +1,63 @@
+"""The schedulers the conformance suite runs against, and how to look at each one's leftovers.
+
+Each entry says how to submit to it (scheduler name and cfg) and what of a job is still alive
+after it ended. Docker and Kubernetes adapters add themselves here when they arrive.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from torchx.runner import Runner, get_runner
+
+from torchx_ext.schedulers.local_jobs import marked_processes
+
+JOBS = Path(__file__).parent / "jobs"
+
+
+@dataclass
+class SchedulerUnderTest:
+    name: str
+    cfg: dict[str, Any]
+    leftovers: Callable[[str], list[str]]
+    """app_id -> what of that job is still running (processes, containers, pods)."""
+    component_args: dict[str, Any] = field(default_factory=dict)
+
+
+def _local_leftovers(app_id: str) -> list[str]:
+    found = {pid for pid in marked_processes(app_id)}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                command = Path(f"/proc/{entry.name}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if app_id.encode() in command:
+                found.add(int(entry.name))
+    return [f"pid {pid}: {Path(f'/proc/{pid}/cmdline').read_bytes()!r}" for pid in sorted(found) if _alive(pid)]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.fixture(params=["local_cwd"])
+def scheduler(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> SchedulerUnderTest:
+    if request.param == "local_cwd":
+        monkeypatch.setenv("TORCHX_EXT_LOCAL_STATE", str(tmp_path / "state"))
+        return SchedulerUnderTest("local_cwd", {"log_dir": str(tmp_path / "logs"), "cancel_grace": 5}, _local_leftovers)
+    raise AssertionError(request.param)
+
+
+@pytest.fixture
+def runner() -> Iterator[Runner]:
+    with get_runner() as runner:  # closing it cancels whatever a failed test left running
+        yield runner

@@ -1,0 +1,263 @@
+"""local_cwd: run a job's replicas as processes on this host, each on its own slice of it.
+
+torchx's builtin gives every replica the whole machine, a fixed rendezvous port, and forgets
+a job when the submitting CLI exits. Here ``schedule`` writes the request into the job's
+directory and starts a supervisor (``supervisor.py``) in a session of its own; everything
+else (describe, log_iter, cancel, list) reads and acts on that directory, so it works the
+same from the submitting CLI and from a new shell, while the job runs and after it ends.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, Optional, TypedDict
+
+from torchx.schedulers.api import DescribeAppResponse, ListAppResponse, Scheduler, Stream
+from torchx.schedulers.ids import make_unique
+from torchx.specs import AppDef, AppDryRunInfo, AppState, ReplicaStatus, RoleStatus, runopts
+
+from torchx_ext.errors import InvalidArgumentError
+from torchx_ext.numa.topology import ALL_ONLINE, DEFAULT_SYSFS_ROOT, read_topology
+from torchx_ext.schedulers.local_jobs import (
+    TERMINAL,
+    JobDir,
+    JobState,
+    find_job,
+    marked_processes,
+    process_start_ticks,
+    register,
+    registered_jobs,
+    state_root,
+)
+from torchx_ext.schedulers.local_logs import read_lines
+from torchx_ext.schedulers.local_request import build_request, describe_request, role_from_spec
+from torchx_ext.schedulers.supervisor import stop_processes
+
+STREAM_FILES = {None: "combined", Stream.COMBINED: "combined", Stream.STDOUT: "stdout", Stream.STDERR: "stderr"}
+# After its grace period the supervisor SIGKILLs; give it that long and a little more.
+CANCEL_MARGIN_S = 5.0
+
+
+class LocalOpts(TypedDict, total=False):
+    log_dir: Optional[str]
+    prepend_cwd: Optional[bool]
+    slice_replicas: Optional[bool]
+    sysfs_root: Optional[str]
+    cancel_grace: Optional[int]
+
+
+class LocalScheduler(Scheduler[LocalOpts]):
+    def __init__(self, session_name: str) -> None:
+        super().__init__("local_cwd", session_name)
+        self._submitted: list[str] = []
+
+    def _run_opts(self) -> runopts:
+        opts = runopts()
+        opts.add("log_dir", type_=str, default=None,
+                 help=f"directory for the jobs' logs and records (default {state_root() / 'logs'}); "
+                 "each job writes {log_dir}/{app_id}")
+        opts.add("prepend_cwd", type_=bool, default=False,
+                 help="put the current directory before (not after) PATH's entries")
+        opts.add("slice_replicas", type_=bool, default=True,
+                 help="give each replica its own CPUs (whole NUMA nodes, else whole cores) and GPUs; "
+                 "false: every replica may use the whole host")
+        opts.add("sysfs_root", type_=str, default=DEFAULT_SYSFS_ROOT,
+                 help="read the host topology from this sysfs tree (another tree: plan, e.g. with --dryrun, "
+                 "as if on that machine)")
+        opts.add("cancel_grace", type_=int, default=10,
+                 help="seconds between SIGTERM and SIGKILL when a job is cancelled or fails")
+        return opts
+
+    def _validate(self, app: AppDef, scheduler: str) -> None:
+        pass  # local replicas need no resource request
+
+    def _submit_dryrun(self, app: AppDef, cfg: LocalOpts) -> AppDryRunInfo[Any]:
+        app_id = make_unique(app.name)
+        log_dir = Path(cfg.get("log_dir") or state_root() / "logs")
+        grace = cfg.get("cancel_grace")
+        if grace is None or grace < 0:
+            raise InvalidArgumentError(f"invalid cancel_grace {grace!r}: expected seconds, 0 or more")
+        request = build_request(
+            app,
+            app_id=app_id,
+            app_dir=str((log_dir / app_id).absolute()),
+            cwd=os.getcwd(),
+            interpreter=sys.executable,
+            environ=os.environ,
+            rdzv_port=_free_port(),
+            topology=_host_topology(cfg) if cfg.get("slice_replicas") else None,
+            prepend_cwd=bool(cfg.get("prepend_cwd")),
+            cancel_grace_s=float(grace),
+        )
+        return AppDryRunInfo(request, describe_request)
+
+    def schedule(self, dryrun_info: AppDryRunInfo[Any]) -> str:
+        request = dryrun_info.request
+        job = JobDir(Path(request.app_dir))
+        try:
+            job.path.mkdir(parents=True)
+            job.request.write_text(request.to_json())
+            job.write_state(JobState(request.app_id, "SUBMITTED", time.time(), []))
+            register(request.app_id, job.path)
+        except OSError as error:
+            raise InvalidArgumentError(
+                f"cannot write the job's directory {job.path} ({error.strerror or error}): "
+                "give a writable directory with -cfg log_dir=DIR"
+            ) from None
+        with open(job.supervisor_log, "ab") as log:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "torchx_ext.schedulers.supervisor", str(job.path)],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+            )
+        job.supervisor.write_text(f"{process.pid} {process_start_ticks(process.pid) or 0}")
+        self._submitted.append(request.app_id)
+        return str(request.app_id)
+
+    def describe(self, app_id: str) -> Optional[DescribeAppResponse]:
+        job = find_job(app_id)
+        if job is None:
+            return None
+        state = _current_state(job)
+        request = job.read_request()
+        errors = {(replica.role, replica.replica_id): replica.error for replica in state.replicas}
+        states = {(replica.role, replica.replica_id): replica.state for replica in state.replicas}
+        response = DescribeAppResponse(
+            app_id=app_id,
+            state=AppState[state.state],
+            num_restarts=state.num_restarts,
+            msg=state.msg,
+            ui_url=f"file://{job.path}",
+            roles=[role_from_spec(role.spec) for role in request.roles],
+        )
+        for role in request.roles:
+            replicas = [
+                ReplicaStatus(
+                    id=replica.replica_id,
+                    state=_replica_state(states.get((role.name, replica.replica_id)), state.state),
+                    role=role.name,
+                    hostname="localhost",
+                    structured_error_msg=errors.get((role.name, replica.replica_id)) or "<NONE>",
+                )
+                for replica in role.replicas
+            ]
+            response.roles_statuses.append(RoleStatus(role.name, replicas))
+        failed = next((replica for replica in state.replicas if replica.state == "FAILED"), None)
+        if failed is not None:
+            response.structured_error_msg = failed.error
+        return response
+
+    def list(self) -> list[ListAppResponse]:
+        listed = []
+        for app_id in registered_jobs():
+            job = find_job(app_id)
+            if job is not None:
+                listed.append(ListAppResponse(app_id=app_id, state=AppState[_current_state(job).state]))
+        return listed
+
+    def log_iter(
+        self,
+        app_id: str,
+        role_name: str,
+        k: int = 0,
+        regex: Optional[str] = None,
+        since: Optional[datetime.datetime] = None,
+        until: Optional[datetime.datetime] = None,
+        should_tail: bool = False,
+        streams: Optional[Stream] = None,
+    ) -> Iterable[str]:
+        job = find_job(app_id)
+        if job is None:
+            raise InvalidArgumentError(f"unknown local_cwd app {app_id!r}: `torchx list -s local_cwd` shows the known ones")
+        replicas = {(replica.role, replica.replica_id): replica for replica in job.read_request().replicas()}
+        replica = replicas.get((role_name, k))
+        if replica is None:
+            known = ", ".join(f"{role}/{index}" for role, index in replicas)
+            raise InvalidArgumentError(f"app {app_id} has no replica {role_name}/{k}: it has {known}")
+        if streams not in STREAM_FILES:
+            raise InvalidArgumentError(f"unknown stream {streams!r}: valid values are stdout, stderr, combined")
+        return read_lines(
+            replica.log_path(STREAM_FILES[streams]),
+            since=since.timestamp() if since else None,
+            until=until.timestamp() if until else None,
+            regex=regex,
+            should_tail=should_tail,
+            finished=lambda: _current_state(job).state in TERMINAL,
+        )
+
+    def _cancel_existing(self, app_id: str) -> None:
+        job = find_job(app_id)
+        if job is None or _current_state(job).state in TERMINAL:
+            return
+        job.cancel.write_text(str(time.time()))
+        request = job.read_request()
+        process = job.supervisor_process()
+        if process is not None and job.supervisor_alive():
+            try:
+                os.kill(process[0], signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            deadline = time.monotonic() + request.cancel_grace_s + CANCEL_MARGIN_S
+            while time.monotonic() < deadline and job.supervisor_alive() and job.read_state().state not in TERMINAL:
+                time.sleep(0.05)
+        if job.read_state().state in TERMINAL:
+            return
+        # The supervisor is gone (killed, or the host rebooted under it): stop what it left.
+        stop_processes(lambda: marked_processes(app_id), request.cancel_grace_s)
+        state = job.read_state()
+        state.state, state.ended_at, state.msg = "CANCELLED", time.time(), "cancelled by request (its supervisor was gone)"
+        job.write_state(state)
+
+    def close(self) -> None:
+        # Like torchx's local scheduler: jobs this scheduler object started end with it
+        # (Ctrl+C on `torchx run`); jobs whose CLI was killed keep running until cancelled.
+        for app_id in self._submitted:
+            try:
+                self.cancel(app_id)
+            except Exception:  # close must not raise
+                pass
+        self._submitted.clear()
+
+
+def create_scheduler(session_name: str, **kwargs: Any) -> LocalScheduler:
+    return LocalScheduler(session_name)
+
+
+def _current_state(job: JobDir) -> JobState:
+    state = job.read_state()
+    if state.state in TERMINAL or job.supervisor_alive():
+        return state
+    if job.supervisor_process() is None:
+        return state  # being submitted this very moment
+    state = job.read_state()  # it may have finished between the two reads above
+    if state.state not in TERMINAL:
+        state.state = "FAILED"
+        state.msg = f"the job's supervisor ended without recording an end (see {job.supervisor_log})"
+    return state
+
+
+def _replica_state(state: str | None, app_state: str) -> AppState:
+    mapping = {"PENDING": AppState.PENDING, "RUNNING": AppState.RUNNING, "SUCCEEDED": AppState.SUCCEEDED,
+               "FAILED": AppState.FAILED, "CANCELLED": AppState.CANCELLED}
+    if state is None:
+        return AppState.SUBMITTED if app_state == "SUBMITTED" else AppState.UNKNOWN
+    return mapping[state]
+
+
+def _host_topology(cfg: LocalOpts) -> Any:
+    root = cfg.get("sysfs_root") or DEFAULT_SYSFS_ROOT
+    # Another machine's tree: plan for all of its CPUs, not for this process's affinity.
+    return read_topology(root, allowed_cpus=None if root == DEFAULT_SYSFS_ROOT else ALL_ONLINE)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("localhost", 0))
+        return int(probe.getsockname()[1])

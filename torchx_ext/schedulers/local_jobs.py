@@ -1,0 +1,245 @@
+"""local_cwd's records on disk: the request, the job's state, and where to find a job.
+
+Everything a later ``torchx status/log/cancel/list`` needs lives in the job's directory
+(``{log_dir}/{app_id}``): ``request.json`` (what to run), ``state.json`` (written only by the
+job's supervisor, atomically), ``supervisor`` (its pid and start time) and ``cancel`` (a
+request to stop). A registry directory maps app ids to job directories, so a job whose
+``log_dir`` was chosen by the user is still found from a new shell.
+
+Standard library only: the supervisor imports this module and should start fast.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+STATE_ROOT_ENV = "TORCHX_EXT_LOCAL_STATE"
+# Every process of a job carries this variable (children inherit it), which is how cancel
+# finds workers that left their replica's process group.
+JOB_MARKER_ENV = "TORCHX_EXT_LOCAL_JOB"
+STREAMS = ("stdout", "stderr", "combined")
+TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
+# torchx's make_unique gives "<name>-<random>": no separators, nothing that walks a path.
+APP_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,200}")
+
+
+@dataclass(frozen=True)
+class ReplicaRequest:
+    role: str
+    replica_id: int
+    argv: list[str]
+    env: dict[str, str]
+    """Added to (and overriding) the environment of the process that submitted the job."""
+    cwd: str
+    cpus: list[int] | None
+    """The replica's CPU affinity; None: the submitter's."""
+    log_dir: str
+
+    def log_path(self, stream: str) -> Path:
+        return Path(self.log_dir) / f"{stream}.log"
+
+
+@dataclass(frozen=True)
+class RoleRequest:
+    name: str
+    max_retries: int
+    replicas: list[ReplicaRequest]
+    spec: dict[str, Any]
+    """The role as submitted (before macros), for describe."""
+
+
+@dataclass(frozen=True)
+class LocalJobRequest:
+    app_id: str
+    app_dir: str
+    roles: list[RoleRequest]
+    slices: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    cancel_grace_s: float = 10.0
+
+    def replicas(self) -> list[ReplicaRequest]:
+        return [replica for role in self.roles for replica in role.replicas]
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1)
+
+    @staticmethod
+    def from_json(text: str) -> "LocalJobRequest":
+        data = json.loads(text)
+        roles = [
+            RoleRequest(
+                name=role["name"],
+                max_retries=role["max_retries"],
+                replicas=[ReplicaRequest(**replica) for replica in role["replicas"]],
+                spec=role["spec"],
+            )
+            for role in data.pop("roles")
+        ]
+        return LocalJobRequest(roles=roles, **data)
+
+
+@dataclass
+class ReplicaState:
+    role: str
+    replica_id: int
+    state: str = "PENDING"
+    pid: int | None = None
+    exit_code: int | None = None
+    restarts: int = 0
+    error: str = ""
+    """Why it failed: the launcher's root cause, else the tail of its stderr."""
+
+
+@dataclass
+class JobState:
+    app_id: str
+    state: str
+    submitted_at: float
+    replicas: list[ReplicaState]
+    ended_at: float | None = None
+    msg: str = ""
+
+    @property
+    def num_restarts(self) -> int:
+        return sum(replica.restarts for replica in self.replicas)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @staticmethod
+    def from_json(text: str) -> "JobState":
+        data = json.loads(text)
+        data["replicas"] = [ReplicaState(**replica) for replica in data["replicas"]]
+        return JobState(**data)
+
+
+@dataclass(frozen=True)
+class JobDir:
+    path: Path
+
+    @property
+    def request(self) -> Path:
+        return self.path / "request.json"
+
+    @property
+    def state(self) -> Path:
+        return self.path / "state.json"
+
+    @property
+    def supervisor(self) -> Path:
+        return self.path / "supervisor"
+
+    @property
+    def supervisor_log(self) -> Path:
+        return self.path / "supervisor.log"
+
+    @property
+    def cancel(self) -> Path:
+        return self.path / "cancel"
+
+    def read_request(self) -> LocalJobRequest:
+        return LocalJobRequest.from_json(self.request.read_text())
+
+    def read_state(self) -> JobState:
+        return JobState.from_json(self.state.read_text())
+
+    def write_state(self, state: JobState) -> None:
+        write_atomically(self.state, state.to_json())
+
+    def supervisor_process(self) -> tuple[int, int] | None:
+        """The supervisor's pid and start time (clock ticks since boot), if it was started."""
+        try:
+            pid, ticks = self.supervisor.read_text().split()
+            return int(pid), int(ticks)
+        except (OSError, ValueError):
+            return None
+
+    def supervisor_alive(self) -> bool:
+        process = self.supervisor_process()
+        return process is not None and process_start_ticks(process[0]) == process[1]
+
+
+def state_root() -> Path:
+    """Where local_cwd keeps its registry and, by default, its logs."""
+    explicit = os.environ.get(STATE_ROOT_ENV)
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(base) / "torchx_ext" / "local_cwd"
+
+
+def registry() -> Path:
+    return state_root() / "jobs"
+
+
+def register(app_id: str, app_dir: Path) -> None:
+    registry().mkdir(parents=True, exist_ok=True)
+    write_atomically(registry() / app_id, str(app_dir.resolve()))
+
+
+def find_job(app_id: str) -> JobDir | None:
+    """The job directory of ``app_id``, or None for an unknown or malformed id."""
+    if not APP_ID_PATTERN.fullmatch(app_id):
+        return None
+    try:
+        job = JobDir(Path((registry() / app_id).read_text()))
+    except OSError:
+        return None
+    return job if job.state.is_file() else None
+
+
+def registered_jobs() -> list[str]:
+    """App ids in submission order."""
+    try:
+        entries = list(os.scandir(registry()))
+    except FileNotFoundError:
+        return []
+    return [entry.name for entry in sorted(entries, key=lambda entry: entry.stat().st_mtime) if entry.is_file()]
+
+
+def write_atomically(path: Path, text: str) -> None:
+    # Readers in other processes see the old content or the new, never half of it.
+    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(descriptor, "w") as file:
+            file.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def process_start_ticks(pid: int) -> int | None:
+    """When ``pid`` started, which tells it apart from a later process with the same pid."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: split after its last ")".
+    fields = stat[stat.rindex(")") + 2 :].split()
+    if fields[0] == "Z":
+        return None  # exited, not yet reaped
+    return int(fields[19])
+
+
+def marked_processes(app_id: str) -> list[int]:
+    """Live processes whose environment marks them as part of job ``app_id``."""
+    marker = f"{JOB_MARKER_ENV}={app_id}".encode()
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/environ", "rb") as file:
+                environ = file.read()
+        except OSError:
+            continue  # gone, or another user's
+        if marker in environ.split(b"\0") and process_start_ticks(int(entry.name)) is not None:
+            found.append(int(entry.name))
+    return found

@@ -1,0 +1,131 @@
+"""A replica's log files, with the time each piece arrived, and reading them back by line.
+
+The supervisor appends what a replica writes to ``stdout.log``/``stderr.log`` and, in arrival
+order, ``combined.log`` (the same files torchx's local scheduler writes), and next to each an
+index ``<file>.idx`` of ``<byte offset> <unix time>`` lines: where each piece starts and when
+it came. A line's time is the time of the piece its first byte came in, which is what
+``since``/``until`` filter on.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+TAIL_POLL_S = 0.1
+
+
+class ReplicaLogWriter:
+    """Appends a replica's output; restarts of the replica append to the same files."""
+
+    def __init__(self, log_dir: Path) -> None:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self._files: dict[str, tuple[BinaryIO, BinaryIO]] = {}
+        self._sizes: dict[str, int] = {}
+        for stream in ("stdout", "stderr", "combined"):
+            path = log_dir / f"{stream}.log"
+            # Unbuffered: a reader in another process sees every piece as soon as it is written.
+            self._files[stream] = (open(path, "ab", buffering=0), open(f"{path}.idx", "ab", buffering=0))
+            self._sizes[stream] = path.stat().st_size
+
+    def write(self, stream: str, data: bytes) -> None:
+        now = time.time()
+        for name in (stream, "combined"):
+            log, index = self._files[name]
+            index.write(f"{self._sizes[name]} {now:.6f}\n".encode())
+            log.write(data)
+            self._sizes[name] += len(data)
+
+    def close(self) -> None:
+        for log, index in self._files.values():
+            log.close()
+            index.close()
+
+
+def read_lines(
+    path: Path,
+    *,
+    since: float | None = None,
+    until: float | None = None,
+    regex: str | None = None,
+    should_tail: bool = False,
+    finished: Callable[[], bool] = lambda: True,
+) -> Iterator[str]:
+    """The lines of ``path`` (each with its ``\\n``) that arrived within [since, until] and match
+    ``regex``; with ``should_tail``, keeps following the file until ``finished()`` is true."""
+    pattern = re.compile(regex) if regex else None
+    index = _Index(Path(f"{path}.idx"))
+    position = 0  # offset of the first byte of ``pending``
+    pending = b""
+    final_pass = False
+    while not path.exists():  # the supervisor has not started the replica yet
+        if not should_tail or finished():
+            return
+        time.sleep(TAIL_POLL_S)
+    with open(path, "rb") as file:
+        while True:
+            chunk = file.read(1 << 20)
+            if chunk:
+                pending += chunk
+                lines = pending.split(b"\n")
+                pending = lines.pop()
+                for raw in lines:
+                    line = raw.decode(errors="replace") + "\n"
+                    if _wanted(line, index.time_of(position), since, until, pattern):
+                        yield line
+                    position += len(raw) + 1
+                continue
+            # At the end of what is written: stop, or wait for more while the job runs.
+            if should_tail and not finished():
+                time.sleep(TAIL_POLL_S)
+                continue
+            if should_tail and not final_pass:
+                final_pass = True  # the job has ended: read what it wrote last, then stop
+                continue
+            break
+    if pending:
+        line = pending.decode(errors="replace")
+        if _wanted(line, index.time_of(position), since, until, pattern):
+            yield line
+
+
+def _wanted(line: str, arrived: float, since: float | None, until: float | None, pattern: re.Pattern[str] | None) -> bool:
+    if since is not None and arrived < since:
+        return False
+    if until is not None and arrived > until:
+        return False
+    return pattern is None or pattern.search(line) is not None
+
+
+class _Index:
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._offsets: list[int] = []
+        self._times: list[float] = []
+        self._read = 0
+
+    def time_of(self, offset: int) -> float:
+        if not self._offsets or offset > self._offsets[-1]:
+            self._load_more()
+        where = bisect.bisect_right(self._offsets, offset) - 1
+        if where < 0:
+            return self._times[0] if self._times else time.time()
+        return self._times[where]
+
+    def _load_more(self) -> None:
+        try:
+            with open(self._path, "rb") as file:
+                file.seek(self._read)
+                data = file.read()
+        except FileNotFoundError:
+            return
+        complete = data[: data.rfind(b"\n") + 1]
+        self._read += len(complete)
+        for entry in complete.splitlines():
+            offset, moment = entry.split()
+            self._offsets.append(int(offset))
+            self._times.append(float(moment))

@@ -1,0 +1,153 @@
+"""What local_cwd will start, built purely from an AppDef: one process per replica.
+
+``build_request`` is the whole of local_cwd's dry-run: it resolves macros and the entrypoint,
+adds the environment torchx's local scheduler gives a replica (rank-0 host, error file) plus
+ours (the job's rendezvous port, the job marker), and gives each replica its slice of the host.
+The request is written to the job directory as JSON; the supervisor process runs it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from typing import Any, Mapping
+
+from torchx import specs
+
+from torchx_ext.errors import InvalidArgumentError
+from torchx_ext.numa.cpulist import format_cpulist
+from torchx_ext.numa.topology import Topology
+from torchx_ext.options import RDZV_PORT_ENV
+from torchx_ext.schedulers.local_jobs import JOB_MARKER_ENV, LocalJobRequest, ReplicaRequest, RoleRequest
+from torchx_ext.schedulers.placement import slice_host
+
+RANK0_HOST_ENV = "TORCHX_RANK0_HOST"
+
+
+def build_request(
+    app: specs.AppDef,
+    *,
+    app_id: str,
+    app_dir: str,
+    cwd: str,
+    interpreter: str,
+    environ: Mapping[str, str],
+    rdzv_port: int,
+    topology: Topology | None,
+    prepend_cwd: bool = False,
+    cancel_grace_s: float = 10.0,
+) -> LocalJobRequest:
+    """The processes to start for ``app``; ``topology`` None turns slicing off."""
+    total = sum(role.num_replicas for role in app.roles)
+    slices = slice_host(topology, total) if topology is not None and total > 1 else []
+    share_gpus = bool(slices) and "CUDA_VISIBLE_DEVICES" not in environ and any(
+        "CUDA_VISIBLE_DEVICES" not in role.env and role.resource.gpu > 0 for role in app.roles
+    )
+    roles: list[RoleRequest] = []
+    position = 0
+    for role in app.roles:
+        path = _path_with_cwd(role.env.get("PATH", environ.get("PATH", "")), cwd, prepend_cwd)
+        entrypoint = _resolve_entrypoint(role, interpreter, path, cwd)
+        replicas = []
+        for replica_id in range(role.num_replicas):
+            values = specs.macros.Values(
+                img_root=cwd, app_id=app_id, replica_id=str(replica_id), rank0_env=RANK0_HOST_ENV
+            )
+            resolved = values.apply(role)
+            log_dir = os.path.join(app_dir, role.name, str(replica_id))
+            env = {
+                "PATH": path,
+                RANK0_HOST_ENV: "localhost",
+                RDZV_PORT_ENV: str(rdzv_port),
+                "TORCHELASTIC_ERROR_FILE": os.path.join(log_dir, "error.json"),
+                "PET_LOG_DIR": os.path.join(app_dir, "torchelastic", role.name),
+                **resolved.env,
+                JOB_MARKER_ENV: app_id,
+            }
+            cpus = None
+            if slices:
+                piece = slices[position]
+                cpus = sorted(piece.cpus)
+                if share_gpus and role.resource.gpu > 0 and "CUDA_VISIBLE_DEVICES" not in role.env:
+                    env["CUDA_VISIBLE_DEVICES"] = piece.cuda_visible_devices
+            position += 1
+            replicas.append(
+                ReplicaRequest(role.name, replica_id, [entrypoint, *resolved.args], env, cwd, cpus, log_dir)
+            )
+        roles.append(RoleRequest(role.name, role.max_retries, replicas, _role_spec(role)))
+    return LocalJobRequest(
+        app_id=app_id,
+        app_dir=app_dir,
+        roles=roles,
+        slices=[piece.describe() for piece in slices],
+        warnings=sorted({warning for piece in slices for warning in piece.warnings}),
+        cancel_grace_s=cancel_grace_s,
+    )
+
+
+def describe_request(request: LocalJobRequest) -> str:
+    """The dry-run text: slices first, then each replica's command, CPUs and environment."""
+    lines = [f"app_id: {request.app_id}", f"app_dir: {request.app_dir}"]
+    lines += [f"slice {text}" for text in request.slices]
+    lines += [f"warning: {text}" for text in request.warnings]
+    for replica in request.replicas():
+        cpus = "inherit" if replica.cpus is None else format_cpulist(replica.cpus)
+        lines.append(f"{replica.role}/{replica.replica_id}: cpus={cpus} cwd={replica.cwd}")
+        lines.append(f"  argv: {replica.argv!r}")
+        lines += [f"  env {key}={value!r}" for key, value in sorted(replica.env.items())]
+    return "\n".join(lines)
+
+
+def role_from_spec(spec: Mapping[str, Any]) -> specs.Role:
+    resource = spec["resource"]
+    return specs.Role(
+        name=spec["name"],
+        image=spec["image"],
+        entrypoint=spec["entrypoint"],
+        args=list(spec["args"]),
+        env=dict(spec["env"]),
+        num_replicas=spec["num_replicas"],
+        max_retries=spec["max_retries"],
+        resource=specs.Resource(cpu=resource["cpu"], gpu=resource["gpu"], memMB=resource["memMB"]),
+        port_map=dict(spec["port_map"]),
+    )
+
+
+def _role_spec(role: specs.Role) -> dict[str, Any]:
+    return {
+        "name": role.name,
+        "image": role.image,
+        "entrypoint": role.entrypoint,
+        "args": list(role.args),
+        "env": dict(role.env),
+        "num_replicas": role.num_replicas,
+        "max_retries": role.max_retries,
+        "resource": {"cpu": role.resource.cpu, "gpu": role.resource.gpu, "memMB": role.resource.memMB},
+        "port_map": dict(role.port_map),
+    }
+
+
+def _resolve_entrypoint(role: specs.Role, interpreter: str, path: str, cwd: str) -> str:
+    # `python` means the interpreter torchx runs under, so a virtual environment's torchx
+    # works without activating it.
+    entrypoint: str = role.entrypoint
+    if entrypoint == "python":
+        return interpreter
+    if os.sep in entrypoint:
+        if os.access(os.path.join(cwd, entrypoint), os.X_OK):
+            return entrypoint
+        raise InvalidArgumentError(
+            f"entrypoint {entrypoint!r} of role {role.name!r} is not an executable file (relative to {cwd})"
+        )
+    found = shutil.which(entrypoint, path=path)
+    if found is None:
+        raise InvalidArgumentError(
+            f"entrypoint {entrypoint!r} of role {role.name!r} is not on PATH ({path}): "
+            "give an executable on PATH, a path to one, or python"
+        )
+    return found
+
+
+def _path_with_cwd(path: str, cwd: str, prepend: bool) -> str:
+    parts = [part for part in path.split(os.pathsep) if part]
+    return os.pathsep.join([cwd, *parts] if prepend else [*parts, cwd])

@@ -1,0 +1,320 @@
+"""The process that runs one local_cwd job: ``python -m torchx_ext.schedulers.supervisor JOB_DIR``.
+
+It is started in its own session by ``schedule`` and outlives the torchx CLI that submitted
+the job, so the job keeps running, and keeps being recorded, when that CLI exits or is
+killed. It starts every replica in its own process group with the replica's CPU slice as
+affinity, copies their output into the log files, restarts a failed replica up to the role's
+``max_retries``, and ends the job when a replica fails for good or a cancel arrives: SIGTERM
+to every replica's group, SIGKILL after the grace period, then the same for any process still
+marked as the job's (torchelastic starts workers in sessions of their own). It is the only
+writer of the job's ``state.json``, and writes a terminal state only once nothing of the job
+is left running and its logs are complete.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+
+from torchx_ext.numa.bind import bound_thread
+from torchx_ext.schedulers.local_jobs import (
+    JobDir,
+    JobState,
+    LocalJobRequest,
+    ReplicaRequest,
+    ReplicaState,
+    marked_processes,
+)
+from torchx_ext.schedulers.local_logs import ReplicaLogWriter
+
+_PR_SET_CHILD_SUBREAPER = 36
+_POLL_S = 0.5
+_STDERR_TAIL_LINES = 5
+
+
+@dataclass
+class _Replica:
+    request: ReplicaRequest
+    state: ReplicaState
+    max_retries: int
+    logs: ReplicaLogWriter
+    stopped_by_us: bool = False
+
+
+class Supervisor:
+    def __init__(self, job: JobDir) -> None:
+        self.job = job
+        self.request: LocalJobRequest = job.read_request()
+        initial = job.read_state()
+        self.state = JobState(self.request.app_id, "RUNNING", initial.submitted_at, [])
+        self.replicas: list[_Replica] = []
+        self.by_pid: dict[int, _Replica] = {}
+        # Kept alive: a Popen collected while its process runs is polled by subprocess's own
+        # cleanup, which would reap the process and take its exit code from us.
+        self.processes: dict[int, subprocess.Popen[bytes]] = {}
+        self.selector = selectors.DefaultSelector()
+        self.pipes: dict[int, tuple[_Replica, str]] = {}
+        self.ending: str | None = None  # the terminal state being worked towards
+        self.kill_at = float("inf")
+        self.cancel_requested = False
+
+    def run(self) -> None:
+        _become_subreaper()
+        self._watch_signals()
+        for role in self.request.roles:
+            for request in role.replicas:
+                replica = _Replica(request, ReplicaState(request.role, request.replica_id), role.max_retries,
+                                   ReplicaLogWriter(Path(request.log_dir)))
+                self.replicas.append(replica)
+                self.state.replicas.append(replica.state)
+        for replica in self.replicas:
+            self._start(replica)
+        self._save()
+        while self._running() or self.pipes:
+            self._wait_for_events()
+            self._reap()
+            if (self.cancel_requested or self.job.cancel.exists()) and self.ending is None:
+                self._end("CANCELLED", "cancelled by request")
+            if self.ending is None and not self._running():
+                self._end("SUCCEEDED" if all(r.state.state == "SUCCEEDED" for r in self.replicas) else "FAILED", "")
+            if time.monotonic() >= self.kill_at:
+                self._kill_all(signal.SIGKILL)
+                self.kill_at = float("inf")
+            if not self._running():
+                self._finish_leftovers()
+        for replica in self.replicas:
+            replica.logs.close()
+        self.state.state = self.ending or "FAILED"
+        self.state.ended_at = time.time()
+        self._save()
+
+    def _start(self, replica: _Replica) -> None:
+        request = replica.request
+        Path(request.log_dir, "error.json").unlink(missing_ok=True)  # a root cause of an earlier attempt
+        out_read, out_write = os.pipe()
+        err_read, err_write = os.pipe()
+        try:
+            with bound_thread(request.cpus) if request.cpus is not None else nullcontext():
+                process = subprocess.Popen(
+                    request.argv, cwd=request.cwd, env={**os.environ, **request.env}, stdin=subprocess.DEVNULL,
+                    stdout=out_write, stderr=err_write, start_new_session=True,
+                )
+        except (OSError, ValueError) as error:
+            for descriptor in (out_read, out_write, err_read, err_write):
+                os.close(descriptor)
+            replica.state.state, replica.state.exit_code = "FAILED", None
+            replica.state.error = f"could not start {request.argv[0]!r} in {request.cwd}: {error}"
+            self._on_failure(replica)
+            return
+        os.close(out_write)
+        os.close(err_write)
+        for descriptor, stream in ((out_read, "stdout"), (err_read, "stderr")):
+            os.set_blocking(descriptor, False)
+            self.selector.register(descriptor, selectors.EVENT_READ)
+            self.pipes[descriptor] = (replica, stream)
+        replica.state.state, replica.state.pid, replica.state.exit_code = "RUNNING", process.pid, None
+        self.by_pid[process.pid] = replica
+        self.processes[process.pid] = process
+
+    def _wait_for_events(self) -> None:
+        for key, _ in self.selector.select(timeout=_POLL_S):
+            if key.fd == self.wakeup:
+                _drain(self.wakeup)
+            else:
+                self._pump(key.fd)
+
+    def _pump(self, descriptor: int) -> None:
+        replica, stream = self.pipes[descriptor]
+        try:
+            data = os.read(descriptor, 1 << 16)
+        except BlockingIOError:
+            return
+        if data:
+            replica.logs.write(stream, data)
+            return
+        self.selector.unregister(descriptor)
+        os.close(descriptor)
+        del self.pipes[descriptor]
+
+    def _reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            replica = self.by_pid.pop(pid, None)
+            if pid in self.processes:
+                self.processes.pop(pid).returncode = os.waitstatus_to_exitcode(status)
+            if replica is not None:  # else an orphaned worker handed to us as subreaper
+                self._on_exit(replica, os.waitstatus_to_exitcode(status))
+
+    def _on_exit(self, replica: _Replica, code: int) -> None:
+        replica.state.exit_code = code
+        if code == 0:
+            replica.state.state = "SUCCEEDED"
+        elif replica.stopped_by_us:
+            replica.state.state = "CANCELLED"
+        elif replica.state.restarts < replica.max_retries and self.ending is None:
+            replica.state.restarts += 1
+            _log(f"{_name(replica)} exited with code {code}: restart {replica.state.restarts} of {replica.max_retries}")
+            self._start(replica)
+        else:
+            replica.state.state = "FAILED"
+            replica.state.error = _root_cause(replica.request)
+            self._on_failure(replica)
+        self._save()
+
+    def _on_failure(self, replica: _Replica) -> None:
+        if self.ending is None:
+            code = replica.state.exit_code
+            how = "could not start" if code is None else f"exited with code {code}"
+            self._end("FAILED", f"replica {_name(replica)} {how}: {replica.state.error} (logs: {replica.request.log_dir})")
+
+    def _end(self, state: str, msg: str) -> None:
+        self.ending, self.state.msg = state, msg
+        _log(f"ending the job: {state} {msg}")
+        for replica in self.replicas:
+            if replica.state.pid in self.by_pid:
+                replica.stopped_by_us = True
+        self._kill_all(signal.SIGTERM)
+        self.kill_at = time.monotonic() + self.request.cancel_grace_s
+
+    def _kill_all(self, sig: signal.Signals) -> None:
+        for pid in list(self.by_pid):
+            _signal_group(pid, sig)
+        for pid in marked_processes(self.request.app_id):
+            _signal(pid, sig)
+
+    def _finish_leftovers(self) -> None:
+        # Every replica has exited; what is still marked as the job's (a worker in its own
+        # session, a daemon a script started) is stopped too, and then the pipes they held close.
+        leftovers = marked_processes(self.request.app_id)
+        if leftovers:
+            _log(f"stopping processes the job left behind: {leftovers}")
+            stop_processes(lambda: marked_processes(self.request.app_id), self.request.cancel_grace_s, self._reap)
+        deadline = time.monotonic() + 2.0
+        for descriptor in list(self.pipes):
+            while descriptor in self.pipes:
+                self._pump(descriptor)
+                quiet = not marked_processes(self.request.app_id) or time.monotonic() > deadline
+                if descriptor in self.pipes and quiet:
+                    # Nobody of the job can write any more: whatever is left was read above.
+                    self.selector.unregister(descriptor)
+                    os.close(descriptor)
+                    del self.pipes[descriptor]
+
+    def _running(self) -> bool:
+        return bool(self.by_pid)
+
+    def _save(self) -> None:
+        self.job.write_state(self.state)
+
+    def _watch_signals(self) -> None:
+        read, write = os.pipe()
+        os.set_blocking(read, False)
+        os.set_blocking(write, False)
+        self.wakeup = read
+        self.selector.register(read, selectors.EVENT_READ)
+        signal.set_wakeup_fd(write)
+        signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so the wakeup fd hears it
+
+        def on_stop(*_: object) -> None:
+            self.cancel_requested = True
+
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, on_stop)
+
+
+def stop_processes(find: Callable[[], Iterable[int]], grace_s: float, reap: Callable[[], None] = lambda: None) -> None:
+    """SIGTERM what ``find`` returns, SIGKILL whatever is still there after ``grace_s``."""
+    for pid in find():
+        _signal(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        reap()
+        if not list(find()):
+            return
+        time.sleep(0.05)
+    for pid in find():
+        _signal(pid, signal.SIGKILL)
+    for _ in range(100):
+        reap()
+        if not list(find()):
+            return
+        time.sleep(0.05)
+
+
+def _root_cause(request: ReplicaRequest) -> str:
+    """The launcher's error file (torchelastic's format) if it wrote one, else stderr's last lines."""
+    try:
+        report = json.loads(Path(request.log_dir, "error.json").read_text())
+        message = report["message"]
+        text = message["message"] if isinstance(message, dict) else str(message)
+        return str(text).strip()
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    try:
+        lines = request.log_path("stderr").read_text(errors="replace").splitlines()
+    except OSError:
+        return "no error output"
+    tail = [line for line in lines if line.strip()][-_STDERR_TAIL_LINES:]
+    return " | ".join(tail) or "no error output"
+
+
+def _name(replica: _Replica) -> str:
+    return f"{replica.request.role}/{replica.request.replica_id}"
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _signal(pid: int, sig: signal.Signals) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _drain(descriptor: int) -> None:
+    try:
+        while os.read(descriptor, 512):
+            pass
+    except BlockingIOError:
+        pass
+
+
+def _become_subreaper() -> None:
+    # Workers whose agent died are re-parented to us instead of init, so we can reap them.
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _log(message: str) -> None:
+    print(f"{time.strftime('%H:%M:%S')} {message}", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    Supervisor(JobDir(Path(args[0]))).run()
+
+
+if __name__ == "__main__":
+    main()
