@@ -42,7 +42,14 @@ ENTRY_POINTS = {
         "ray = torchx.schedulers.ray_scheduler:create_scheduler",
         "lsf = torchx.schedulers.lsf_scheduler:create_scheduler",
     ],
-    "torchx.cli.cmds": ["topo = torchx_ext.cli.topo:CmdTopo"],
+    # Ours, plus torchx's status/describe/log/cancel with a check of the app handle first.
+    "torchx.cli.cmds": [
+        "topo = torchx_ext.cli.topo:CmdTopo",
+        "status = torchx_ext.cli.handles:CheckedStatus",
+        "describe = torchx_ext.cli.handles:CheckedDescribe",
+        "log = torchx_ext.cli.handles:CheckedLog",
+        "cancel = torchx_ext.cli.handles:CheckedCancel",
+    ],
     "console_scripts": [
         "torchx-ext-numa=torchx_ext.numa.__main__:main",
         "torchx-ext-run=torchx_ext.launcher.cli:console_main",

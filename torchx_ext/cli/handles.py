@@ -1,0 +1,67 @@
+"""torchx's status, describe, log and cancel, refusing a malformed or unknown app handle clearly.
+
+torchx 0.7.0's own commands answer a malformed handle with a traceback, ``cancel`` of an
+unknown app with silence and exit 0, and ``log`` of an unknown app by waiting forever. These
+subclasses check the handle first (exit 1 with one line naming the bad value and the form),
+then run torchx's command unchanged.
+"""
+
+import argparse
+import re
+import sys
+from typing import NoReturn
+
+from torchx.cli.cmd_cancel import CmdCancel
+from torchx.cli.cmd_describe import CmdDescribe
+from torchx.cli.cmd_log import CmdLog
+from torchx.cli.cmd_status import CmdStatus
+from torchx.runner import get_runner
+
+HANDLE_FORM = "SCHEDULER://SESSION/APP_ID, e.g. local_cwd://torchx/train-abc123 (`torchx list -s SCHEDULER` shows them)"
+_HANDLE = re.compile(r"(?P<scheduler>[\w-]+)://(?P<session>[^/]*)/(?P<app_id>[^/]+)(?P<rest>/.*)?")
+
+
+def check_app_handle(identifier: str, allow_replicas: bool = False) -> str:
+    """The app handle in ``identifier``; exits 1 when it is malformed or names no app."""
+    match = _HANDLE.fullmatch(identifier)
+    if match is None or (match["rest"] and not allow_replicas):
+        forms = f"{HANDLE_FORM}, optionally followed by /ROLE/REPLICA_IDS" if allow_replicas else HANDLE_FORM
+        _fail(f"malformed app handle {identifier!r}: expected {forms}")
+    handle = f"{match['scheduler']}://{match['session']}/{match['app_id']}"
+    try:
+        with get_runner() as runner:
+            status = runner.status(handle)
+    except KeyError as error:  # a scheduler name torchx does not know
+        _fail(f"unknown scheduler in app handle {identifier!r}: {error.args[0]}")
+    if status is None:
+        _fail(f"no app {match['app_id']!r} on {match['scheduler']} (`torchx list -s {match['scheduler']}` shows the known ones)")
+    return handle
+
+
+def _fail(message: str) -> NoReturn:
+    print(f"torchx: error: {message}", file=sys.stderr)
+    sys.exit(1)
+
+
+class CheckedStatus(CmdStatus):
+    def run(self, args: argparse.Namespace) -> None:
+        check_app_handle(args.app_handle)
+        super().run(args)
+
+
+class CheckedDescribe(CmdDescribe):
+    def run(self, args: argparse.Namespace) -> None:
+        check_app_handle(args.app_handle)
+        super().run(args)
+
+
+class CheckedCancel(CmdCancel):
+    def run(self, args: argparse.Namespace) -> None:
+        check_app_handle(args.app_handle)
+        super().run(args)
+
+
+class CheckedLog(CmdLog):
+    def run(self, args: argparse.Namespace) -> None:
+        check_app_handle(args.identifier, allow_replicas=True)
+        super().run(args)
