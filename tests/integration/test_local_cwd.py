@@ -1,0 +1,198 @@
+"""local_cwd beyond the conformance suite: the CLI's lifetime, slices, logs, retries, bad input."""
+
+from __future__ import annotations
+
+import datetime
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from torchx.runner import Runner, get_runner
+from torchx.schedulers.api import Stream
+from torchx.specs import AppState, parse_app_handle
+
+from tests.conformance.conftest import JOBS as CONFORMANCE_JOBS
+from tests.conformance.conftest import _local_leftovers
+from torchx_ext.components.dist import ddp
+
+JOBS = Path(__file__).parent / "jobs"
+TORCHX = [sys.executable, "-c", "import sys; from torchx.cli.main import main; sys.exit(main())"]
+
+
+@pytest.fixture
+def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("TORCHX_EXT_LOCAL_STATE", str(tmp_path / "state"))
+    return tmp_path / "state"
+
+
+@pytest.fixture
+def runner(state_dir: Path) -> Iterator[Runner]:
+    with get_runner() as runner:
+        yield runner
+
+
+def torchx(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*TORCHX, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def wait(runner: Runner, handle: str, timeout_s: float = 120) -> AppState:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        status = runner.status(handle)
+        assert status is not None
+        if status.is_terminal():
+            return status.state
+        time.sleep(0.2)
+    raise AssertionError(f"{handle} did not end within {timeout_s} s")
+
+
+def wait_for_line(runner: Runner, handle: str, role: str, replica: int, pattern: str) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if any(re.search(pattern, line) for line in runner.log_lines(handle, role, replica)):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{role}/{replica} printed no {pattern!r}")
+
+
+def test_a_job_outlives_its_killed_cli_and_is_cancelled_from_new_processes(state_dir: Path) -> None:
+    cli = subprocess.Popen(
+        [*TORCHX, "run", "-s", "local_cwd", "dist.ddp", "-j", "2x2", "--script", str(CONFORMANCE_JOBS / "sleeper.py")],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )
+    assert cli.stdout is not None
+    handle = cli.stdout.readline().strip()
+    assert handle.startswith("local_cwd://"), handle
+    with get_runner() as runner:
+        wait_for_line(runner, handle, "sleeper", 1, "running rank 3")
+    cli.send_signal(signal.SIGKILL)
+    cli.wait()
+
+    running = torchx("status", handle)
+    cancelled = torchx("cancel", handle)
+    after = torchx("status", handle)
+
+    assert "State: RUNNING" in running.stdout, running.stdout + running.stderr
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert "State: CANCELLED" in after.stdout, after.stdout + after.stderr
+    assert _local_leftovers(parse_app_handle(handle).app_id) == []
+
+
+def test_ctrl_c_on_the_cli_ends_its_job(runner: Runner) -> None:
+    # torchx run's runner is closed on KeyboardInterrupt; closing cancels the jobs it started.
+    with get_runner() as own:
+        handle = own.run(ddp(script=str(CONFORMANCE_JOBS / "sleeper.py"), j="1x1"), "local_cwd")
+        wait_for_line(own, handle, "sleeper", 0, "running rank 0")
+    assert wait(runner, handle, timeout_s=5) == AppState.CANCELLED
+    assert _local_leftovers(parse_app_handle(handle).app_id) == []
+
+
+def test_two_replicas_on_this_host_each_get_their_own_cpu(runner: Runner, two_cpus: list[int]) -> None:
+    handle = runner.run(ddp(script=str(JOBS / "cpus.py"), j="2x1"), "local_cwd")
+    assert wait(runner, handle) == AppState.SUCCEEDED
+
+    reported = {}
+    for replica in (0, 1):
+        for line in runner.log_lines(handle, "cpus", replica):
+            if match := re.search(r"replica (\d) cpus \[(.*)\]", line):
+                reported[int(match[1])] = match[2]
+
+    assert len(reported) == 2 and reported[0] != reported[1], reported
+    assert {reported[0], reported[1]} == {str(cpu) for cpu in two_cpus[:2]}
+
+
+def test_slicing_off_gives_every_replica_the_whole_host(runner: Runner, two_cpus: list[int]) -> None:
+    handle = runner.run(ddp(script=str(JOBS / "cpus.py"), j="2x1"), "local_cwd", cfg={"slice_replicas": False})
+    assert wait(runner, handle) == AppState.SUCCEEDED
+    lines = [line for replica in (0, 1) for line in runner.log_lines(handle, "cpus", replica) if "cpus [" in line]
+    assert len(lines) == 2 and all(", ".join(map(str, two_cpus)) in line for line in lines), lines
+
+
+def test_dry_run_on_a_fixture_host_shows_node_aligned_slices(machine_root, state_dir: Path) -> None:  # type: ignore[no-untyped-def]
+    result = torchx(
+        "run", "-s", "local_cwd", "--dryrun", "-cfg", f"sysfs_root={machine_root('dgx-h100')}",
+        "dist.ddp", "-j", "2x4", "--gpu", "8", "--script", str(JOBS / "cpus.py"),
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert "slice replica 0: cpus=0-55,112-167 numa_nodes=0 gpus=0,1,2,3" in result.stdout, result.stdout
+    assert "slice replica 1: cpus=56-111,168-223 numa_nodes=1 gpus=4,5,6,7" in result.stdout
+    assert "CUDA_VISIBLE_DEVICES='4,5,6,7'" in result.stdout
+    assert not (state_dir / "jobs").exists(), "a dry run must not start or record anything"
+
+
+def test_log_iter_filters_by_time_stream_and_regex_and_follows_a_running_job(runner: Runner) -> None:
+    handle = runner.run(ddp("2", script=str(JOBS / "streams.py"), j="1x1", tee=0), "local_cwd")
+    wait_for_line(runner, handle, "streams", 0, "early err 2")
+    middle = datetime.datetime.now() + datetime.timedelta(seconds=0.5)
+
+    followed = list(runner.log_lines(handle, "streams", 0, should_tail=True))  # returns when the job ends
+
+    assert wait(runner, handle) == AppState.SUCCEEDED
+    late_only = list(runner.log_lines(handle, "streams", 0, since=middle))
+    early_only = list(runner.log_lines(handle, "streams", 0, until=middle))
+    stderr = list(runner.log_lines(handle, "streams", 0, streams=Stream.STDERR))
+    matching = list(runner.log_lines(handle, "streams", 0, regex=r"out [02]$"))
+    # combined.log interleaves the two pipes in the order they were read: each stream in order
+    for stream in ("out", "err"):
+        assert [line for line in followed if f"late {stream}" in line] == [f"late {stream} {i}\n" for i in range(3)]
+    assert {line.split()[0] for line in late_only if "early" in line or "late" in line} == {"late"}
+    assert {line.split()[0] for line in early_only if "early" in line or "late" in line} == {"early"}
+    assert [line for line in stderr if "out" in line] == []
+    assert [line for line in stderr if "err" in line][-1] == "late err 2\n"
+    assert matching == ["early out 0\n", "early out 2\n", "late out 0\n", "late out 2\n"]
+
+
+def test_max_retries_restarts_a_failed_replica(runner: Runner, tmp_path: Path) -> None:
+    app = ddp(str(tmp_path / "ran-once"), script=str(JOBS / "flaky.py"), j="1x1", max_retries=1)
+    handle = runner.run(app, "local_cwd")
+
+    assert wait(runner, handle) == AppState.SUCCEEDED
+    status = runner.status(handle)
+    assert status is not None and status.num_restarts == 1
+    assert any("second attempt succeeded" in line for line in runner.log_lines(handle, "flaky", 0))
+
+
+def test_a_script_that_does_not_exist_fails_the_job_with_the_launchers_message(runner: Runner) -> None:
+    handle = runner.run(ddp(script="no/such/script.py", j="2x1"), "local_cwd")
+
+    assert wait(runner, handle) == AppState.FAILED
+    status = runner.status(handle)
+    assert status is not None
+    assert "'no/such/script.py' does not exist" in status.msg, status.msg
+    assert _local_leftovers(parse_app_handle(handle).app_id) == []
+
+
+def test_an_unwritable_log_dir_is_refused_before_anything_starts(tmp_path: Path, state_dir: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+
+    result = torchx("run", "-s", "local_cwd", "-cfg", f"log_dir={blocker}/logs", "dist.ddp", "-j", "1x1",
+                    "--script", str(JOBS / "cpus.py"))
+
+    assert result.returncode != 0
+    assert f"cannot write the job's directory {blocker}/logs/" in result.stderr, result.stderr
+    assert "-cfg log_dir=DIR" in result.stderr
+    assert not (state_dir / "jobs").exists()
+
+
+@pytest.mark.parametrize("command", ["status", "describe", "cancel", "log"])
+def test_malformed_and_unknown_app_handles_get_one_clear_line(command: str, state_dir: Path) -> None:
+    malformed = torchx(command, "not-a-handle", timeout=30)
+    unknown = torchx(command, "local_cwd://torchx/no-such-app-1234", timeout=30)
+
+    assert malformed.returncode == 1 and unknown.returncode == 1
+    assert "malformed app handle 'not-a-handle': expected SCHEDULER://SESSION/APP_ID" in malformed.stderr
+    assert "no app 'no-such-app-1234' on local_cwd" in unknown.stderr
+    assert "Traceback" not in malformed.stderr + unknown.stderr
+
+
+def test_python_entrypoint_runs_with_the_submitting_interpreter(runner: Runner, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")  # no python on PATH: only sys.executable can run it
+    handle = runner.run(ddp(script=str(JOBS / "cpus.py"), j="1x1"), "local_cwd")
+    assert wait(runner, handle) == AppState.SUCCEEDED
