@@ -132,6 +132,50 @@ def _run_as_main(script: str) -> None:
     exec(code, namespace)
 
 
+def run_preloaded(kind: str, target: str, *args: str) -> None:
+    """The worker of a preloaded start: run the script or module as ``python -u`` would.
+
+    This process was forked from a server that imported torch while the launcher started,
+    so the user's ``import torch`` is already done. What ``python`` does and a fork skips is
+    done here: the script gets a fresh ``__main__``, and its ``atexit`` handlers run and its
+    globals are released (closing the files they hold) before the process ends.
+    """
+    import atexit
+    import types
+
+    _unbuffer_stdio()
+    sys.argv = [target, *args]
+    main_module = types.ModuleType("__main__")
+    sys.modules["__main__"] = main_module
+    try:
+        if kind == "module":
+            import runpy
+
+            sys.path[0] = os.getcwd()
+            runpy.run_module(target, run_name="__main__", alter_sys=True)
+        else:
+            sys.path[0] = os.path.dirname(os.path.realpath(target))
+            main_module.__dict__.update(__file__=os.path.abspath(target), __cached__=None)
+            with open(target, "rb") as source:
+                code = compile(source.read(), target, "exec", dont_inherit=True)
+            exec(code, main_module.__dict__)
+    finally:
+        atexit._run_exitfuncs()
+        main_module.__dict__.clear()
+        sys.stdout.flush()
+        sys.stderr.flush()
+
+
+def _unbuffer_stdio() -> None:
+    # As ``python -u``: every write reaches the file (the launcher tails it) at once.
+    import io
+
+    for name, descriptor in (("stdout", 1), ("stderr", 2)):
+        stream = getattr(sys, name)
+        raw = open(descriptor, "wb", buffering=0, closefd=False)
+        setattr(sys, name, io.TextIOWrapper(raw, encoding=stream.encoding, errors=stream.errors, write_through=True))
+
+
 def run_script_path(script: str, *args: str) -> None:
     """``--run-path``: run a script inside the worker's interpreter, as torchrun does."""
     import runpy

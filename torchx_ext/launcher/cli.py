@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from torchx_ext.errors import TorchxExtError, InvalidArgumentError
-from torchx_ext.launcher.bootstrap import BOOTSTRAP_CODE, BoundCallable, encode_plan, run_script_path
+from torchx_ext.launcher.bootstrap import BOOTSTRAP_CODE, BoundCallable, encode_plan, run_preloaded, run_script_path
 from torchx_ext.launcher.worker_binding import plan_workers
 from torchx_ext.options import OMP_THREADS_FORMS, check_mode
 from torchx_ext.options import DEVICE_KINDS, MODES, RDZV_PORT_ENV
@@ -40,6 +40,9 @@ FRESH_STORE_PER_ATTEMPT_ENV = ("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
 
 def needs_fresh_store_per_attempt(config: Any) -> bool:
     return bool(config.max_restarts > 0 or config.min_nodes != config.max_nodes)
+WORKER_STARTS = ("preloaded", "fresh")
+# What user scripts import first and takes longest: a preloaded worker finds it imported.
+PRELOAD_MODULES = ("torch", "torch.distributed")
 # torch waits 30 s by default before SIGKILL; a stopped job should be gone well within 10 s.
 DEFAULT_SHUTDOWN_TIMEOUT_S = 5
 
@@ -85,11 +88,36 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"rendezvous port used with --rdzv-endpoint-env (default {DEFAULT_RDZV_PORT})",
     )
     parser.add_argument(
+        "--worker-start", "--worker_start", choices=WORKER_STARTS, default="preloaded",
+        help="how script and module workers start: preloaded (default) forks them from a server that "
+        "imported torch while the launcher started; fresh starts a new interpreter per worker, as torchrun does",
+    )
+    parser.add_argument(
         "--omp-threads", "--omp_threads", metavar="auto|N",
         help=f"OMP_NUM_THREADS for each worker: {OMP_THREADS_FORMS}; auto is the rank's physical "
         "cores from the plan. A value exported by the user wins. Default: torchrun's (1 when nproc > 1)",
     )
     return parser
+
+
+def start_preload_server_early(argv: Sequence[str]) -> bool:
+    """Start the forkserver that preloaded workers come from, before this process imports torch,
+    so that the two imports overlap. Judged from the raw arguments (parsing them imports torch);
+    when in doubt it is not started here, and torch starts it when the first worker is created."""
+    fresh = ("--no-python", "--no_python", "--run-path", "--run_path", "--worker-start=fresh", "--worker_start=fresh")
+    if any(arg in fresh for arg in argv) or "fresh" in argv or os.environ.get("PYTHON_EXEC", sys.executable) != sys.executable:
+        return False
+    import multiprocessing.forkserver as forkserver
+
+    forkserver.set_forkserver_preload(list(PRELOAD_MODULES))
+    forkserver.ensure_running()
+    return True
+
+
+def stop_preload_server() -> None:
+    import multiprocessing.forkserver as forkserver
+
+    forkserver._forkserver._stop()  # type: ignore[attr-defined]
 
 
 def console_main() -> None:
@@ -99,14 +127,14 @@ def console_main() -> None:
     launcher has nothing left to clean up once its workers are gone (the rendezvous is shut
     down, logs are flushed), so it exits directly.
     """
-    code = main()
+    code = main(preload_started=start_preload_server_early(sys.argv[1:]))
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, preload_started: bool = False) -> int:
     _configure_logging()
     args = build_parser().parse_args(argv)
     try:
@@ -114,6 +142,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TorchxExtError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    finally:
+        if preload_started and not uses_preloaded_workers(args):
+            stop_preload_server()  # its torch import would only compete with the workers' own
     return run(config, entrypoint, entry_args, job_name=args.training_script)
 
 
@@ -182,6 +213,11 @@ def prepare(args: argparse.Namespace) -> tuple[Any, Callable[..., Any] | str, li
     if args.no_python:
         return config, sys.executable, ["-c", BOOTSTRAP_CODE, plan, "${local_rank}", "exec", target, *script_args]
     kind = "module" if args.module else "script"
+    if uses_preloaded_workers(args):
+        # Arguments travel pickled, past torchelastic's ${local_rank} substitution: unescaped.
+        config.start_method = "forkserver"
+        bound = BoundCallable(plan, run_preloaded, (kind, args.training_script, *args.training_script_args), pickled=True)
+        return config, bound, ["${local_rank}"]
     python = os.getenv("PYTHON_EXEC", sys.executable)
     return config, python, ["-u", "-c", BOOTSTRAP_CODE, plan, "${local_rank}", kind, target, *script_args]
 
@@ -233,6 +269,15 @@ def _write_exit_report(rank: int, local_rank: int, exitcode: int, signal_name: s
             json.dump({"message": message}, file)
     except OSError:
         pass  # the report is a courtesy: the exit code and stderr still tell the story
+
+
+def uses_preloaded_workers(args: argparse.Namespace) -> bool:
+    # PYTHON_EXEC names another interpreter for the workers (torchrun's meaning): honour it.
+    return bool(
+        args.worker_start == "preloaded"
+        and not (args.no_python or args.run_path)
+        and os.environ.get("PYTHON_EXEC", sys.executable) == sys.executable
+    )
 
 
 def _nproc_per_node(value: str) -> int:

@@ -1,0 +1,50 @@
+"""Preloaded workers (the default) behave like `python script.py` workers, only sooner."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.integration.launcher_helpers import JOBS, clean_env, run_launcher
+
+LIFECYCLE = str(JOBS / "lifecycle.py")
+
+
+@pytest.mark.parametrize("start", ["preloaded", "fresh"])
+def test_a_script_sees_python_script_semantics_and_its_exit_work_is_done(start: str, tmp_path: Path) -> None:
+    result = run_launcher(
+        ["--nproc-per-node", "2", "--worker-start", start, LIFECYCLE, str(tmp_path), "a b", "$x", "--flag"]
+    )
+
+    assert result.returncode == 0, result.stderr
+    for rank in (0, 1):
+        seen = json.loads((tmp_path / f"start{rank}.json").read_text())
+        assert seen["argv"] == [str(tmp_path), "a b", "$x", "--flag"]
+        assert seen["name"] == "__main__" and seen["file"] == LIFECYCLE and seen["main_is_this_module"]
+        assert seen["path0"] == str(JOBS)
+        assert seen["torch_was_loaded"] == (start == "preloaded")
+        assert (tmp_path / f"atexit{rank}.txt").read_text() == "atexit ran"
+        assert (tmp_path / f"unclosed{rank}.txt").read_text() == "buffered, never flushed by the script\n"
+
+
+@pytest.mark.parametrize("start", ["preloaded", "fresh"])
+def test_a_workers_exit_code_is_reported_with_its_rank(start: str, tmp_path: Path) -> None:
+    error_file = tmp_path / "error.json"
+    result = run_launcher(
+        ["--nproc-per-node", "1", "--worker-start", start, LIFECYCLE, str(tmp_path)],
+        env=clean_env(LIFECYCLE_EXIT="7", TORCHELASTIC_ERROR_FILE=str(error_file)),
+    )
+
+    assert result.returncode == 1
+    assert "exitcode  : 7" in result.stderr, result.stderr
+    assert json.loads(error_file.read_text())["message"]["message"] == "rank 0 (local rank 0) exited with code 7"
+    assert (tmp_path / "atexit0.txt").read_text() == "atexit ran"
+
+
+def test_an_unknown_worker_start_is_refused_with_the_valid_ones(tmp_path: Path) -> None:
+    result = run_launcher(["--worker-start", "warm", LIFECYCLE, str(tmp_path)])
+
+    assert result.returncode == 2
+    assert "invalid choice: 'warm' (choose from 'preloaded', 'fresh')" in result.stderr
