@@ -13,6 +13,14 @@ from torchx_ext.numa.topology import ALL_ONLINE, Topology, read_topology
 MachineRoot = Callable[[str], Path]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def local_cwd_state(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Jobs the tests submit to local_cwd are recorded here, not in the user's state directory."""
+    state = tmp_path_factory.mktemp("local_cwd_state")
+    os.environ.setdefault("TORCHX_EXT_LOCAL_STATE", str(state))
+    return Path(os.environ["TORCHX_EXT_LOCAL_STATE"])
+
+
 @pytest.fixture(scope="session")
 def machine_root(tmp_path_factory: pytest.TempPathFactory) -> MachineRoot:
     """name -> the sysfs root of that test machine (written once per session)."""

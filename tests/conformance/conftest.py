@@ -7,6 +7,7 @@ after it ended. Docker and Kubernetes adapters add themselves here when they arr
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +31,14 @@ class SchedulerUnderTest:
 
 
 def _local_leftovers(app_id: str) -> list[str]:
+    # The supervisor records the end as its last act: give it a moment to exit after that.
+    deadline = time.monotonic() + 3
+    while (found := _local_processes(app_id)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return found
+
+
+def _local_processes(app_id: str) -> list[str]:
     found = {pid for pid in marked_processes(app_id)}
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():

@@ -97,8 +97,10 @@ def test_main_job_four_ranks_bound_as_torchx_topo_says() -> None:
     ), out[-3000:]
     assert sorted(reported) == [(0, 0), (0, 1), (1, 0), (1, 1)]
     plan = json.loads(torchx("topo", "-j", "2x2", "--json").stdout)
-    for (_, local), cpus in reported.items():
-        assert cpus == plan["ranks"][local]["cpus"]
+    for (replica, local), cpus in reported.items():
+        assert cpus == plan["replicas"][replica]["ranks"][local]["cpus"]
+    if len(os.sched_getaffinity(0)) >= 2:  # local_cwd gives each replica its own slice
+        assert set(reported[(0, 0)]).isdisjoint(reported[(1, 0)])
 
 
 def test_exclusive_job_binds_each_rank_where_torchx_topo_says(two_cpus: list[int]) -> None:

@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import os
+import pickle
 from pathlib import Path
 
 import pytest
 
-from torchx_ext.launcher.bootstrap import BOOTSTRAP_CODE, WorkerBinding, decode_plan, encode_plan
+from torchx_ext.launcher.bootstrap import (
+    BOOTSTRAP_CODE,
+    BoundCallable,
+    WorkerBinding,
+    decode_plan,
+    encode_plan,
+    run_preloaded,
+)
 from torchx_ext.launcher.cli import build_parser, prepare
 
 
@@ -20,7 +28,8 @@ def test_torchs_own_numa_binding_is_off_and_ours_is_in_the_worker_command(tmp_pa
     script = tmp_path / "train.py"
     script.write_text("")
     args = build_parser().parse_args(
-        ["--nproc_per_node", "2", "--numa_binding", "exclusive", "--omp_threads", "auto", str(script), "a$b"]
+        ["--nproc_per_node", "2", "--numa_binding", "exclusive", "--omp_threads", "auto", "--worker-start", "fresh",
+         str(script), "a$b"]
     )
     config, entrypoint, entry_args = prepare(args)
     assert config.numa_options is None  # applied once: by us, not also by torch
@@ -32,6 +41,20 @@ def test_torchs_own_numa_binding_is_off_and_ours_is_in_the_worker_command(tmp_pa
     assert len(bindings) == 2 and all(binding.cpus for binding in bindings)
     assert all(binding.omp_threads is not None for binding in bindings)
     assert "OMP_NUM_THREADS" not in os.environ  # our choice, per rank; not torchrun's global 1
+
+
+def test_preloaded_workers_are_a_bound_callable_forked_from_the_forkserver(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("")
+    args = build_parser().parse_args(["--nproc_per_node", "2", "--numa_binding", "exclusive", str(script), "a$b"])
+
+    config, entrypoint, entry_args = prepare(args)
+
+    assert config.start_method == "forkserver"
+    assert isinstance(entrypoint, BoundCallable) and entry_args == ["${local_rank}"]
+    assert len(decode_plan(entrypoint.plan)) == 2
+    fn, fn_args = pickle.loads(entrypoint.payload or b"")
+    assert fn is run_preloaded and fn_args == ("script", str(script), "a$b")  # pickled: not escaped
 
 
 def test_plan_encoding_round_trips_without_dollar_signs() -> None:

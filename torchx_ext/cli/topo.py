@@ -39,14 +39,17 @@ def describe(j: str, numa_binding: str, host_name: str | None) -> tuple[dict[str
     """The per-replica plan for a ``-j`` job on this host or on ``host_name``, as JSON and text."""
     # Imported here: the torchx CLI loads this module for every command, not only for topo.
     import logging
+    import os
     import tempfile
 
     from torchx_ext.components.dist import parse_j
     from torchx_ext.launcher.worker_binding import plan_workers
+    from torchx_ext.numa.bind import bound_thread
     from torchx_ext.numa.fake_sysfs import write_sysfs
     from torchx_ext.numa.report import format_plan, format_topology
     from torchx_ext.numa.topology import ALL_ONLINE, DEFAULT_SYSFS_ROOT, read_topology
     from torchx_ext.resources import host
+    from torchx_ext.schedulers.placement import slice_host
 
     min_nodes, max_nodes, nproc = parse_j(j)
     env: dict[str, str] | None = None  # this host: CUDA_VISIBLE_DEVICES counts, as for the launcher
@@ -63,19 +66,44 @@ def describe(j: str, numa_binding: str, host_name: str | None) -> tuple[dict[str
             # Another machine: none of this host's visible-device settings apply to it.
             root, dry_run, allowed, env = str(write_sysfs(machine, directory)), True, ALL_ONLINE, {}
         topology = read_topology(root, allowed)
+        # Replicas of a job on this host share it as local_cwd runs them: each launcher plans
+        # within its replica's slice. On a named host each replica has a machine of its own.
+        slices = slice_host(topology, max_nodes) if host_name is None and max_nodes > 1 else []
         # The table below says what the launcher's INFO lines would; its warnings still show.
         launcher_log = logging.getLogger("torchx_ext.launcher")
         level = launcher_log.level
         launcher_log.setLevel(logging.WARNING)
         try:
-            plan, _ = plan_workers(nproc, numa_binding, sysfs_root=root, dry_run=dry_run, env=env)
+            if not slices:
+                plans = [plan_workers(nproc, numa_binding, sysfs_root=root, dry_run=dry_run, env=env)[0]] * max_nodes
+            else:
+                plans = []
+                for piece in slices:
+                    piece_env = dict(os.environ)
+                    if piece.gpus and "CUDA_VISIBLE_DEVICES" not in os.environ:
+                        piece_env["CUDA_VISIBLE_DEVICES"] = piece.cuda_visible_devices
+                    with bound_thread(piece.cpus):  # what the replica's launcher sees as its CPUs
+                        plans.append(plan_workers(nproc, numa_binding, sysfs_root=root, env=piece_env)[0])
         finally:
             launcher_log.setLevel(level)
     where = host_name or "this host"
     nodes = str(max_nodes) if min_nodes == max_nodes else f"{min_nodes}:{max_nodes}"
-    header = f"{where}: {nodes} node(s) x {nproc} processes; the plan of each replica's launcher:"
-    document: dict[str, object] = {"host": where, "nnodes": nodes, "nproc_per_node": nproc, **plan.to_json()}
-    return document, "\n".join([format_topology(topology), "", header, format_plan(plan)])
+    replicas: list[dict[str, object]] = []
+    lines = [format_topology(topology), ""]
+    if slices:
+        lines.append(f"{where}: {nodes} replicas x {nproc} processes, sharing this host as on local_cwd "
+                     "(each replica's launcher plans within its slice):")
+        for piece, plan in zip(slices, plans):
+            replicas.append({"replica": piece.replica_id, "slice_cpus": sorted(piece.cpus),
+                             "slice_numa_nodes": list(piece.numa_nodes), "slice_gpus": list(piece.gpus), **plan.to_json()})
+            lines += ["", f"slice {piece.describe()}", format_plan(plan)]
+    else:
+        lines += [f"{where}: {nodes} node(s) x {nproc} processes; the plan of each replica's launcher:", format_plan(plans[0])]
+        replicas = [{"replica": replica, **plans[0].to_json()} for replica in range(max_nodes)]
+    document: dict[str, object] = {
+        "host": where, "nnodes": nodes, "nproc_per_node": nproc, **plans[0].to_json(), "replicas": replicas,
+    }
+    return document, "\n".join(lines)
 
 
 __all__ = ["CmdTopo", "describe"]
