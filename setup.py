@@ -42,13 +42,15 @@ ENTRY_POINTS = {
         "ray = torchx.schedulers.ray_scheduler:create_scheduler",
         "lsf = torchx.schedulers.lsf_scheduler:create_scheduler",
     ],
-    # Ours, plus torchx's status/describe/log/cancel with a check of the app handle first.
+    # Ours, plus torchx's status/describe/log/cancel with a check of the app handle first, and
+    # torchx's run with our input errors in one line.
     "torchx.cli.cmds": [
         "topo = torchx_ext.cli.topo:CmdTopo",
         "status = torchx_ext.cli.handles:CheckedStatus",
         "describe = torchx_ext.cli.handles:CheckedDescribe",
         "log = torchx_ext.cli.handles:CheckedLog",
         "cancel = torchx_ext.cli.handles:CheckedCancel",
+        "run = torchx_ext.cli.handles:CheckedRun",
     ],
     "console_scripts": [
         "torchx-ext-numa=torchx_ext.numa.__main__:main",

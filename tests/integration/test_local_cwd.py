@@ -176,7 +176,8 @@ def test_an_unwritable_log_dir_is_refused_before_anything_starts(tmp_path: Path,
                     "--script", str(JOBS / "cpus.py"))
 
     assert result.returncode != 0
-    assert f"cannot write the job's directory {blocker}/logs/" in result.stderr, result.stderr
+    assert f"torchx: error: cannot write the job's directory {blocker}/logs/" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
     assert "-cfg log_dir=DIR" in result.stderr
     assert not (state_dir / "jobs").exists()
 

@@ -146,3 +146,5 @@ def test_bad_component_input_is_a_clear_error_and_starts_nothing() -> None:
         assert result.returncode != 0, args
         assert message in result.stdout + result.stderr, (args, (result.stdout + result.stderr)[-1500:])
         assert "Waiting for the app to finish" not in result.stderr, args
+        if message != "NOEQUALS":  # torchx's own --env parsing, before our component runs
+            assert "Traceback" not in result.stderr and "torchx: error: " in result.stderr, result.stderr

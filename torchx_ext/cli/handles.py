@@ -1,4 +1,5 @@
-"""torchx's status, describe, log and cancel, refusing a malformed or unknown app handle clearly.
+"""torchx's status, describe, log and cancel, refusing a malformed or unknown app handle clearly;
+and torchx's run, reporting our components' and schedulers' input errors in one line.
 
 torchx 0.7.0's own commands answer a malformed handle with a traceback, ``cancel`` of an
 unknown app with silence and exit 0, and ``log`` of an unknown app by waiting forever. These
@@ -14,8 +15,11 @@ from typing import NoReturn
 from torchx.cli.cmd_cancel import CmdCancel
 from torchx.cli.cmd_describe import CmdDescribe
 from torchx.cli.cmd_log import CmdLog
+from torchx.cli.cmd_run import CmdRun
 from torchx.cli.cmd_status import CmdStatus
 from torchx.runner import get_runner
+
+from torchx_ext.errors import TorchxExtError
 
 HANDLE_FORM = "SCHEDULER://SESSION/APP_ID, e.g. local_cwd://torchx/train-abc123 (`torchx list -s SCHEDULER` shows them)"
 _HANDLE = re.compile(r"(?P<scheduler>[\w-]+)://(?P<session>[^/]*)/(?P<app_id>[^/]+)(?P<rest>/.*)?")
@@ -65,3 +69,12 @@ class CheckedLog(CmdLog):
     def run(self, args: argparse.Namespace) -> None:
         check_app_handle(args.identifier, allow_replicas=True)
         super().run(args)
+
+
+class CheckedRun(CmdRun):
+    def run(self, args: argparse.Namespace) -> None:
+        # Our errors name the bad value and the valid forms already; a traceback adds nothing.
+        try:
+            super().run(args)
+        except TorchxExtError as error:
+            _fail(str(error))
