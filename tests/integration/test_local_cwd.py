@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import datetime
+import os
 import re
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -17,8 +18,9 @@ from torchx.schedulers.api import Stream
 from torchx.specs import AppState, parse_app_handle
 
 from tests.conformance.conftest import JOBS as CONFORMANCE_JOBS
-from tests.conformance.conftest import _local_leftovers
+from tests.conformance.conftest import _local_leftovers, _local_processes
 from torchx_ext.components.dist import ddp
+from torchx_ext.errors import InvalidArgumentError
 
 JOBS = Path(__file__).parent / "jobs"
 TORCHX = [sys.executable, "-c", "import sys; from torchx.cli.main import main; sys.exit(main())"]
@@ -197,3 +199,46 @@ def test_python_entrypoint_runs_with_the_submitting_interpreter(runner: Runner, 
     monkeypatch.setenv("PATH", "/nonexistent")  # no python on PATH: only sys.executable can run it
     handle = runner.run(ddp(script=str(JOBS / "cpus.py"), j="1x1"), "local_cwd")
     assert wait(runner, handle) == AppState.SUCCEEDED
+
+
+def test_a_killed_supervisor_fails_the_job_and_nothing_runs_on(runner: Runner) -> None:
+    handle = runner.run(ddp(script=str(CONFORMANCE_JOBS / "sleeper.py"), j="1x2"), "local_cwd")
+    wait_for_line(runner, handle, "sleeper", 0, "running rank 1")
+    app = parse_app_handle(handle).app_id
+    supervisors = [line for line in _local_processes(app) if "torchx_ext.schedulers.supervisor" in line]
+    assert len(supervisors) == 1, supervisors
+    os.kill(int(supervisors[0].split()[1].rstrip(":")), signal.SIGKILL)
+
+    orphaned = runner.status(handle)
+
+    assert orphaned is not None and orphaned.state == AppState.FAILED
+    assert "supervisor ended without recording an end" in orphaned.msg
+    assert _local_leftovers(app) == []
+
+
+def test_a_replica_whose_slice_this_host_lacks_fails_the_job_and_nothing_runs_on(
+    runner: Runner, machine_root: Callable[[str], Path], two_cpus: list[int]
+) -> None:
+    # Planned for a DGX: replica 1's slice (CPUs 56-111,168-223) does not exist here.
+    cfg = {"sysfs_root": str(machine_root("dgx-h100"))}
+    handle = runner.run(ddp(script=str(CONFORMANCE_JOBS / "sleeper.py"), j="2x1"), "local_cwd", cfg=cfg)
+
+    assert wait(runner, handle) == AppState.FAILED
+    status = runner.status(handle)
+    assert status is not None and "replica sleeper/1 could not start" in status.msg, status.msg
+    assert "56-111,168-223" in status.msg
+    assert _local_leftovers(parse_app_handle(handle).app_id) == []
+
+
+def test_an_app_name_unfit_for_an_id_is_made_fit(runner: Runner) -> None:
+    handle = runner.run(ddp(script=str(JOBS / "cpus.py"), j="1x1", name="exp/_my run!"), "local_cwd")
+
+    assert parse_app_handle(handle).app_id.startswith("my-run-")
+    assert wait(runner, handle) == AppState.SUCCEEDED
+
+
+def test_a_malformed_log_regex_is_refused_naming_it(runner: Runner) -> None:
+    handle = runner.run(ddp(script=str(JOBS / "cpus.py"), j="1x1"), "local_cwd")
+    with pytest.raises(InvalidArgumentError, match=r"invalid log regex '\(unclosed'"):
+        runner.log_lines(handle, "cpus", 0, regex="(unclosed")
+    wait(runner, handle)

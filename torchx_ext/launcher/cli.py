@@ -214,8 +214,11 @@ def prepare(args: argparse.Namespace) -> tuple[Any, Callable[..., Any] | str, li
         return config, sys.executable, ["-c", BOOTSTRAP_CODE, plan, "${local_rank}", "exec", target, *script_args]
     kind = "module" if args.module else "script"
     if uses_preloaded_workers(args):
+        import multiprocessing.forkserver as forkserver
+
         # Arguments travel pickled, past torchelastic's ${local_rank} substitution: unescaped.
         config.start_method = "forkserver"
+        forkserver.set_forkserver_preload(list(PRELOAD_MODULES))  # if not started early, torch starts it
         bound = BoundCallable(plan, run_preloaded, (kind, args.training_script, *args.training_script_args), pickled=True)
         return config, bound, ["${local_rank}"]
     python = os.getenv("PYTHON_EXEC", sys.executable)

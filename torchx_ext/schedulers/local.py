@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -32,7 +33,7 @@ from torchx_ext.schedulers.local_jobs import (
     JobState,
     find_job,
     marked_processes,
-    process_start_ticks,
+    SupervisorRecord,
     register,
     registered_jobs,
     state_root,
@@ -80,7 +81,7 @@ class LocalScheduler(Scheduler[LocalOpts]):
         pass  # local replicas need no resource request
 
     def _submit_dryrun(self, app: AppDef, cfg: LocalOpts) -> AppDryRunInfo[Any]:
-        app_id = make_unique(app.name)
+        app_id = make_unique(_id_safe(app.name))
         log_dir = Path(cfg.get("log_dir") or state_root() / "logs")
         grace = cfg.get("cancel_grace")
         if grace is None or grace < 0:
@@ -113,11 +114,13 @@ class LocalScheduler(Scheduler[LocalOpts]):
                 "give a writable directory with -cfg log_dir=DIR"
             ) from None
         with open(job.supervisor_log, "ab") as log:
+            # Started in the job directory: `-m` puts the cwd first on sys.path, and the
+            # user's directory may hold modules named like the standard library's.
             process = subprocess.Popen(
                 [sys.executable, "-m", "torchx_ext.schedulers.supervisor", str(job.path)],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, cwd=job.path,
             )
-        job.supervisor.write_text(f"{process.pid} {process_start_ticks(process.pid) or 0}")
+        job.supervisor.write_text(str(SupervisorRecord.of(process.pid)))
         self._submitted.append(request.app_id)
         return str(request.app_id)
 
@@ -181,6 +184,11 @@ class LocalScheduler(Scheduler[LocalOpts]):
         if replica is None:
             known = ", ".join(f"{role}/{index}" for role, index in replicas)
             raise InvalidArgumentError(f"app {app_id} has no replica {role_name}/{k}: it has {known}")
+        if regex is not None:
+            try:
+                re.compile(regex)
+            except re.error as error:
+                raise InvalidArgumentError(f"invalid log regex {regex!r}: {error}") from None
         if streams not in STREAM_FILES:
             raise InvalidArgumentError(f"unknown stream {streams!r}: valid values are stdout, stderr, combined")
         return read_lines(
@@ -194,23 +202,29 @@ class LocalScheduler(Scheduler[LocalOpts]):
 
     def _cancel_existing(self, app_id: str) -> None:
         job = find_job(app_id)
-        if job is None or _current_state(job).state in TERMINAL:
+        if job is None or job.read_state().state in TERMINAL:
             return
+        record = job.supervisor_record()
+        if record is not None and not record.on_this_host():
+            raise InvalidArgumentError(f"local_cwd app {app_id} runs on host {record.host}: cancel it there")
         job.cancel.write_text(str(time.time()))
-        request = job.read_request()
-        process = job.supervisor_process()
-        if process is not None and job.supervisor_alive():
-            try:
-                os.kill(process[0], signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            deadline = time.monotonic() + request.cancel_grace_s + CANCEL_MARGIN_S
-            while time.monotonic() < deadline and job.supervisor_alive() and job.read_state().state not in TERMINAL:
+        grace = job.read_request().cancel_grace_s
+        if record is not None and job.supervisor_alive():
+            _signal(record.pid, signal.SIGTERM)
+            # The supervisor may need two grace periods (replicas, then what they left) and a
+            # little more; past that it is stuck, and it is stopped so that one writer remains.
+            deadline = time.monotonic() + 2 * grace + CANCEL_MARGIN_S
+            while job.supervisor_alive() and job.read_state().state not in TERMINAL:
+                if time.monotonic() > deadline:
+                    _signal(record.pid, signal.SIGKILL)
+                    break
                 time.sleep(0.05)
+            while job.supervisor_alive() and job.read_state().state not in TERMINAL:
+                time.sleep(0.05)  # SIGKILLed: gone in a moment
         if job.read_state().state in TERMINAL:
             return
         # The supervisor is gone (killed, or the host rebooted under it): stop what it left.
-        stop_processes(lambda: marked_processes(app_id), request.cancel_grace_s)
+        stop_processes(lambda: marked_processes(app_id), grace)
         state = job.read_state()
         state.state, state.ended_at, state.msg = "CANCELLED", time.time(), "cancelled by request (its supervisor was gone)"
         job.write_state(state)
@@ -234,13 +248,32 @@ def _current_state(job: JobDir) -> JobState:
     state = job.read_state()
     if state.state in TERMINAL or job.supervisor_alive():
         return state
-    if job.supervisor_process() is None:
+    if job.supervisor_record() is None:
         return state  # being submitted this very moment
     state = job.read_state()  # it may have finished between the two reads above
-    if state.state not in TERMINAL:
-        state.state = "FAILED"
-        state.msg = f"the job's supervisor ended without recording an end (see {job.supervisor_log})"
+    if state.state in TERMINAL:
+        return state
+    # The supervisor died (killed, out of memory) without ending the job. Nobody captures the
+    # replicas' output or restarts them any more, and torchx will not cancel a job it is told
+    # has failed: whoever notices first stops what is left and records the end.
+    stop_processes(lambda: marked_processes(state.app_id), 0)
+    state.state, state.ended_at = "FAILED", time.time()
+    state.msg = f"the job's supervisor ended without recording an end (see {job.supervisor_log}); its processes were stopped"
+    job.write_state(state)
     return state
+
+
+def _signal(pid: int, sig: signal.Signals) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _id_safe(name: str) -> str:
+    # App ids become file and directory names and must match APP_ID_PATTERN.
+    cleaned = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).lstrip("._-")[:100]
+    return cleaned or "app"
 
 
 def _replica_state(state: str | None, app_state: str) -> AppState:

@@ -2,8 +2,8 @@
 
 Everything a later ``torchx status/log/cancel/list`` needs lives in the job's directory
 (``{log_dir}/{app_id}``): ``request.json`` (what to run), ``state.json`` (written only by the
-job's supervisor, atomically), ``supervisor`` (its pid and start time) and ``cancel`` (a
-request to stop). A registry directory maps app ids to job directories, so a job whose
+job's supervisor, atomically), ``supervisor`` (its pid, start time, host and boot) and
+``cancel`` (a request to stop). A registry directory maps app ids to job directories, so a job whose
 ``log_dir`` was chosen by the user is still found from a new shell.
 
 Standard library only: the supervisor imports this module and should start fast.
@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -23,6 +24,7 @@ STATE_ROOT_ENV = "TORCHX_EXT_LOCAL_STATE"
 # Every process of a job carries this variable (children inherit it), which is how cancel
 # finds workers that left their replica's process group.
 JOB_MARKER_ENV = "TORCHX_EXT_LOCAL_JOB"
+REPLICA_MARKER_ENV = "TORCHX_EXT_LOCAL_REPLICA"  # role/replica_id
 STREAMS = ("stdout", "stderr", "combined")
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
 # torchx's make_unique gives "<name>-<random>": no separators, nothing that walks a path.
@@ -152,17 +154,49 @@ class JobDir:
     def write_state(self, state: JobState) -> None:
         write_atomically(self.state, state.to_json())
 
-    def supervisor_process(self) -> tuple[int, int] | None:
-        """The supervisor's pid and start time (clock ticks since boot), if it was started."""
+    def supervisor_record(self) -> SupervisorRecord | None:
+        """Who supervises the job, if it was started."""
         try:
-            pid, ticks = self.supervisor.read_text().split()
-            return int(pid), int(ticks)
+            pid, ticks, host, boot = self.supervisor.read_text().split()
+            return SupervisorRecord(int(pid), int(ticks), host, boot)
         except (OSError, ValueError):
             return None
 
     def supervisor_alive(self) -> bool:
-        process = self.supervisor_process()
-        return process is not None and process_start_ticks(process[0]) == process[1]
+        """Whether the supervisor runs. A job on another host (a shared home directory) counts
+        as alive: nothing here can tell, and nothing here may act on its processes."""
+        record = self.supervisor_record()
+        if record is None:
+            return False
+        if not record.on_this_host():
+            return True
+        return record.boot_id == boot_id() and process_start_ticks(record.pid) == record.ticks
+
+
+@dataclass(frozen=True)
+class SupervisorRecord:
+    pid: int
+    ticks: int
+    """The process's start time in clock ticks since boot: tells it from a later one with its pid."""
+    host: str
+    boot_id: str
+
+    @staticmethod
+    def of(pid: int) -> "SupervisorRecord":
+        return SupervisorRecord(pid, process_start_ticks(pid) or 0, socket.gethostname(), boot_id())
+
+    def on_this_host(self) -> bool:
+        return self.host == socket.gethostname()
+
+    def __str__(self) -> str:
+        return f"{self.pid} {self.ticks} {self.host} {self.boot_id}"
+
+
+def boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return "unknown"
 
 
 def state_root() -> Path:
@@ -228,9 +262,11 @@ def process_start_ticks(pid: int) -> int | None:
     return int(fields[19])
 
 
-def marked_processes(app_id: str) -> list[int]:
-    """Live processes whose environment marks them as part of job ``app_id``."""
+def marked_processes(app_id: str, replica: str | None = None) -> list[int]:
+    """Live processes whose environment marks them as part of job ``app_id`` (and of its
+    replica ``role/replica_id``, when given)."""
     marker = f"{JOB_MARKER_ENV}={app_id}".encode()
+    replica_marker = None if replica is None else f"{REPLICA_MARKER_ENV}={replica}".encode()
     found = []
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
@@ -240,6 +276,9 @@ def marked_processes(app_id: str) -> list[int]:
                 environ = file.read()
         except OSError:
             continue  # gone, or another user's
-        if marker in environ.split(b"\0") and process_start_ticks(int(entry.name)) is not None:
+        variables = environ.split(b"\0")
+        if marker not in variables or (replica_marker is not None and replica_marker not in variables):
+            continue
+        if process_start_ticks(int(entry.name)) is not None:
             found.append(int(entry.name))
     return found

@@ -18,7 +18,13 @@ from torchx_ext.errors import InvalidArgumentError
 from torchx_ext.numa.cpulist import format_cpulist
 from torchx_ext.numa.topology import Topology
 from torchx_ext.options import RDZV_PORT_ENV
-from torchx_ext.schedulers.local_jobs import JOB_MARKER_ENV, LocalJobRequest, ReplicaRequest, RoleRequest
+from torchx_ext.schedulers.local_jobs import (
+    JOB_MARKER_ENV,
+    REPLICA_MARKER_ENV,
+    LocalJobRequest,
+    ReplicaRequest,
+    RoleRequest,
+)
 from torchx_ext.schedulers.placement import slice_host
 
 RANK0_HOST_ENV = "TORCHX_RANK0_HOST"
@@ -63,6 +69,7 @@ def build_request(
                 "PET_LOG_DIR": os.path.join(app_dir, "torchelastic", role.name),
                 **resolved.env,
                 JOB_MARKER_ENV: app_id,
+                REPLICA_MARKER_ENV: f"{role.name}/{replica_id}",
             }
             cpus = None
             if slices:

@@ -26,6 +26,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
+from torchx_ext.errors import TorchxExtError
 from torchx_ext.numa.bind import bound_thread
 from torchx_ext.schedulers.local_jobs import (
     JobDir,
@@ -40,6 +41,7 @@ from torchx_ext.schedulers.local_logs import ReplicaLogWriter
 _PR_SET_CHILD_SUBREAPER = 36
 _POLL_S = 0.5
 _STDERR_TAIL_LINES = 5
+_STDERR_TAIL_BYTES = 1 << 16
 
 
 @dataclass
@@ -71,6 +73,23 @@ class Supervisor:
     def run(self) -> None:
         _become_subreaper()
         self._watch_signals()
+        if self.job.cancel.exists():  # cancelled while it was being submitted: start nothing
+            self.state.state, self.state.msg, self.state.ended_at = "CANCELLED", "cancelled before it started", time.time()
+            self._save()
+            return
+        try:
+            self._supervise()
+        except BaseException as error:
+            # Whatever broke here, the job must not run on unsupervised.
+            _log(f"supervisor failed: {error!r}; stopping the job")
+            self._kill_all(signal.SIGKILL)
+            stop_processes(lambda: marked_processes(self.request.app_id), 0, self._reap)
+            self.state.state, self.state.ended_at = "FAILED", time.time()
+            self.state.msg = f"local_cwd's supervisor failed ({error!r}); see {self.job.supervisor_log}"
+            self._save()
+            raise
+
+    def _supervise(self) -> None:
         for role in self.request.roles:
             for request in role.replicas:
                 replica = _Replica(request, ReplicaState(request.role, request.replica_id), role.max_retries,
@@ -78,7 +97,10 @@ class Supervisor:
                 self.replicas.append(replica)
                 self.state.replicas.append(replica.state)
         for replica in self.replicas:
-            self._start(replica)
+            if self.ending is None:
+                self._start(replica)
+            else:  # an earlier replica could not start: the job is over
+                replica.state.state = "CANCELLED"
         self._save()
         while self._running() or self.pipes:
             self._wait_for_events()
@@ -101,16 +123,19 @@ class Supervisor:
     def _start(self, replica: _Replica) -> None:
         request = replica.request
         Path(request.log_dir, "error.json").unlink(missing_ok=True)  # a root cause of an earlier attempt
-        out_read, out_write = os.pipe()
-        err_read, err_write = os.pipe()
+        descriptors: list[int] = []
         try:
+            out_read, out_write = os.pipe()
+            descriptors += [out_read, out_write]
+            err_read, err_write = os.pipe()
+            descriptors += [err_read, err_write]
             with bound_thread(request.cpus) if request.cpus is not None else nullcontext():
                 process = subprocess.Popen(
                     request.argv, cwd=request.cwd, env={**os.environ, **request.env}, stdin=subprocess.DEVNULL,
                     stdout=out_write, stderr=err_write, start_new_session=True,
                 )
-        except (OSError, ValueError) as error:
-            for descriptor in (out_read, out_write, err_read, err_write):
+        except (OSError, ValueError, TorchxExtError) as error:
+            for descriptor in descriptors:
                 os.close(descriptor)
             replica.state.state, replica.state.exit_code = "FAILED", None
             replica.state.error = f"could not start {request.argv[0]!r} in {request.cwd}: {error}"
@@ -133,11 +158,15 @@ class Supervisor:
             else:
                 self._pump(key.fd)
 
-    def _pump(self, descriptor: int) -> None:
+    def _pump(self, descriptor: int, drain: bool = False) -> None:
         replica, stream = self.pipes[descriptor]
         try:
             data = os.read(descriptor, 1 << 16)
         except BlockingIOError:
+            if drain:  # nothing more will come: done with this pipe
+                self.selector.unregister(descriptor)
+                os.close(descriptor)
+                del self.pipes[descriptor]
             return
         if data:
             replica.logs.write(stream, data)
@@ -169,6 +198,10 @@ class Supervisor:
         elif replica.state.restarts < replica.max_retries and self.ending is None:
             replica.state.restarts += 1
             _log(f"{_name(replica)} exited with code {code}: restart {replica.state.restarts} of {replica.max_retries}")
+            # Workers of the failed attempt may outlive their launcher (they have sessions of
+            # their own): they must not compete with the new attempt.
+            for pid in marked_processes(self.request.app_id, _name(replica)):
+                _signal(pid, signal.SIGKILL)
             self._start(replica)
         else:
             replica.state.state = "FAILED"
@@ -200,20 +233,38 @@ class Supervisor:
     def _finish_leftovers(self) -> None:
         # Every replica has exited; what is still marked as the job's (a worker in its own
         # session, a daemon a script started) is stopped too, and then the pipes they held close.
-        leftovers = marked_processes(self.request.app_id)
-        if leftovers:
-            _log(f"stopping processes the job left behind: {leftovers}")
-            stop_processes(lambda: marked_processes(self.request.app_id), self.request.cancel_grace_s, self._reap)
+        if marked_processes(self.request.app_id):
+            _log("stopping processes the job left behind")
+            stop_processes(lambda: marked_processes(self.request.app_id), self.request.cancel_grace_s, self._reap_and_pump)
         deadline = time.monotonic() + 2.0
-        for descriptor in list(self.pipes):
-            while descriptor in self.pipes:
-                self._pump(descriptor)
-                quiet = not marked_processes(self.request.app_id) or time.monotonic() > deadline
-                if descriptor in self.pipes and quiet:
-                    # Nobody of the job can write any more: whatever is left was read above.
-                    self.selector.unregister(descriptor)
-                    os.close(descriptor)
-                    del self.pipes[descriptor]
+        while self.pipes:
+            self._pump_ready(timeout=0.05)
+            if time.monotonic() > deadline or not marked_processes(self.request.app_id):
+                self._pump_ready(timeout=0)
+                for descriptor in list(self.pipes):  # nobody of the job can write any more
+                    self._close_pipe(descriptor)
+
+    def _reap_and_pump(self) -> None:
+        self._reap()
+        self._pump_ready(timeout=0)
+
+    def _pump_ready(self, timeout: float) -> None:
+        for key, _ in self.selector.select(timeout=timeout):
+            if key.fd in self.pipes:
+                self._pump(key.fd)
+            elif key.fd == self.wakeup:
+                _drain(self.wakeup)
+
+    def _close_pipe(self, descriptor: int) -> None:
+        while descriptor in self.pipes:
+            try:
+                self._pump(descriptor, drain=True)
+            except OSError:
+                break
+        if descriptor in self.pipes:
+            self.selector.unregister(descriptor)
+            os.close(descriptor)
+            del self.pipes[descriptor]
 
     def _running(self) -> bool:
         return bool(self.by_pid)
@@ -266,7 +317,9 @@ def _root_cause(request: ReplicaRequest) -> str:
     except (OSError, ValueError, KeyError, TypeError):
         pass
     try:
-        lines = request.log_path("stderr").read_text(errors="replace").splitlines()
+        with open(request.log_path("stderr"), "rb") as file:
+            file.seek(max(0, file.seek(0, os.SEEK_END) - _STDERR_TAIL_BYTES))
+            lines = file.read().decode(errors="replace").splitlines()
     except OSError:
         return "no error output"
     tail = [line for line in lines if line.strip()][-_STDERR_TAIL_LINES:]
