@@ -21,6 +21,7 @@ from tests.conformance.conftest import JOBS as CONFORMANCE_JOBS
 from tests.conformance.conftest import _local_leftovers, _local_processes
 from torchx_ext.components.dist import ddp
 from torchx_ext.errors import InvalidArgumentError
+from torchx_ext.schedulers.local_jobs import process_start_ticks
 
 JOBS = Path(__file__).parent / "jobs"
 TORCHX = [sys.executable, "-c", "import sys; from torchx.cli.main import main; sys.exit(main())"]
@@ -207,7 +208,11 @@ def test_a_killed_supervisor_fails_the_job_and_nothing_runs_on(runner: Runner) -
     app = parse_app_handle(handle).app_id
     supervisors = [line for line in _local_processes(app) if "torchx_ext.schedulers.supervisor" in line]
     assert len(supervisors) == 1, supervisors
-    os.kill(int(supervisors[0].split()[1].rstrip(":")), signal.SIGKILL)
+    supervisor = int(supervisors[0].split()[1].rstrip(":"))
+    os.kill(supervisor, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while process_start_ticks(supervisor) is not None and time.monotonic() < deadline:
+        time.sleep(0.02)  # the signal is delivered asynchronously
 
     orphaned = runner.status(handle)
 
