@@ -14,7 +14,6 @@ import os
 import re
 import signal
 import socket
-import subprocess
 import sys
 import time
 from collections.abc import Iterable
@@ -36,11 +35,11 @@ from torchx_ext.schedulers.local_jobs import (
     SupervisorRecord,
     register,
     registered_jobs,
+    signal_process,
+    stop_processes,
     state_root,
 )
-from torchx_ext.schedulers.local_logs import read_lines
 from torchx_ext.schedulers.local_request import build_request, describe_request, role_from_spec
-from torchx_ext.schedulers.supervisor import stop_processes
 
 STREAM_FILES = {None: "combined", Stream.COMBINED: "combined", Stream.STDOUT: "stdout", Stream.STDERR: "stderr"}
 # After its grace period the supervisor SIGKILLs; give it that long and a little more.
@@ -113,6 +112,8 @@ class LocalScheduler(Scheduler[LocalOpts]):
                 f"cannot write the job's directory {job.path} ({error.strerror or error}): "
                 "give a writable directory with -cfg log_dir=DIR"
             ) from None
+        import subprocess  # here: a dry run (and every other command) does without it
+
         with open(job.supervisor_log, "ab") as log:
             # Started in the job directory: `-m` puts the cwd first on sys.path, and the
             # user's directory may hold modules named like the standard library's.
@@ -191,6 +192,8 @@ class LocalScheduler(Scheduler[LocalOpts]):
                 raise InvalidArgumentError(f"invalid log regex {regex!r}: {error}") from None
         if streams not in STREAM_FILES:
             raise InvalidArgumentError(f"unknown stream {streams!r}: valid values are stdout, stderr, combined")
+        from torchx_ext.schedulers.local_logs import read_lines  # only `torchx log` needs it
+
         return read_lines(
             replica.log_path(STREAM_FILES[streams]),
             since=since.timestamp() if since else None,
@@ -210,13 +213,13 @@ class LocalScheduler(Scheduler[LocalOpts]):
         job.cancel.write_text(str(time.time()))
         grace = job.read_request().cancel_grace_s
         if record is not None and job.supervisor_alive():
-            _signal(record.pid, signal.SIGTERM)
+            signal_process(record.pid, signal.SIGTERM)
             # The supervisor may need two grace periods (replicas, then what they left) and a
             # little more; past that it is stuck, and it is stopped so that one writer remains.
             deadline = time.monotonic() + 2 * grace + CANCEL_MARGIN_S
             while job.supervisor_alive() and job.read_state().state not in TERMINAL:
                 if time.monotonic() > deadline:
-                    _signal(record.pid, signal.SIGKILL)
+                    signal_process(record.pid, signal.SIGKILL)
                     break
                 time.sleep(0.05)
             while job.supervisor_alive() and job.read_state().state not in TERMINAL:
@@ -261,13 +264,6 @@ def _current_state(job: JobDir) -> JobState:
     state.msg = f"the job's supervisor ended without recording an end (see {job.supervisor_log}); its processes were stopped"
     job.write_state(state)
     return state
-
-
-def _signal(pid: int, sig: signal.Signals) -> None:
-    try:
-        os.kill(pid, sig)
-    except ProcessLookupError:
-        pass
 
 
 def _id_safe(name: str) -> str:

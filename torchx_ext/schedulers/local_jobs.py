@@ -14,8 +14,9 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
-import tempfile
+import signal
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -121,9 +122,10 @@ class JobState:
         return JobState(**data)
 
 
-@dataclass(frozen=True)
 class JobDir:
-    path: Path
+    # A plain class, like SupervisorRecord: each dataclass costs every torchx CLI call ~1 ms.
+    def __init__(self, path: Path) -> None:
+        self.path = path
 
     @property
     def request(self) -> Path:
@@ -173,20 +175,20 @@ class JobDir:
         return record.boot_id == boot_id() and process_start_ticks(record.pid) == record.ticks
 
 
-@dataclass(frozen=True)
 class SupervisorRecord:
-    pid: int
-    ticks: int
-    """The process's start time in clock ticks since boot: tells it from a later one with its pid."""
-    host: str
-    boot_id: str
+    def __init__(self, pid: int, ticks: int, host: str, boot_id: str) -> None:
+        self.pid = pid
+        self.ticks = ticks
+        """The process's start time in clock ticks since boot: tells it from a later one with its pid."""
+        self.host = host
+        self.boot_id = boot_id
 
     @staticmethod
     def of(pid: int) -> "SupervisorRecord":
-        return SupervisorRecord(pid, process_start_ticks(pid) or 0, socket.gethostname(), boot_id())
+        return SupervisorRecord(pid, process_start_ticks(pid) or 0, os.uname().nodename, boot_id())
 
     def on_this_host(self) -> bool:
-        return self.host == socket.gethostname()
+        return self.host == os.uname().nodename
 
     def __str__(self) -> str:
         return f"{self.pid} {self.ticks} {self.host} {self.boot_id}"
@@ -239,13 +241,13 @@ def registered_jobs() -> list[str]:
 
 def write_atomically(path: Path, text: str) -> None:
     # Readers in other processes see the old content or the new, never half of it.
-    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{time.monotonic_ns()}")
     try:
-        with os.fdopen(descriptor, "w") as file:
+        with open(temporary, "x") as file:
             file.write(text)
         os.replace(temporary, path)
     except BaseException:
-        Path(temporary).unlink(missing_ok=True)
+        temporary.unlink(missing_ok=True)
         raise
 
 
@@ -282,3 +284,29 @@ def marked_processes(app_id: str, replica: str | None = None) -> list[int]:
         if process_start_ticks(int(entry.name)) is not None:
             found.append(int(entry.name))
     return found
+
+
+def stop_processes(find: Callable[[], Iterable[int]], grace_s: float, reap: Callable[[], None] = lambda: None) -> None:
+    """SIGTERM what ``find`` returns, SIGKILL whatever is still there after ``grace_s``."""
+    for pid in find():
+        signal_process(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        reap()
+        if not list(find()):
+            return
+        time.sleep(0.05)
+    for pid in find():
+        signal_process(pid, signal.SIGKILL)
+    for _ in range(100):
+        reap()
+        if not list(find()):
+            return
+        time.sleep(0.05)
+
+
+def signal_process(pid: int, sig: signal.Signals) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

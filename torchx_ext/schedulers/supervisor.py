@@ -21,7 +21,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +34,8 @@ from torchx_ext.schedulers.local_jobs import (
     ReplicaRequest,
     ReplicaState,
     marked_processes,
+    signal_process as _signal,
+    stop_processes,
 )
 from torchx_ext.schedulers.local_logs import ReplicaLogWriter
 
@@ -288,25 +289,6 @@ class Supervisor:
             signal.signal(sig, on_stop)
 
 
-def stop_processes(find: Callable[[], Iterable[int]], grace_s: float, reap: Callable[[], None] = lambda: None) -> None:
-    """SIGTERM what ``find`` returns, SIGKILL whatever is still there after ``grace_s``."""
-    for pid in find():
-        _signal(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        reap()
-        if not list(find()):
-            return
-        time.sleep(0.05)
-    for pid in find():
-        _signal(pid, signal.SIGKILL)
-    for _ in range(100):
-        reap()
-        if not list(find()):
-            return
-        time.sleep(0.05)
-
-
 def _root_cause(request: ReplicaRequest) -> str:
     """The launcher's error file (torchelastic's format) if it wrote one, else stderr's last lines."""
     try:
@@ -333,13 +315,6 @@ def _name(replica: _Replica) -> str:
 def _signal_group(pid: int, sig: signal.Signals) -> None:
     try:
         os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _signal(pid: int, sig: signal.Signals) -> None:
-    try:
-        os.kill(pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
 
