@@ -86,6 +86,9 @@ def test_a_rank_that_exits_7_fails_the_job_within_30_s_naming_replica_and_code(
     assert "exit_code/1" in status.msg and "7" in status.msg, status.msg
     failed = [replica for role in status.roles for replica in role.replicas if replica.state == AppState.FAILED]
     assert [replica.id for replica in failed] == [1]
+    # What `torchx run` and `torchx status` print for it (torchx parses the error reports).
+    assert "rank 3 (local rank 1) exited with code 7" in repr(status)
+    assert "rank 3 (local rank 1) exited with code 7" in status.format()
     assert not scheduler.leftovers(app_id(handle))
 
 

@@ -266,7 +266,11 @@ def _write_exit_report(rank: int, local_rank: int, exitcode: int, signal_name: s
     if not path or os.path.exists(path):
         return
     how = f"was killed by {signal_name}" if exitcode < 0 else f"exited with code {exitcode}"
-    message = {"message": f"rank {rank} (local rank {local_rank}) {how}", "extraInfo": {"timestamp": str(int(time.time()))}}
+    message = {
+        "message": f"rank {rank} (local rank {local_rank}) {how}",
+        "extraInfo": {"timestamp": str(int(time.time()))},
+        "errorCode": exitcode,
+    }
     try:
         with open(path, "w") as file:
             json.dump({"message": message}, file)

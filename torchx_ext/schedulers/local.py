@@ -10,6 +10,7 @@ same from the submitting CLI and from a new shell, while the job runs and after 
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import re
 import signal
@@ -22,7 +23,7 @@ from typing import Any, Optional, TypedDict
 
 from torchx.schedulers.api import DescribeAppResponse, ListAppResponse, Scheduler, Stream
 from torchx.schedulers.ids import make_unique
-from torchx.specs import AppDef, AppDryRunInfo, AppState, ReplicaStatus, RoleStatus, runopts
+from torchx.specs import NONE, AppDef, AppDryRunInfo, AppState, ReplicaStatus, RoleStatus, runopts
 
 from torchx_ext.errors import InvalidArgumentError
 from torchx_ext.numa.topology import ALL_ONLINE, DEFAULT_SYSFS_ROOT, read_topology
@@ -30,6 +31,7 @@ from torchx_ext.schedulers.local_jobs import (
     TERMINAL,
     JobDir,
     JobState,
+    ReplicaState,
     find_job,
     marked_processes,
     SupervisorRecord,
@@ -131,7 +133,11 @@ class LocalScheduler(Scheduler[LocalOpts]):
             return None
         state = _current_state(job)
         request = job.read_request()
-        errors = {(replica.role, replica.replica_id): replica.error for replica in state.replicas}
+        errors = {
+            (replica.role, replica.replica_id): _error_report(replica, state.ended_at)
+            for replica in state.replicas
+            if replica.state == "FAILED"
+        }
         states = {(replica.role, replica.replica_id): replica.state for replica in state.replicas}
         response = DescribeAppResponse(
             app_id=app_id,
@@ -148,14 +154,14 @@ class LocalScheduler(Scheduler[LocalOpts]):
                     state=_replica_state(states.get((role.name, replica.replica_id)), state.state),
                     role=role.name,
                     hostname="localhost",
-                    structured_error_msg=errors.get((role.name, replica.replica_id)) or "<NONE>",
+                    structured_error_msg=errors.get((role.name, replica.replica_id), NONE),
                 )
                 for replica in role.replicas
             ]
             response.roles_statuses.append(RoleStatus(role.name, replicas))
         failed = next((replica for replica in state.replicas if replica.state == "FAILED"), None)
         if failed is not None:
-            response.structured_error_msg = failed.error
+            response.structured_error_msg = errors[(failed.role, failed.replica_id)]
         return response
 
     def list(self) -> list[ListAppResponse]:
@@ -264,6 +270,17 @@ def _current_state(job: JobDir) -> JobState:
     state.msg = f"the job's supervisor ended without recording an end (see {job.supervisor_log}); its processes were stopped"
     job.write_state(state)
     return state
+
+
+def _error_report(replica: ReplicaState, ended_at: float | None) -> str:
+    # torchx parses these as torchelastic error files (its status formatting needs the message,
+    # a timestamp and an error code), so the root cause is given in that shape.
+    message = {
+        "message": replica.error,
+        "extraInfo": {"timestamp": str(int(ended_at or time.time()))},
+        "errorCode": replica.exit_code,
+    }
+    return json.dumps({"message": message})
 
 
 def _id_safe(name: str) -> str:
