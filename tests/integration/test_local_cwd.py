@@ -87,10 +87,17 @@ def test_a_job_outlives_its_killed_cli_and_is_cancelled_from_new_processes(state
 
 
 def test_ctrl_c_on_the_cli_ends_its_job(runner: Runner) -> None:
-    # torchx run's runner is closed on KeyboardInterrupt; closing cancels the jobs it started.
-    with get_runner() as own:
-        handle = own.run(ddp(script=str(CONFORMANCE_JOBS / "sleeper.py"), j="1x1"), "local_cwd")
-        wait_for_line(own, handle, "sleeper", 0, "running rank 0")
+    cli = subprocess.Popen(
+        [*TORCHX, "run", "-s", "local_cwd", "dist.ddp", "-j", "2x1", "--script", str(CONFORMANCE_JOBS / "sleeper.py")],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )
+    assert cli.stdout is not None
+    handle = cli.stdout.readline().strip()
+    wait_for_line(runner, handle, "sleeper", 1, "running rank 1")
+
+    cli.send_signal(signal.SIGINT)  # what Ctrl+C in its terminal sends
+    cli.wait(timeout=60)
+
     assert wait(runner, handle, timeout_s=5) == AppState.CANCELLED
     assert _local_leftovers(parse_app_handle(handle).app_id) == []
 
