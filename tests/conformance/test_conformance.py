@@ -12,6 +12,7 @@ from torchx.runner import Runner
 from torchx.specs import AppDef, AppState, parse_app_handle
 
 from tests.conformance.conftest import JOBS, SchedulerUnderTest
+from tests.conformance.jobs_api import wait, wait_for_line
 from torchx_ext.components.dist import ddp
 
 LINES_PER_RANK = 100_000
@@ -20,26 +21,6 @@ LINES_PER_RANK = 100_000
 def submit(runner: Runner, scheduler: SchedulerUnderTest, app: AppDef) -> str:
     handle: str = runner.run(app, scheduler.name, cfg=scheduler.cfg)
     return handle
-
-
-def wait(runner: Runner, handle: str, timeout_s: float = 120) -> AppState:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        status = runner.status(handle)
-        assert status is not None, f"{handle} vanished"
-        if status.is_terminal():
-            return status.state
-        time.sleep(0.2)
-    raise AssertionError(f"{handle} still {runner.status(handle)} after {timeout_s} s")
-
-
-def wait_for_line(runner: Runner, handle: str, role: str, replica: int, pattern: str, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if any(re.search(pattern, line) for line in runner.log_lines(handle, role, replica)):
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"no line matching {pattern!r} from {role}/{replica} within {timeout_s} s")
 
 
 def app_id(handle: str) -> str:

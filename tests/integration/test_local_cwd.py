@@ -19,6 +19,7 @@ from torchx.specs import AppState, parse_app_handle
 
 from tests.conformance.conftest import JOBS as CONFORMANCE_JOBS
 from tests.conformance.conftest import _local_leftovers, _local_processes
+from tests.conformance.jobs_api import wait, wait_for_line
 from torchx_ext.components.dist import ddp
 from torchx_ext.errors import InvalidArgumentError
 from torchx_ext.schedulers.local_jobs import process_start_ticks
@@ -43,34 +44,20 @@ def torchx(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]
     return subprocess.run([*TORCHX, *args], capture_output=True, text=True, timeout=timeout)
 
 
-def wait(runner: Runner, handle: str, timeout_s: float = 120) -> AppState:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        status = runner.status(handle)
-        assert status is not None
-        if status.is_terminal():
-            return status.state
-        time.sleep(0.2)
-    raise AssertionError(f"{handle} did not end within {timeout_s} s")
-
-
-def wait_for_line(runner: Runner, handle: str, role: str, replica: int, pattern: str) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if any(re.search(pattern, line) for line in runner.log_lines(handle, role, replica)):
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"{role}/{replica} printed no {pattern!r}")
-
-
-def test_a_job_outlives_its_killed_cli_and_is_cancelled_from_new_processes(state_dir: Path) -> None:
+def start_cli_job(j: str) -> tuple[subprocess.Popen[str], str]:
+    """`torchx run` of a sleeping job in its own process, and the app handle it printed."""
     cli = subprocess.Popen(
-        [*TORCHX, "run", "-s", "local_cwd", "dist.ddp", "-j", "2x2", "--script", str(CONFORMANCE_JOBS / "sleeper.py")],
+        [*TORCHX, "run", "-s", "local_cwd", "dist.ddp", "-j", j, "--script", str(CONFORMANCE_JOBS / "sleeper.py")],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
     )
     assert cli.stdout is not None
     handle = cli.stdout.readline().strip()
     assert handle.startswith("local_cwd://"), handle
+    return cli, handle
+
+
+def test_a_job_outlives_its_killed_cli_and_is_cancelled_from_new_processes(state_dir: Path) -> None:
+    cli, handle = start_cli_job("2x2")
     with get_runner() as runner:
         wait_for_line(runner, handle, "sleeper", 1, "running rank 3")
     cli.send_signal(signal.SIGKILL)
@@ -87,12 +74,7 @@ def test_a_job_outlives_its_killed_cli_and_is_cancelled_from_new_processes(state
 
 
 def test_ctrl_c_on_the_cli_ends_its_job(runner: Runner) -> None:
-    cli = subprocess.Popen(
-        [*TORCHX, "run", "-s", "local_cwd", "dist.ddp", "-j", "2x1", "--script", str(CONFORMANCE_JOBS / "sleeper.py")],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-    )
-    assert cli.stdout is not None
-    handle = cli.stdout.readline().strip()
+    cli, handle = start_cli_job("2x1")
     wait_for_line(runner, handle, "sleeper", 1, "running rank 1")
 
     cli.send_signal(signal.SIGINT)  # what Ctrl+C in its terminal sends

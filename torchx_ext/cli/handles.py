@@ -47,28 +47,32 @@ def _fail(message: str) -> NoReturn:
     sys.exit(1)
 
 
-class CheckedStatus(CmdStatus):
+class _HandleChecked:
+    """Checks the command's app handle argument, then runs torchx's command (the next base)."""
+
+    handle_argument = "app_handle"
+    allow_replicas = False
+
     def run(self, args: argparse.Namespace) -> None:
-        check_app_handle(args.app_handle)
-        super().run(args)
+        check_app_handle(getattr(args, self.handle_argument), allow_replicas=self.allow_replicas)
+        super().run(args)  # type: ignore[misc]
 
 
-class CheckedDescribe(CmdDescribe):
-    def run(self, args: argparse.Namespace) -> None:
-        check_app_handle(args.app_handle)
-        super().run(args)
+class CheckedStatus(_HandleChecked, CmdStatus):
+    pass
 
 
-class CheckedCancel(CmdCancel):
-    def run(self, args: argparse.Namespace) -> None:
-        check_app_handle(args.app_handle)
-        super().run(args)
+class CheckedDescribe(_HandleChecked, CmdDescribe):
+    pass
 
 
-class CheckedLog(CmdLog):
-    def run(self, args: argparse.Namespace) -> None:
-        check_app_handle(args.identifier, allow_replicas=True)
-        super().run(args)
+class CheckedCancel(_HandleChecked, CmdCancel):
+    pass
+
+
+class CheckedLog(_HandleChecked, CmdLog):
+    handle_argument = "identifier"
+    allow_replicas = True
 
 
 class CheckedRun(CmdRun):

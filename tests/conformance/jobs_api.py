@@ -1,0 +1,30 @@
+"""Waiting on jobs through torchx's Runner, as a user's script would: shared by the suites."""
+
+from __future__ import annotations
+
+import re
+import time
+
+from torchx.runner import Runner
+from torchx.specs import AppState
+
+
+def wait(runner: Runner, handle: str, timeout_s: float = 120) -> AppState:
+    """The terminal state of ``handle``, polling as `torchx run` does (only faster)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        status = runner.status(handle)
+        assert status is not None, f"{handle} vanished"
+        if status.is_terminal():
+            return status.state
+        time.sleep(0.2)
+    raise AssertionError(f"{handle} still {runner.status(handle)} after {timeout_s} s")
+
+
+def wait_for_line(runner: Runner, handle: str, role: str, replica: int, pattern: str, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if any(re.search(pattern, line) for line in runner.log_lines(handle, role, replica)):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"no line matching {pattern!r} from {role}/{replica} within {timeout_s} s")
