@@ -1,0 +1,72 @@
+"""torchelastic's error-file shape: the one place that reads and writes it.
+
+torchelastic's ``@record`` writes ``{"message": {"message": ..., "extraInfo": {"py_callstack":
+..., "timestamp": ...}, "errorCode": ...}}`` to ``$TORCHELASTIC_ERROR_FILE``; torchx parses the
+same shape out of a scheduler's ``structured_error_msg``. The launcher writes one for a worker
+that exited without raising, schedulers read the launcher's and hand one to torchx.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"
+
+
+@dataclass(frozen=True)
+class ErrorReport:
+    message: str
+    """One line: what failed (``rank 3 (local rank 1) exited with code 7``, or the exception)."""
+    error_code: int | None = None
+    timestamp: int | None = None
+    traceback: str = ""
+    """The failing worker's Python call stack, when it raised."""
+
+    def to_json(self) -> str:
+        extra: dict[str, str] = {"timestamp": str(self.timestamp if self.timestamp is not None else int(time.time()))}
+        if self.traceback:
+            extra["py_callstack"] = self.traceback
+        return json.dumps({"message": {"message": self.message, "extraInfo": extra, "errorCode": self.error_code}})
+
+    @staticmethod
+    def from_data(data: object) -> "ErrorReport | None":
+        """The report in parsed error-file content (a dict), or None when it is not one."""
+        if not isinstance(data, dict) or "message" not in data:
+            return None
+        body = data["message"]
+        if not isinstance(body, dict):
+            return ErrorReport(message=str(body).strip())
+        extra = body.get("extraInfo")
+        extra = extra if isinstance(extra, dict) else {}
+        code = body.get("errorCode")
+        stamp = extra.get("timestamp")
+        return ErrorReport(
+            message=str(body.get("message", "")).strip(),
+            error_code=code if isinstance(code, int) else None,
+            timestamp=int(stamp) if isinstance(stamp, (int, str)) and str(stamp).isdigit() else None,
+            traceback=str(extra.get("py_callstack") or ""),
+        )
+
+
+def read_error_file(path: str | os.PathLike[str]) -> ErrorReport | None:
+    """The report in ``path``; None when there is none or it is not in torchelastic's shape."""
+    try:
+        return ErrorReport.from_data(json.loads(Path(path).read_text()))
+    except (OSError, ValueError):
+        return None
+
+
+def write_error_file(path: str | os.PathLike[str], report: ErrorReport) -> bool:
+    """Write ``report`` unless ``path`` already holds one (the first failure is the root cause).
+    Returns whether it was written; an unwritable path is not an error (the exit code and
+    stderr still tell the story)."""
+    try:
+        with open(path, "x") as file:
+            file.write(report.to_json())
+    except OSError:
+        return False
+    return True
