@@ -14,7 +14,7 @@ from torchx_ext.errors import InvalidArgumentError, TopologyError
 from torchx_ext.numa.fake_sysfs import MachineSpec, write_sysfs
 from torchx_ext.numa.plan import plan_binding
 from torchx_ext.numa.cpulist import format_cpulist
-from torchx_ext.numa.topology import ALL_ONLINE, Topology, read_topology
+from torchx_ext.numa.topology import ALL_ONLINE, DEFAULT_SYSFS_ROOT, Topology, planning_cpus, read_topology
 
 TopologyOf = Callable[[str], Topology]
 
@@ -143,6 +143,24 @@ def test_real_sysfs_is_limited_to_this_process_affinity() -> None:
     assert topology.allowed == frozenset(os.sched_getaffinity(0))
     assert set(topology.cpus) == set(topology.allowed)
     assert topology.nodes_with_cpus()
+
+
+def test_planning_for_another_machines_tree_takes_all_its_cpus(machine_root: MachineRoot) -> None:
+    root = machine_root("offline-cpus")
+    shown = read_topology(root, planning_cpus(root, applying=False))
+    assert shown.allowed == OFFLINE.online_cpus()
+    # A plan applied here may only hold CPUs this process may use, whatever tree describes them.
+    applied = read_topology(root, planning_cpus(root, applying=True))
+    assert applied.allowed == frozenset(os.sched_getaffinity(0)) & OFFLINE.online_cpus()
+
+
+def test_planning_for_this_host_takes_this_process_cpus(tmp_path: Path) -> None:
+    link = tmp_path / "sys-link"
+    link.symlink_to(DEFAULT_SYSFS_ROOT)
+    roots: list[str | Path] = [DEFAULT_SYSFS_ROOT, "/sys/", link]
+    for root in roots:
+        assert planning_cpus(root, applying=False) is None
+        assert planning_cpus(root, applying=True) is None
 
 
 def test_allowed_override_is_intersected_with_online_cpus(machine_root: MachineRoot) -> None:

@@ -163,6 +163,25 @@ def read_topology(
     )
 
 
+def planning_cpus(sysfs_root: str | os.PathLike[str], *, applying: bool) -> str | None:
+    """The ``allowed_cpus`` to read ``sysfs_root`` with, to plan for the machine it describes.
+
+    The one rule for every planner (launcher, ``torchx topo``, schedulers): a plan that will
+    be applied here, or that shows this host (``/sys``), holds only the CPUs this process may
+    use, so None: its affinity mask. A plan only shown for another machine's tree (a fixture,
+    a snapshot) is for every online CPU of that tree, ``ALL_ONLINE``: this process's affinity
+    names CPUs of this host, which mean nothing there.
+    """
+    if applying or is_this_host(sysfs_root):
+        return None
+    return ALL_ONLINE
+
+
+def is_this_host(sysfs_root: str | os.PathLike[str]) -> bool:
+    """Whether ``sysfs_root`` is this host's own sysfs (a trailing slash or a link to it counts)."""
+    return os.path.realpath(sysfs_root) == os.path.realpath(DEFAULT_SYSFS_ROOT)
+
+
 def _allowed(
     root: Path, online: frozenset[int], override: Iterable[int] | str | None
 ) -> frozenset[int]:
