@@ -22,7 +22,7 @@ from tests.conformance.conftest import _local_leftovers, _local_processes
 from tests.conformance.jobs_api import wait, wait_for_line
 from torchx_ext.components.dist import ddp
 from torchx_ext.errors import InvalidArgumentError
-from torchx_ext.schedulers.local_jobs import process_start_ticks
+from torchx_ext.schedulers.local.records import process_start_ticks
 
 JOBS = Path(__file__).parent / "jobs"
 TORCHX = [sys.executable, "-c", "import sys; from torchx.cli.main import main; sys.exit(main())"]
@@ -196,7 +196,7 @@ def test_a_killed_supervisor_fails_the_job_and_nothing_runs_on(runner: Runner) -
     handle = runner.run(ddp(script=str(CONFORMANCE_JOBS / "sleeper.py"), j="1x2"), "local_cwd")
     wait_for_line(runner, handle, "sleeper", 0, "running rank 1")
     app = parse_app_handle(handle).app_id
-    supervisors = [line for line in _local_processes(app) if "torchx_ext.schedulers.supervisor" in line]
+    supervisors = [line for line in _local_processes(app) if "torchx_ext.schedulers.local.supervisor" in line]
     assert len(supervisors) == 1, supervisors
     supervisor = int(supervisors[0].split()[1].rstrip(":"))
     os.kill(supervisor, signal.SIGKILL)

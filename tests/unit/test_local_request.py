@@ -10,8 +10,8 @@ from torchx import specs
 from torchx_ext.components.dist import ddp
 from torchx_ext.errors import InvalidArgumentError
 from torchx_ext.numa.topology import Topology
-from torchx_ext.schedulers.local_jobs import LocalJobRequest
-from torchx_ext.schedulers.local_request import build_request, describe_request
+from torchx_ext.schedulers.local.records import LocalJobRequest
+from torchx_ext.schedulers.local.request import build_request, describe_request
 
 TopologyOf = Callable[[str], Topology]
 
@@ -19,7 +19,7 @@ TopologyOf = Callable[[str], Topology]
 def request_for(app: specs.AppDef, topology: Topology | None, environ: dict[str, str] | None = None) -> LocalJobRequest:
     return build_request(
         app, app_id="job-1", app_dir="/logs/job-1", cwd="/work", interpreter="/venv/bin/python",
-        environ={"PATH": "/usr/bin"} if environ is None else environ, rdzv_port=41000, topology=topology,
+        environ={"PATH": "/usr/bin"} if environ is None else environ, topology=topology,
     )
 
 
@@ -59,7 +59,7 @@ def test_one_replica_or_slicing_off_keeps_the_submitters_cpus(machine_topology: 
     assert unsliced.slices == []
 
 
-def test_replicas_get_the_rank0_host_the_jobs_port_and_resolved_macros() -> None:
+def test_replicas_get_the_rank0_host_and_resolved_macros_but_no_port_yet() -> None:
     request = request_for(ddp(script="train.py", j="2x2"), None)
 
     replica = request.replicas()[1]
@@ -67,7 +67,9 @@ def test_replicas_get_the_rank0_host_the_jobs_port_and_resolved_macros() -> None
     assert replica.argv[replica.argv.index("--rdzv-id") + 1] == "job-1"
     assert replica.argv[replica.argv.index("--rdzv-endpoint-env") + 1] == "TORCHX_RANK0_HOST"
     assert replica.env["TORCHX_RANK0_HOST"] == "localhost"
-    assert replica.env["TORCHX_EXT_RDZV_PORT"] == "41000"
+    # The port is picked by the supervisor as the job starts; a dry-run binds nothing.
+    assert "TORCHX_EXT_RDZV_PORT" not in replica.env
+    assert "chosen when the job starts" in describe_request(request)
     assert replica.env["TORCHELASTIC_ERROR_FILE"] == "/logs/job-1/train/1/error.json"
     assert replica.env["PATH"] == "/usr/bin:/work"
     assert replica.log_dir == "/logs/job-1/train/1"

@@ -21,6 +21,7 @@ from torchx.components.structured_arg import StructuredNameArgument
 from torchx.specs import macros
 
 from torchx_ext.errors import InvalidArgumentError
+from torchx_ext.escaping import escape_template
 from torchx_ext.options import check_mode, parse_omp_threads
 
 J_FORMS = "NODESxPROCS (e.g. 2x4), MIN:MAXxPROCS (e.g. 2:5x8) or a single number"
@@ -254,8 +255,8 @@ def _app(
     if omp_threads is not None:
         args += ["--omp-threads", str(omp_threads)]
     # torchx substitutes ${...} macros in every argument and env value: "$$" gives back "$".
-    user_args = [_escape(arg) for arg in script_args]
-    args += [_escape(script)] if script is not None else ["-m", _escape(m or "")]
+    user_args = [escape_template(arg) for arg in script_args]
+    args += [escape_template(script)] if script is not None else ["-m", escape_template(m or "")]
     args += user_args
     return specs.AppDef(
         name=names.run_name,
@@ -265,7 +266,7 @@ def _app(
                 image=image,
                 entrypoint="python",
                 args=args,
-                env={key: _escape(value) for key, value in worker_env.items()},
+                env={key: escape_template(value) for key, value in worker_env.items()},
                 resource=resource,
                 min_replicas=min_nodes,
                 num_replicas=max_nodes,
@@ -290,7 +291,3 @@ def _mounts(mounts: Optional[List[str]]) -> List[specs.BindMount | specs.VolumeM
         raise InvalidArgumentError(
             f"malformed --mounts {','.join(mounts)!r} ({error}): expected {MOUNT_FORMS}"
         ) from None
-
-
-def _escape(value: str) -> str:
-    return value.replace("$", "$$")

@@ -2,7 +2,7 @@
 
 ``build_request`` is the whole of local_cwd's dry-run: it resolves macros and the entrypoint,
 adds the environment torchx's local scheduler gives a replica (rank-0 host, error file) plus
-ours (the job's rendezvous port, the job marker), and gives each replica its slice of the host.
+ours (the job marker; the job's rendezvous port is added by the supervisor as the job starts), and gives each replica its slice of the host.
 The request is written to the job directory as JSON; the supervisor process runs it.
 """
 
@@ -18,7 +18,8 @@ from torchx_ext.errors import InvalidArgumentError
 from torchx_ext.numa.cpulist import format_cpulist
 from torchx_ext.numa.topology import Topology
 from torchx_ext.options import RDZV_PORT_ENV
-from torchx_ext.schedulers.local_jobs import (
+from torchx_ext.schedulers.common.error_file import ERROR_FILE_ENV
+from torchx_ext.schedulers.local.records import (
     JOB_MARKER_ENV,
     REPLICA_MARKER_ENV,
     LocalJobRequest,
@@ -28,6 +29,7 @@ from torchx_ext.schedulers.local_jobs import (
 from torchx_ext.schedulers.placement import slice_host
 
 RANK0_HOST_ENV = "TORCHX_RANK0_HOST"
+ERROR_FILE_NAME = "error.json"
 
 
 def build_request(
@@ -38,7 +40,6 @@ def build_request(
     cwd: str,
     interpreter: str,
     environ: Mapping[str, str],
-    rdzv_port: int,
     topology: Topology | None,
     prepend_cwd: bool = False,
     cancel_grace_s: float = 10.0,
@@ -64,8 +65,7 @@ def build_request(
             env = {
                 "PATH": path,
                 RANK0_HOST_ENV: "localhost",
-                RDZV_PORT_ENV: str(rdzv_port),
-                "TORCHELASTIC_ERROR_FILE": os.path.join(log_dir, "error.json"),
+                ERROR_FILE_ENV: os.path.join(log_dir, ERROR_FILE_NAME),
                 "PET_LOG_DIR": os.path.join(app_dir, "torchelastic", role.name),
                 **resolved.env,
                 JOB_MARKER_ENV: app_id,
@@ -97,6 +97,8 @@ def describe_request(request: LocalJobRequest) -> str:
     lines = [f"app_id: {request.app_id}", f"app_dir: {request.app_dir}"]
     lines += [f"slice {text}" for text in request.slices]
     lines += [f"warning: {text}" for text in request.warnings]
+    # Picked by the supervisor as the job starts: a port probed now could be taken by then.
+    lines.append(f"rendezvous port: a free port chosen when the job starts (${RDZV_PORT_ENV})")
     for replica in request.replicas():
         cpus = "inherit" if replica.cpus is None else format_cpulist(replica.cpus)
         lines.append(f"{replica.role}/{replica.replica_id}: cpus={cpus} cwd={replica.cwd}")

@@ -1,4 +1,4 @@
-"""The process that runs one local_cwd job: ``python -m torchx_ext.schedulers.supervisor JOB_DIR``.
+"""The process that runs one local_cwd job: ``python -m torchx_ext.schedulers.local.supervisor JOB_DIR``.
 
 It is started in its own session by ``schedule`` and outlives the torchx CLI that submitted
 the job, so the job keeps running, and keeps being recorded, when that CLI exits or is
@@ -14,10 +14,10 @@ is left running and its logs are complete.
 from __future__ import annotations
 
 import ctypes
-import json
 import os
 import selectors
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -27,7 +27,10 @@ from pathlib import Path
 
 from torchx_ext.errors import TorchxExtError
 from torchx_ext.numa.bind import bound_thread
-from torchx_ext.schedulers.local_jobs import (
+from torchx_ext.options import RDZV_PORT_ENV
+from torchx_ext.schedulers.common.error_file import read_error_file
+from torchx_ext.schedulers.common.states import State, job_move, replica_move
+from torchx_ext.schedulers.local.records import (
     JobDir,
     JobState,
     LocalJobRequest,
@@ -37,7 +40,8 @@ from torchx_ext.schedulers.local_jobs import (
     signal_process as _signal,
     stop_processes,
 )
-from torchx_ext.schedulers.local_logs import ReplicaLogWriter
+from torchx_ext.schedulers.local.logs import ReplicaLogWriter
+from torchx_ext.schedulers.local.request import ERROR_FILE_NAME
 
 _PR_SET_CHILD_SUBREAPER = 36
 _POLL_S = 0.5
@@ -59,7 +63,7 @@ class Supervisor:
         self.job = job
         self.request: LocalJobRequest = job.read_request()
         initial = job.read_state()
-        self.state = JobState(self.request.app_id, "RUNNING", initial.submitted_at, [])
+        self.state = JobState(self.request.app_id, initial.state, initial.submitted_at, [])
         self.replicas: list[_Replica] = []
         self.by_pid: dict[int, _Replica] = {}
         # Kept alive: a Popen collected while its process runs is polled by subprocess's own
@@ -67,15 +71,17 @@ class Supervisor:
         self.processes: dict[int, subprocess.Popen[bytes]] = {}
         self.selector = selectors.DefaultSelector()
         self.pipes: dict[int, tuple[_Replica, str]] = {}
-        self.ending: str | None = None  # the terminal state being worked towards
+        self.ending: State | None = None  # the terminal state being worked towards
         self.kill_at = float("inf")
         self.cancel_requested = False
+        self.port = 0
+        self.user_umask = 0o022
 
     def run(self) -> None:
         _become_subreaper()
         self._watch_signals()
         if self.job.cancel.exists():  # cancelled while it was being submitted: start nothing
-            self.state.state, self.state.msg, self.state.ended_at = "CANCELLED", "cancelled before it started", time.time()
+            self._end_job(State.CANCELLED, "cancelled before it started")
             self._save()
             return
         try:
@@ -85,12 +91,12 @@ class Supervisor:
             _log(f"supervisor failed: {error!r}; stopping the job")
             self._kill_all(signal.SIGKILL)
             stop_processes(lambda: marked_processes(self.request.app_id), 0, self._reap)
-            self.state.state, self.state.ended_at = "FAILED", time.time()
-            self.state.msg = f"local_cwd's supervisor failed ({error!r}); see {self.job.supervisor_log}"
-            self._save()
+            self._end_job(State.FAILED, f"local_cwd's supervisor failed ({error!r}); see {self.job.supervisor_log}")
             raise
 
     def _supervise(self) -> None:
+        self.state.state = job_move(self.state.state, State.RUNNING)
+        self.port = _free_port()
         for role in self.request.roles:
             for request in role.replicas:
                 replica = _Replica(request, ReplicaState(request.role, request.replica_id), role.max_retries,
@@ -101,15 +107,16 @@ class Supervisor:
             if self.ending is None:
                 self._start(replica)
             else:  # an earlier replica could not start: the job is over
-                replica.state.state = "CANCELLED"
+                replica.state.state = replica_move(replica.state.state, State.CANCELLED)
         self._save()
         while self._running() or self.pipes:
             self._wait_for_events()
             self._reap()
             if (self.cancel_requested or self.job.cancel.exists()) and self.ending is None:
-                self._end("CANCELLED", "cancelled by request")
+                self._end(State.CANCELLED, "cancelled by request")
             if self.ending is None and not self._running():
-                self._end("SUCCEEDED" if all(r.state.state == "SUCCEEDED" for r in self.replicas) else "FAILED", "")
+                succeeded = all(r.state.state is State.SUCCEEDED for r in self.replicas)
+                self._end(State.SUCCEEDED if succeeded else State.FAILED, "")
             if time.monotonic() >= self.kill_at:
                 self._kill_all(signal.SIGKILL)
                 self.kill_at = float("inf")
@@ -117,13 +124,18 @@ class Supervisor:
                 self._finish_leftovers()
         for replica in self.replicas:
             replica.logs.close()
-        self.state.state = self.ending or "FAILED"
-        self.state.ended_at = time.time()
+        self._end_job(self.ending or State.FAILED, self.state.msg)
+
+    def _end_job(self, state: State, msg: str) -> None:
+        if self.state.state.terminal:
+            return  # recorded already (the safety net after a failure at the very end)
+        self.state.state = job_move(self.state.state, state)
+        self.state.msg, self.state.ended_at = msg, time.time()
         self._save()
 
     def _start(self, replica: _Replica) -> None:
         request = replica.request
-        Path(request.log_dir, "error.json").unlink(missing_ok=True)  # a root cause of an earlier attempt
+        Path(request.log_dir, ERROR_FILE_NAME).unlink(missing_ok=True)  # a root cause of an earlier attempt
         descriptors: list[int] = []
         try:
             out_read, out_write = os.pipe()
@@ -132,13 +144,14 @@ class Supervisor:
             descriptors += [err_read, err_write]
             with bound_thread(request.cpus) if request.cpus is not None else nullcontext():
                 process = subprocess.Popen(
-                    request.argv, cwd=request.cwd, env={**os.environ, **request.env}, stdin=subprocess.DEVNULL,
-                    stdout=out_write, stderr=err_write, start_new_session=True,
+                    request.argv, cwd=request.cwd, env={**os.environ, **request.env, RDZV_PORT_ENV: str(self.port)},
+                    stdin=subprocess.DEVNULL, stdout=out_write, stderr=err_write, start_new_session=True,
+                    umask=self.user_umask,
                 )
         except (OSError, ValueError, TorchxExtError) as error:
             for descriptor in descriptors:
                 os.close(descriptor)
-            replica.state.state, replica.state.exit_code = "FAILED", None
+            replica.state.state, replica.state.exit_code = replica_move(replica.state.state, State.FAILED), None
             replica.state.error = f"could not start {request.argv[0]!r} in {request.cwd}: {error}"
             self._on_failure(replica)
             return
@@ -148,7 +161,8 @@ class Supervisor:
             os.set_blocking(descriptor, False)
             self.selector.register(descriptor, selectors.EVENT_READ)
             self.pipes[descriptor] = (replica, stream)
-        replica.state.state, replica.state.pid, replica.state.exit_code = "RUNNING", process.pid, None
+        replica.state.state = replica_move(replica.state.state, State.RUNNING)
+        replica.state.pid, replica.state.exit_code = process.pid, None
         self.by_pid[process.pid] = replica
         self.processes[process.pid] = process
 
@@ -193,9 +207,9 @@ class Supervisor:
     def _on_exit(self, replica: _Replica, code: int) -> None:
         replica.state.exit_code = code
         if code == 0:
-            replica.state.state = "SUCCEEDED"
+            replica.state.state = replica_move(replica.state.state, State.SUCCEEDED)
         elif replica.stopped_by_us:
-            replica.state.state = "CANCELLED"
+            replica.state.state = replica_move(replica.state.state, State.CANCELLED)
         elif replica.state.restarts < replica.max_retries and self.ending is None:
             replica.state.restarts += 1
             _log(f"{_name(replica)} exited with code {code}: restart {replica.state.restarts} of {replica.max_retries}")
@@ -205,7 +219,7 @@ class Supervisor:
                 _signal(pid, signal.SIGKILL)
             self._start(replica)
         else:
-            replica.state.state = "FAILED"
+            replica.state.state = replica_move(replica.state.state, State.FAILED)
             replica.state.error = _root_cause(replica.request)
             self._on_failure(replica)
         self._save()
@@ -214,9 +228,9 @@ class Supervisor:
         if self.ending is None:
             code = replica.state.exit_code
             how = "could not start" if code is None else f"exited with code {code}"
-            self._end("FAILED", f"replica {_name(replica)} {how}: {replica.state.error} (logs: {replica.request.log_dir})")
+            self._end(State.FAILED, f"replica {_name(replica)} {how}: {replica.state.error} (logs: {replica.request.log_dir})")
 
-    def _end(self, state: str, msg: str) -> None:
+    def _end(self, state: State, msg: str) -> None:
         self.ending, self.state.msg = state, msg
         _log(f"ending the job: {state} {msg}")
         for replica in self.replicas:
@@ -290,14 +304,10 @@ class Supervisor:
 
 
 def _root_cause(request: ReplicaRequest) -> str:
-    """The launcher's error file (torchelastic's format) if it wrote one, else stderr's last lines."""
-    try:
-        report = json.loads(Path(request.log_dir, "error.json").read_text())
-        message = report["message"]
-        text = message["message"] if isinstance(message, dict) else str(message)
-        return str(text).strip()
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
+    """The launcher's error file if it wrote one, else stderr's last lines."""
+    report = read_error_file(Path(request.log_dir, ERROR_FILE_NAME))
+    if report is not None and report.message:
+        return report.message
     try:
         with open(request.log_path("stderr"), "rb") as file:
             file.seek(max(0, file.seek(0, os.SEEK_END) - _STDERR_TAIL_BYTES))
@@ -306,6 +316,14 @@ def _root_cause(request: ReplicaRequest) -> str:
         return "no error output"
     tail = [line for line in lines if line.strip()][-_STDERR_TAIL_LINES:]
     return " | ".join(tail) or "no error output"
+
+
+def _free_port() -> int:
+    # Chosen as the job starts, not in the dry-run: a port probed at submission could be
+    # taken by another job's rendezvous in between.
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("localhost", 0))
+        return int(probe.getsockname()[1])
 
 
 def _name(replica: _Replica) -> str:
@@ -341,7 +359,11 @@ def _log(message: str) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
-    Supervisor(JobDir(Path(args[0]))).run()
+    # Logs and records it writes are the user's alone; replicas get the user's own umask back.
+    user_umask = os.umask(0o077)
+    supervisor = Supervisor(JobDir(Path(args[0])))
+    supervisor.user_umask = user_umask
+    supervisor.run()
 
 
 if __name__ == "__main__":

@@ -10,11 +10,12 @@ it came. A line's time is the time of the piece its first byte came in, which is
 from __future__ import annotations
 
 import bisect
-import re
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
+
+from torchx_ext.schedulers.common.logs import STREAMS
 
 TAIL_POLL_S = 0.1
 
@@ -26,7 +27,7 @@ class ReplicaLogWriter:
         log_dir.mkdir(parents=True, exist_ok=True)
         self._files: dict[str, tuple[BinaryIO, BinaryIO]] = {}
         self._sizes: dict[str, int] = {}
-        for stream in ("stdout", "stderr", "combined"):
+        for stream in STREAMS:
             path = log_dir / f"{stream}.log"
             # Unbuffered: a reader in another process sees every piece as soon as it is written.
             self._files[stream] = (open(path, "ab", buffering=0), open(f"{path}.idx", "ab", buffering=0))
@@ -46,18 +47,14 @@ class ReplicaLogWriter:
             index.close()
 
 
-def read_lines(
+def read_timed_lines(
     path: Path,
     *,
-    since: float | None = None,
-    until: float | None = None,
-    regex: str | None = None,
     should_tail: bool = False,
     finished: Callable[[], bool] = lambda: True,
-) -> Iterator[str]:
-    """The lines of ``path`` (each with its ``\\n``) that arrived within [since, until] and match
-    ``regex``; with ``should_tail``, keeps following the file until ``finished()`` is true."""
-    pattern = re.compile(regex) if regex else None
+) -> Iterator[tuple[float, str]]:
+    """The lines of ``path`` (each with its ``\\n``) with the time each arrived; with
+    ``should_tail``, keeps following the file until ``finished()`` is true."""
     index = _Index(Path(f"{path}.idx"))
     position = 0  # offset of the first byte of ``pending``
     pending = b""
@@ -74,9 +71,7 @@ def read_lines(
                 lines = pending.split(b"\n")
                 pending = lines.pop()
                 for raw in lines:
-                    line = raw.decode(errors="replace") + "\n"
-                    if _wanted(line, index.time_of(position), since, until, pattern):
-                        yield line
+                    yield index.time_of(position), raw.decode(errors="replace") + "\n"
                     position += len(raw) + 1
                 continue
             # At the end of what is written: stop, or wait for more while the job runs.
@@ -88,17 +83,7 @@ def read_lines(
                 continue
             break
     if pending:
-        line = pending.decode(errors="replace")
-        if _wanted(line, index.time_of(position), since, until, pattern):
-            yield line
-
-
-def _wanted(line: str, arrived: float, since: float | None, until: float | None, pattern: re.Pattern[str] | None) -> bool:
-    if since is not None and arrived < since:
-        return False
-    if until is not None and arrived > until:
-        return False
-    return pattern is None or pattern.search(line) is not None
+        yield index.time_of(position), pending.decode(errors="replace")
 
 
 class _Index:

@@ -13,23 +13,28 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+from torchx_ext.errors import JobRecordError
+from torchx_ext.schedulers.common.app_ids import LOCAL
+from torchx_ext.schedulers.common.states import State
 
 STATE_ROOT_ENV = "TORCHX_EXT_LOCAL_STATE"
 # Every process of a job carries this variable (children inherit it), which is how cancel
 # finds workers that left their replica's process group.
 JOB_MARKER_ENV = "TORCHX_EXT_LOCAL_JOB"
 REPLICA_MARKER_ENV = "TORCHX_EXT_LOCAL_REPLICA"  # role/replica_id
-STREAMS = ("stdout", "stderr", "combined")
-TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
-# torchx's make_unique gives "<name>-<random>": no separators, nothing that walks a path.
-APP_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,200}")
+# Written into every record; a record of another format is reported, not guessed at.
+FORMAT_VERSION = 1
+FORMAT_KEY = "format"
+# The user's logs, env values (API keys) and commands are nobody else's.
+DIR_MODE = 0o700
+FILE_MODE = 0o600
 
 
 @dataclass(frozen=True)
@@ -70,28 +75,26 @@ class LocalJobRequest:
         return [replica for role in self.roles for replica in role.replicas]
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=1)
+        return json.dumps({FORMAT_KEY: FORMAT_VERSION, **asdict(self)}, indent=1)
 
     @staticmethod
     def from_json(text: str) -> "LocalJobRequest":
-        data = json.loads(text)
+        data = _versioned(text)
         roles = [
-            RoleRequest(
-                name=role["name"],
-                max_retries=role["max_retries"],
-                replicas=[ReplicaRequest(**replica) for replica in role["replicas"]],
-                spec=role["spec"],
-            )
-            for role in data.pop("roles")
+            RoleRequest(**{
+                **_fields(RoleRequest, role),
+                "replicas": [ReplicaRequest(**_fields(ReplicaRequest, replica)) for replica in _list(role["replicas"])],
+            })
+            for role in _list(data.pop("roles", None))
         ]
-        return LocalJobRequest(roles=roles, **data)
+        return LocalJobRequest(**{**_fields(LocalJobRequest, {**data, "roles": []}), "roles": roles})
 
 
 @dataclass
 class ReplicaState:
     role: str
     replica_id: int
-    state: str = "PENDING"
+    state: State = State.PENDING
     pid: int | None = None
     exit_code: int | None = None
     restarts: int = 0
@@ -102,7 +105,7 @@ class ReplicaState:
 @dataclass
 class JobState:
     app_id: str
-    state: str
+    state: State
     submitted_at: float
     replicas: list[ReplicaState]
     ended_at: float | None = None
@@ -113,13 +116,66 @@ class JobState:
         return sum(replica.restarts for replica in self.replicas)
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self))
+        return json.dumps({FORMAT_KEY: FORMAT_VERSION, **asdict(self)})
 
     @staticmethod
     def from_json(text: str) -> "JobState":
+        data = _versioned(text)
+        replicas = [ReplicaState(**_fields(ReplicaState, replica)) for replica in _list(data.pop("replicas", None))]
+        state = JobState(**{**_fields(JobState, {**data, "replicas": []}), "replicas": replicas})
+        state.state = _state(state.state)
+        for replica in replicas:
+            replica.state = _state(replica.state)
+        return state
+
+
+_Record = TypeVar("_Record")
+
+
+def _versioned(text: str) -> dict[str, Any]:
+    try:
         data = json.loads(text)
-        data["replicas"] = [ReplicaState(**replica) for replica in data["replicas"]]
-        return JobState(**data)
+    except ValueError as error:
+        raise JobRecordError(f"not JSON ({error})") from None
+    if not isinstance(data, dict):
+        raise JobRecordError(f"expected a JSON object, found {type(data).__name__}")
+    version = data.pop(FORMAT_KEY, None)
+    if version != FORMAT_VERSION:
+        raise JobRecordError(
+            f"record format {version!r}, this torchx_ext reads format {FORMAT_VERSION} "
+            "(written by another version of torchx_ext: use that version, or remove the job)"
+        )
+    return data
+
+
+def _fields(cls: type[_Record], data: object) -> dict[str, Any]:
+    """``data`` as keyword arguments for dataclass ``cls``, refusing unknown and missing keys."""
+    if not isinstance(data, dict):
+        raise JobRecordError(f"expected an object for {cls.__name__}, found {type(data).__name__}")
+    known = {name for name in cls.__dataclass_fields__}  # type: ignore[attr-defined]
+    required = {
+        name for name, spec in cls.__dataclass_fields__.items()  # type: ignore[attr-defined]
+        if spec.default is MISSING and spec.default_factory is MISSING
+    }
+    unknown, missing = sorted(set(data) - known), sorted(required - set(data))
+    if unknown or missing:
+        problems = [f"unknown key(s) {', '.join(unknown)}"] if unknown else []
+        problems += [f"missing key(s) {', '.join(missing)}"] if missing else []
+        raise JobRecordError(f"{cls.__name__}: {'; '.join(problems)}")
+    return data
+
+
+def _list(value: object) -> list[Any]:
+    if not isinstance(value, list):
+        raise JobRecordError(f"expected a list, found {type(value).__name__}")
+    return value
+
+
+def _state(value: object) -> State:
+    try:
+        return State(value)
+    except ValueError:
+        raise JobRecordError(f"unknown state {value!r}: valid states are {', '.join(s.value for s in State)}") from None
 
 
 class JobDir:
@@ -148,13 +204,23 @@ class JobDir:
         return self.path / "cancel"
 
     def read_request(self) -> LocalJobRequest:
-        return LocalJobRequest.from_json(self.request.read_text())
+        """The job's request; JobRecordError (naming the file) when it cannot be read."""
+        return _read(self.request, LocalJobRequest.from_json)
 
     def read_state(self) -> JobState:
-        return JobState.from_json(self.state.read_text())
+        """The job's state; JobRecordError (naming the file) when it cannot be read."""
+        return _read(self.state, JobState.from_json)
 
     def write_state(self, state: JobState) -> None:
         write_atomically(self.state, state.to_json())
+
+    def create(self, request: LocalJobRequest, state: JobState) -> None:
+        """Make the job's directory (only its user may enter) with its request and first state."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.mkdir(mode=DIR_MODE)
+        os.chmod(self.path, DIR_MODE)  # mkdir's mode is cut by the umask; this is not
+        write_atomically(self.request, request.to_json())
+        self.write_state(state)
 
     def supervisor_record(self) -> SupervisorRecord | None:
         """Who supervises the job, if it was started."""
@@ -194,6 +260,19 @@ class SupervisorRecord:
         return f"{self.pid} {self.ticks} {self.host} {self.boot_id}"
 
 
+def _read(path: Path, parse: Callable[[str], _Record]) -> _Record:
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise JobRecordError(f"cannot read {path}: {error.strerror or error}") from None
+    try:
+        return parse(text)
+    except JobRecordError as error:
+        raise JobRecordError(f"{path}: {error}") from None
+    except (TypeError, ValueError, KeyError) as error:
+        raise JobRecordError(f"{path}: malformed ({error!r})") from None
+
+
 def boot_id() -> str:
     try:
         return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
@@ -215,13 +294,13 @@ def registry() -> Path:
 
 
 def register(app_id: str, app_dir: Path) -> None:
-    registry().mkdir(parents=True, exist_ok=True)
+    registry().mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
     write_atomically(registry() / app_id, str(app_dir.resolve()))
 
 
 def find_job(app_id: str) -> JobDir | None:
     """The job directory of ``app_id``, or None for an unknown or malformed id."""
-    if not APP_ID_PATTERN.fullmatch(app_id):
+    if not LOCAL.matches(app_id):
         return None
     try:
         job = JobDir(Path((registry() / app_id).read_text()))
@@ -243,7 +322,7 @@ def write_atomically(path: Path, text: str) -> None:
     # Readers in other processes see the old content or the new, never half of it.
     temporary = path.with_name(f".{path.name}.{os.getpid()}.{time.monotonic_ns()}")
     try:
-        with open(temporary, "x") as file:
+        with open(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE), "w") as file:
             file.write(text)
         os.replace(temporary, path)
     except BaseException:

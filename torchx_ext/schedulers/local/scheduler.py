@@ -10,25 +10,26 @@ same from the submitting CLI and from a new shell, while the job runs and after 
 from __future__ import annotations
 
 import datetime
-import json
+import logging
 import os
-import re
+import shutil
 import signal
-import socket
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Optional, TypedDict
 
 from torchx.schedulers.api import DescribeAppResponse, ListAppResponse, Scheduler, Stream
-from torchx.schedulers.ids import make_unique
 from torchx.specs import NONE, AppDef, AppDryRunInfo, AppState, ReplicaStatus, RoleStatus, runopts
 
-from torchx_ext.errors import InvalidArgumentError
+from torchx_ext.errors import InvalidArgumentError, JobRecordError
 from torchx_ext.numa.topology import ALL_ONLINE, DEFAULT_SYSFS_ROOT, read_topology
-from torchx_ext.schedulers.local_jobs import (
-    TERMINAL,
+from torchx_ext.schedulers.common.app_ids import LOCAL, new_app_id
+from torchx_ext.schedulers.common.error_file import ErrorReport
+from torchx_ext.schedulers.common.logs import LogQuery
+from torchx_ext.schedulers.common.states import State, app_state
+from torchx_ext.schedulers.local.records import (
     JobDir,
     JobState,
     ReplicaState,
@@ -37,13 +38,14 @@ from torchx_ext.schedulers.local_jobs import (
     SupervisorRecord,
     register,
     registered_jobs,
+    registry,
     signal_process,
     stop_processes,
     state_root,
 )
-from torchx_ext.schedulers.local_request import build_request, describe_request, role_from_spec
+from torchx_ext.schedulers.local.request import build_request, describe_request, role_from_spec
 
-STREAM_FILES = {None: "combined", Stream.COMBINED: "combined", Stream.STDOUT: "stdout", Stream.STDERR: "stderr"}
+logger = logging.getLogger("torchx_ext.local_cwd")
 # After its grace period the supervisor SIGKILLs; give it that long and a little more.
 CANCEL_MARGIN_S = 5.0
 
@@ -56,7 +58,7 @@ class LocalOpts(TypedDict, total=False):
     cancel_grace: Optional[int]
 
 
-class LocalScheduler(Scheduler[LocalOpts]):
+class LocalScheduler(Scheduler[LocalOpts]):  # type: ignore[misc]  # torchx has no types
     def __init__(self, session_name: str) -> None:
         super().__init__("local_cwd", session_name)
         self._submitted: list[str] = []
@@ -78,11 +80,11 @@ class LocalScheduler(Scheduler[LocalOpts]):
                  help="seconds between SIGTERM and SIGKILL when a job is cancelled or fails")
         return opts
 
-    def _validate(self, app: AppDef, scheduler: str) -> None:
-        pass  # local replicas need no resource request
+    def _validate(self, app: AppDef, scheduler: str, cfg: Optional[Mapping[str, Any]] = None) -> None:
+        pass  # local replicas need no resource request (cfg: torchx-nightly passes it, 0.7.0 does not)
 
-    def _submit_dryrun(self, app: AppDef, cfg: LocalOpts) -> AppDryRunInfo[Any]:
-        app_id = make_unique(_id_safe(app.name))
+    def _submit_dryrun(self, app: AppDef, cfg: LocalOpts) -> AppDryRunInfo:
+        app_id = new_app_id(app.name, LOCAL)
         log_dir = Path(cfg.get("log_dir") or state_root() / "logs")
         grace = cfg.get("cancel_grace")
         if grace is None or grace < 0:
@@ -94,7 +96,6 @@ class LocalScheduler(Scheduler[LocalOpts]):
             cwd=os.getcwd(),
             interpreter=sys.executable,
             environ=os.environ,
-            rdzv_port=_free_port(),
             topology=_host_topology(cfg) if cfg.get("slice_replicas") else None,
             prepend_cwd=bool(cfg.get("prepend_cwd")),
             cancel_grace_s=float(grace),
@@ -105,9 +106,7 @@ class LocalScheduler(Scheduler[LocalOpts]):
         request = dryrun_info.request
         job = JobDir(Path(request.app_dir))
         try:
-            job.path.mkdir(parents=True)
-            job.request.write_text(request.to_json())
-            job.write_state(JobState(request.app_id, "SUBMITTED", time.time(), []))
+            job.create(request, JobState(request.app_id, State.SUBMITTED, time.time(), []))
             register(request.app_id, job.path)
         except OSError as error:
             raise InvalidArgumentError(
@@ -120,7 +119,7 @@ class LocalScheduler(Scheduler[LocalOpts]):
             # Started in the job directory: `-m` puts the cwd first on sys.path, and the
             # user's directory may hold modules named like the standard library's.
             process = subprocess.Popen(
-                [sys.executable, "-m", "torchx_ext.schedulers.supervisor", str(job.path)],
+                [sys.executable, "-m", "torchx_ext.schedulers.local.supervisor", str(job.path)],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, cwd=job.path,
             )
         job.supervisor.write_text(str(SupervisorRecord.of(process.pid)))
@@ -131,17 +130,22 @@ class LocalScheduler(Scheduler[LocalOpts]):
         job = find_job(app_id)
         if job is None:
             return None
-        state = _current_state(job)
-        request = job.read_request()
+        try:
+            state = _current_state(job)
+            request = job.read_request()
+        except JobRecordError as error:
+            # The job exists but its record is unreadable: say so rather than "not found".
+            return DescribeAppResponse(app_id=app_id, state=AppState.UNKNOWN, msg=f"unreadable job record: {error}",
+                                       ui_url=f"file://{job.path}")
         errors = {
             (replica.role, replica.replica_id): _error_report(replica, state.ended_at)
             for replica in state.replicas
-            if replica.state == "FAILED"
+            if replica.state is State.FAILED
         }
         states = {(replica.role, replica.replica_id): replica.state for replica in state.replicas}
         response = DescribeAppResponse(
             app_id=app_id,
-            state=AppState[state.state],
+            state=app_state(state.state),
             num_restarts=state.num_restarts,
             msg=state.msg,
             ui_url=f"file://{job.path}",
@@ -151,7 +155,7 @@ class LocalScheduler(Scheduler[LocalOpts]):
             replicas = [
                 ReplicaStatus(
                     id=replica.replica_id,
-                    state=_replica_state(states.get((role.name, replica.replica_id)), state.state),
+                    state=_replica_app_state(states.get((role.name, replica.replica_id)), state.state),
                     role=role.name,
                     hostname="localhost",
                     structured_error_msg=errors.get((role.name, replica.replica_id), NONE),
@@ -159,17 +163,33 @@ class LocalScheduler(Scheduler[LocalOpts]):
                 for replica in role.replicas
             ]
             response.roles_statuses.append(RoleStatus(role.name, replicas))
-        failed = next((replica for replica in state.replicas if replica.state == "FAILED"), None)
+        failed = next((replica for replica in state.replicas if replica.state is State.FAILED), None)
         if failed is not None:
             response.structured_error_msg = errors[(failed.role, failed.replica_id)]
         return response
 
-    def list(self) -> list[ListAppResponse]:
+    def describe_native(self, app_id: str) -> Optional[AppDryRunInfo]:
+        """The request the job was submitted with (torchx-nightly's read-back of a dry-run)."""
+        job = find_job(app_id)
+        try:
+            return None if job is None else AppDryRunInfo(job.read_request(), describe_request)
+        except JobRecordError:
+            return None
+
+    def list(self, cfg: Optional[Mapping[str, Any]] = None) -> list[ListAppResponse]:
+        """Every registered job; one that cannot be read is left out with a warning naming its
+        file (torchx-nightly passes ``cfg``; nothing in it changes what local_cwd lists)."""
         listed = []
         for app_id in registered_jobs():
             job = find_job(app_id)
-            if job is not None:
-                listed.append(ListAppResponse(app_id=app_id, state=AppState[_current_state(job).state]))
+            if job is None:
+                continue
+            try:
+                state = _current_state(job).state
+            except JobRecordError as error:
+                print(f"warning: local_cwd: skipping job {app_id}: {error}", file=sys.stderr)
+                continue
+            listed.append(ListAppResponse(app_id=app_id, state=app_state(state)))
         return listed
 
     def log_iter(
@@ -186,32 +206,24 @@ class LocalScheduler(Scheduler[LocalOpts]):
         job = find_job(app_id)
         if job is None:
             raise InvalidArgumentError(f"unknown local_cwd app {app_id!r}: `torchx list -s local_cwd` shows the known ones")
+        query = LogQuery.of(regex=regex, since=since, until=until, streams=streams, should_tail=should_tail)
         replicas = {(replica.role, replica.replica_id): replica for replica in job.read_request().replicas()}
         replica = replicas.get((role_name, k))
         if replica is None:
             known = ", ".join(f"{role}/{index}" for role, index in replicas)
             raise InvalidArgumentError(f"app {app_id} has no replica {role_name}/{k}: it has {known}")
-        if regex is not None:
-            try:
-                re.compile(regex)
-            except re.error as error:
-                raise InvalidArgumentError(f"invalid log regex {regex!r}: {error}") from None
-        if streams not in STREAM_FILES:
-            raise InvalidArgumentError(f"unknown stream {streams!r}: valid values are stdout, stderr, combined")
-        from torchx_ext.schedulers.local_logs import read_lines  # only `torchx log` needs it
+        from torchx_ext.schedulers.local.logs import read_timed_lines  # only `torchx log` needs it
 
-        return read_lines(
-            replica.log_path(STREAM_FILES[streams]),
-            since=since.timestamp() if since else None,
-            until=until.timestamp() if until else None,
-            regex=regex,
-            should_tail=should_tail,
-            finished=lambda: _current_state(job).state in TERMINAL,
+        lines = read_timed_lines(
+            replica.log_path(query.stream),
+            should_tail=query.should_tail,
+            finished=lambda: _current_state(job).state.terminal,
         )
+        return query.select(lines)
 
     def _cancel_existing(self, app_id: str) -> None:
         job = find_job(app_id)
-        if job is None or job.read_state().state in TERMINAL:
+        if job is None or job.read_state().state.terminal:
             return
         record = job.supervisor_record()
         if record is not None and not record.on_this_host():
@@ -223,20 +235,42 @@ class LocalScheduler(Scheduler[LocalOpts]):
             # The supervisor may need two grace periods (replicas, then what they left) and a
             # little more; past that it is stuck, and it is stopped so that one writer remains.
             deadline = time.monotonic() + 2 * grace + CANCEL_MARGIN_S
-            while job.supervisor_alive() and job.read_state().state not in TERMINAL:
+            while job.supervisor_alive() and not job.read_state().state.terminal:
                 if time.monotonic() > deadline:
                     signal_process(record.pid, signal.SIGKILL)
                     break
                 time.sleep(0.05)
-            while job.supervisor_alive() and job.read_state().state not in TERMINAL:
+            while job.supervisor_alive() and not job.read_state().state.terminal:
                 time.sleep(0.05)  # SIGKILLed: gone in a moment
-        if job.read_state().state in TERMINAL:
+        if job.read_state().state.terminal:
             return
         # The supervisor is gone (killed, or the host rebooted under it): stop what it left.
         stop_processes(lambda: marked_processes(app_id), grace)
         state = job.read_state()
-        state.state, state.ended_at, state.msg = "CANCELLED", time.time(), "cancelled by request (its supervisor was gone)"
+        state.state, state.ended_at, state.msg = State.CANCELLED, time.time(), "cancelled by request (its supervisor was gone)"
         job.write_state(state)
+
+    def delete(self, app_id: str) -> None:
+        """Cancel the job if it runs, then remove its directory (logs included) and its entry
+        (torchx-nightly's ``torchx delete``)."""
+        job = find_job(app_id)
+        if job is None:
+            return
+        self._delete_existing(app_id)
+
+    def _delete_existing(self, app_id: str) -> None:
+        job = find_job(app_id)
+        if job is None:
+            return
+        try:
+            self._cancel_existing(app_id)
+        except JobRecordError:
+            pass  # an unreadable record: nothing of it can be running under our supervision
+        record = job.supervisor_record()
+        if record is not None and not record.on_this_host() and job.supervisor_alive():
+            raise InvalidArgumentError(f"local_cwd app {app_id} runs on host {record.host}: delete it there")
+        shutil.rmtree(job.path, ignore_errors=True)
+        (registry() / app_id).unlink(missing_ok=True)
 
     def close(self) -> None:
         # Like torchx's local scheduler: jobs this scheduler object started end with it
@@ -255,18 +289,18 @@ def create_scheduler(session_name: str, **kwargs: Any) -> LocalScheduler:
 
 def _current_state(job: JobDir) -> JobState:
     state = job.read_state()
-    if state.state in TERMINAL or job.supervisor_alive():
+    if state.state.terminal or job.supervisor_alive():
         return state
     if job.supervisor_record() is None:
         return state  # being submitted this very moment
     state = job.read_state()  # it may have finished between the two reads above
-    if state.state in TERMINAL:
+    if state.state.terminal:
         return state
     # The supervisor died (killed, out of memory) without ending the job. Nobody captures the
     # replicas' output or restarts them any more, and torchx will not cancel a job it is told
     # has failed: whoever notices first stops what is left and records the end.
     stop_processes(lambda: marked_processes(state.app_id), 0)
-    state.state, state.ended_at = "FAILED", time.time()
+    state.state, state.ended_at = State.FAILED, time.time()
     state.msg = f"the job's supervisor ended without recording an end (see {job.supervisor_log}); its processes were stopped"
     job.write_state(state)
     return state
@@ -275,35 +309,17 @@ def _current_state(job: JobDir) -> JobState:
 def _error_report(replica: ReplicaState, ended_at: float | None) -> str:
     # torchx parses these as torchelastic error files (its status formatting needs the message,
     # a timestamp and an error code), so the root cause is given in that shape.
-    message = {
-        "message": replica.error,
-        "extraInfo": {"timestamp": str(int(ended_at or time.time()))},
-        "errorCode": replica.exit_code,
-    }
-    return json.dumps({"message": message})
+    stamp = int(ended_at or time.time())
+    return ErrorReport(message=replica.error, error_code=replica.exit_code, timestamp=stamp).to_json()
 
 
-def _id_safe(name: str) -> str:
-    # App ids become file and directory names and must match APP_ID_PATTERN.
-    cleaned = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).lstrip("._-")[:100]
-    return cleaned or "app"
-
-
-def _replica_state(state: str | None, app_state: str) -> AppState:
-    mapping = {"PENDING": AppState.PENDING, "RUNNING": AppState.RUNNING, "SUCCEEDED": AppState.SUCCEEDED,
-               "FAILED": AppState.FAILED, "CANCELLED": AppState.CANCELLED}
-    if state is None:
-        return AppState.SUBMITTED if app_state == "SUBMITTED" else AppState.UNKNOWN
-    return mapping[state]
+def _replica_app_state(state: State | None, job_state: State) -> AppState:
+    if state is None:  # not started (yet)
+        return AppState.SUBMITTED if job_state is State.SUBMITTED else AppState.UNKNOWN
+    return app_state(state)
 
 
 def _host_topology(cfg: LocalOpts) -> Any:
     root = cfg.get("sysfs_root") or DEFAULT_SYSFS_ROOT
     # Another machine's tree: plan for all of its CPUs, not for this process's affinity.
     return read_topology(root, allowed_cpus=None if root == DEFAULT_SYSFS_ROOT else ALL_ONLINE)
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("localhost", 0))
-        return int(probe.getsockname()[1])

@@ -1,0 +1,56 @@
+"""App ids: unique, readable, and valid wherever a backend puts them.
+
+An id is the app's name, cleaned to the backend's character set and cut to its length, plus
+a random suffix. Local ids become file names; Docker ids container names and hostnames;
+Kubernetes ids object names that must be DNS-1123 labels of at most 63 characters.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import string
+from dataclasses import dataclass
+
+SUFFIX_LENGTH = 8
+_SUFFIX_ALPHABET = string.ascii_lowercase + string.digits
+
+
+@dataclass(frozen=True)
+class AppIdRules:
+    backend: str
+    max_length: int
+    """Of the whole id, suffix included."""
+    pattern: str
+    """The regular expression every id of this backend matches."""
+    invalid: str
+    """Characters outside the backend's set, as a regular expression class."""
+    lowercase: bool = False
+    first: str = "A-Za-z0-9"
+    """Characters an id may start with (a regular expression class body)."""
+
+    def matches(self, app_id: str) -> bool:
+        return len(app_id) <= self.max_length and re.fullmatch(self.pattern, app_id) is not None
+
+
+LOCAL = AppIdRules("local_cwd", 100, r"[A-Za-z0-9][A-Za-z0-9_.-]*", r"[^A-Za-z0-9_.-]+")
+# Container names allow [a-zA-Z0-9][a-zA-Z0-9_.-]; hostnames ({app_id}-{role}-{replica}) are
+# DNS labels, so leave room for the role and replica in 63 characters.
+DOCKER = AppIdRules("local_docker", 40, r"[a-z0-9][a-z0-9-]*", r"[^a-z0-9-]+", lowercase=True, first="a-z0-9")
+# RFC 1123 labels that also start with a letter (RFC 1035): valid for Services too.
+KUBERNETES = AppIdRules("kubernetes", 63, r"[a-z]([a-z0-9-]*[a-z0-9])?", r"[^a-z0-9-]+", lowercase=True, first="a-z")
+
+
+def new_app_id(name: str, rules: AppIdRules, suffix: str | None = None) -> str:
+    """``{cleaned name}-{suffix}`` within ``rules``; a random suffix unless one is given."""
+    suffix = suffix if suffix is not None else "".join(secrets.choice(_SUFFIX_ALPHABET) for _ in range(SUFFIX_LENGTH))
+    text = name.lower() if rules.lowercase else name
+    text = re.sub(rules.invalid, "-", text)
+    text = re.sub(f"^[^{rules.first}]+", "", text)
+    text = text[: rules.max_length - len(suffix) - 1].rstrip("-_.")
+    if not text:
+        text = "app"
+    app_id = f"{text}-{suffix}"
+    if not rules.matches(app_id):
+        raise ValueError(f"suffix {suffix!r} makes {app_id!r}, not a valid {rules.backend} app id")
+    return app_id

@@ -1,0 +1,88 @@
+"""Job and replica states, the moves allowed between them, and their torchx ``AppState``.
+
+Every backend reports in these terms: local_cwd's supervisor records them, Docker and
+Kubernetes derive them from containers and pods. A replica goes
+PENDING -> RUNNING -> SUCCEEDED | FAILED | CANCELLED (RUNNING -> RUNNING is a restart;
+PENDING -> FAILED a replica that could not start, PENDING -> CANCELLED one never started);
+a job goes SUBMITTED -> RUNNING -> SUCCEEDED | FAILED | CANCELLED, or straight from
+SUBMITTED to CANCELLED (cancelled before it started) or FAILED (its runner died first).
+Terminal states are final.
+
+Standard library only; torchx's AppState is imported when asked for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from enum import Enum
+from typing import Any
+
+from torchx_ext.errors import StateTransitionError
+
+
+class State(str, Enum):
+    SUBMITTED = "SUBMITTED"
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL
+
+
+TERMINAL = frozenset({State.SUCCEEDED, State.FAILED, State.CANCELLED})
+_ENDS = frozenset(TERMINAL)
+REPLICA_MOVES: dict[State, frozenset[State]] = {
+    State.PENDING: frozenset({State.RUNNING, State.FAILED, State.CANCELLED}),
+    State.RUNNING: frozenset({State.RUNNING, *_ENDS}),
+}
+JOB_MOVES: dict[State, frozenset[State]] = {
+    State.SUBMITTED: frozenset({State.RUNNING, *_ENDS}),
+    State.RUNNING: _ENDS,
+}
+
+
+def replica_move(current: State, new: State) -> State:
+    """``new``, when a replica may go there from ``current``; else StateTransitionError."""
+    return _move("replica", REPLICA_MOVES, current, new)
+
+
+def job_move(current: State, new: State) -> State:
+    """``new``, when a job may go there from ``current``; else StateTransitionError."""
+    return _move("job", JOB_MOVES, current, new)
+
+
+def _move(what: str, moves: dict[State, frozenset[State]], current: State, new: State) -> State:
+    if new not in moves.get(current, frozenset()):
+        allowed = ", ".join(sorted(state.value for state in moves.get(current, frozenset()))) or "nothing (it is final)"
+        raise StateTransitionError(f"a {what} in state {current} cannot become {new}: from {current} it may become {allowed}")
+    return new
+
+
+def job_state_from_replicas(replicas: Iterable[State], cancelled: bool = False) -> State | None:
+    """The state of a job seen only through its replicas (containers, pods); None when no
+    replica was found, i.e. the app does not exist. A job cancelled on request is CANCELLED
+    once nothing of it runs, whatever its replicas exited with."""
+    states = list(replicas)
+    if not states:
+        return None
+    if all(state.terminal for state in states):
+        if cancelled or State.CANCELLED in states and State.FAILED not in states:
+            return State.CANCELLED
+        return State.SUCCEEDED if all(state is State.SUCCEEDED for state in states) else State.FAILED
+    if State.RUNNING in states or any(state.terminal for state in states):
+        return State.RUNNING
+    return State.PENDING if State.PENDING in states else State.SUBMITTED
+
+
+def app_state(state: State | None) -> Any:
+    """torchx's ``AppState`` for ``state`` (None: UNKNOWN, a replica not reported yet)."""
+    from torchx.specs import AppState
+
+    return AppState.UNKNOWN if state is None else AppState[state.value]
