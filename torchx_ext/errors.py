@@ -23,3 +23,12 @@ class BindingFallbackError(TorchxExtError):
 
 class BindingError(TorchxExtError):
     """The kernel refused to apply a CPU affinity."""
+
+
+class StateTransitionError(TorchxExtError):
+    """A job or replica was asked to move between states that do not follow each other."""
+
+
+class JobRecordError(TorchxExtError):
+    """A scheduler's record of a job (on disk, in labels) cannot be read: another format
+    version, a missing or unknown key, or garbage."""
