@@ -24,7 +24,7 @@ from torchx.schedulers.api import DescribeAppResponse, ListAppResponse, Schedule
 from torchx.specs import NONE, AppDef, AppDryRunInfo, AppState, ReplicaStatus, RoleStatus, runopts
 
 from torchx_ext.errors import InvalidArgumentError, JobRecordError
-from torchx_ext.numa.topology import ALL_ONLINE, DEFAULT_SYSFS_ROOT, read_topology
+from torchx_ext.numa.topology import DEFAULT_SYSFS_ROOT, planning_cpus, read_topology
 from torchx_ext.schedulers.common.app_ids import LOCAL, new_app_id
 from torchx_ext.schedulers.common.error_file import ErrorReport
 from torchx_ext.schedulers.common.logs import LogQuery
@@ -320,6 +320,7 @@ def _replica_app_state(state: State | None, job_state: State) -> AppState:
 
 
 def _host_topology(cfg: LocalOpts) -> Any:
+    # Slices are planned before anyone knows whether the job will run here: a tree of another
+    # machine (a fixture, a snapshot) is planned for all of its CPUs, as a --dryrun shows it.
     root = cfg.get("sysfs_root") or DEFAULT_SYSFS_ROOT
-    # Another machine's tree: plan for all of its CPUs, not for this process's affinity.
-    return read_topology(root, allowed_cpus=None if root == DEFAULT_SYSFS_ROOT else ALL_ONLINE)
+    return read_topology(root, allowed_cpus=planning_cpus(root, applying=False))

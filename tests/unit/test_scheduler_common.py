@@ -1,0 +1,146 @@
+"""schedulers/common: states and their moves, log queries, app ids, the error-file shape."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from torchx_ext.errors import InvalidArgumentError, StateTransitionError
+from torchx_ext.schedulers.common.app_ids import DOCKER, KUBERNETES, LOCAL, AppIdRules, new_app_id
+from torchx_ext.schedulers.common.error_file import ErrorReport, read_error_file, write_error_file
+from torchx_ext.schedulers.common.logs import LogQuery
+from torchx_ext.schedulers.common.states import JOB_MOVES, REPLICA_MOVES, State, app_state, job_move, job_state_from_replicas, replica_move
+
+S = State
+
+
+@pytest.mark.parametrize("old,new", [(S.PENDING, S.RUNNING), (S.RUNNING, S.RUNNING), (S.RUNNING, S.FAILED), (S.PENDING, S.CANCELLED)])
+def test_replica_moves_that_happen(old: State, new: State) -> None:
+    assert replica_move(old, new) is new
+
+
+@pytest.mark.parametrize("old", sorted(S, key=str))
+def test_terminal_states_are_final(old: State) -> None:
+    for new in S:
+        if old.terminal:
+            with pytest.raises(StateTransitionError, match=f"in state {old} cannot become {new}.*final"):
+                replica_move(old, new)
+            with pytest.raises(StateTransitionError):
+                job_move(old, new)
+    assert old.terminal == (old not in REPLICA_MOVES and old not in JOB_MOVES)
+
+
+def test_a_job_cannot_go_back_to_submitted() -> None:
+    with pytest.raises(StateTransitionError, match="job in state RUNNING cannot become SUBMITTED: .*CANCELLED, FAILED, SUCCEEDED"):
+        job_move(S.RUNNING, S.SUBMITTED)
+
+
+@pytest.mark.parametrize(
+    "replicas,cancelled,expected",
+    [
+        ([], False, None),  # nothing found: the app does not exist
+        ([], True, None),
+        ([S.SUCCEEDED, S.SUCCEEDED], False, S.SUCCEEDED),
+        ([S.SUCCEEDED, S.FAILED], False, S.FAILED),
+        ([S.FAILED, S.CANCELLED], False, S.FAILED),  # a failure stopped the others
+        ([S.FAILED, S.SUCCEEDED], True, S.CANCELLED),  # cancelled: whatever they exited with
+        ([S.SUCCEEDED, S.SUCCEEDED], True, S.CANCELLED),
+        ([S.RUNNING, S.FAILED], True, S.RUNNING),  # still stopping
+        ([S.PENDING, S.RUNNING], False, S.RUNNING),
+        ([S.PENDING, S.PENDING], False, S.PENDING),
+        ([S.PENDING, S.SUCCEEDED], False, S.RUNNING),
+    ],
+)
+def test_job_state_from_replicas(replicas: list[State], cancelled: bool, expected: State | None) -> None:
+    assert job_state_from_replicas(replicas, cancelled) is expected
+
+
+def test_every_state_has_its_torchx_app_state() -> None:
+    from torchx.specs import AppState
+
+    assert [app_state(state) for state in S] == [AppState[state.value] for state in S]
+    assert app_state(None) == AppState.UNKNOWN
+
+
+def test_log_query_refuses_bad_input_naming_it() -> None:
+    with pytest.raises(InvalidArgumentError, match=r"invalid log regex '\(': .*"):
+        LogQuery.of(regex="(")
+    with pytest.raises(InvalidArgumentError, match="unknown stream 'stdin': valid values are stdout, stderr, combined"):
+        LogQuery.of(streams="stdin")
+    early, late = datetime.datetime(2026, 1, 1), datetime.datetime(2026, 1, 2)
+    with pytest.raises(InvalidArgumentError, match="ends .* before it starts"):
+        LogQuery.of(since=late, until=early)
+
+
+def test_log_query_selects_by_time_and_regex() -> None:
+    from torchx.schedulers.api import Stream
+
+    start = datetime.datetime(2026, 1, 1, 12, 0, 0)
+    query = LogQuery.of(regex="^keep", since=start, until=start + datetime.timedelta(seconds=10), streams=Stream.STDERR)
+    lines = [(start.timestamp() - 1, "keep early\n"), (start.timestamp() + 1, "keep 1\n"),
+             (start.timestamp() + 2, "drop\n"), (start.timestamp() + 11, "keep late\n")]
+
+    assert query.stream == "stderr"
+    assert list(query.select(lines)) == ["keep 1\n"]
+    assert LogQuery.of().stream == "combined"
+
+
+RULES = [LOCAL, DOCKER, KUBERNETES]
+
+
+@pytest.mark.parametrize("rules", RULES, ids=lambda rules: rules.backend)
+@given(name=st.text(max_size=300))
+def test_any_name_gives_a_valid_id_for_every_backend(rules: AppIdRules, name: str) -> None:
+    app_id = new_app_id(name, rules)
+
+    assert rules.matches(app_id), app_id
+    assert len(app_id) <= rules.max_length
+
+
+def test_kubernetes_ids_are_dns_labels_that_keep_the_readable_name() -> None:
+    app_id = new_app_id("My_Train.Job " + "x" * 100, KUBERNETES, suffix="abc12345")
+
+    assert re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", app_id) and len(app_id) == 63
+    assert app_id.startswith("my-train-job-xxx") and app_id.endswith("-abc12345")
+    assert new_app_id("0-starts-with-digit", KUBERNETES, suffix="s").startswith("starts-with-digit")
+    assert new_app_id("___", LOCAL, suffix="s") == "app-s"
+
+
+def test_ids_are_unique() -> None:
+    assert len({new_app_id("train", KUBERNETES) for _ in range(1000)}) == 1000
+
+
+def test_error_reports_written_by_torch_are_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # torchelastic's own writer is the oracle for the shape.
+    from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
+
+    path = tmp_path / "error.json"
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(path))
+    try:
+        raise RuntimeError("loss is nan")
+    except RuntimeError as error:
+        ErrorHandler().record_exception(error)
+
+    report = read_error_file(path)
+
+    assert report is not None and "loss is nan" in report.message
+    assert "RuntimeError" in report.traceback and report.timestamp is not None
+
+
+def test_written_reports_keep_the_first_failure_and_read_back(tmp_path: Path) -> None:
+    path = tmp_path / "error.json"
+    first = ErrorReport(message="rank 3 (local rank 1) exited with code 7", error_code=7, timestamp=1700000000)
+
+    assert write_error_file(path, first)
+    assert not write_error_file(path, ErrorReport(message="a later failure"))
+    assert read_error_file(path) == first
+    assert json.loads(path.read_text())["message"]["errorCode"] == 7
+    assert read_error_file(tmp_path / "missing.json") is None
+    (tmp_path / "bad.json").write_text("[1, 2]")
+    assert read_error_file(tmp_path / "bad.json") is None
