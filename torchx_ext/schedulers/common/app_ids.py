@@ -7,8 +7,8 @@ Kubernetes ids object names that must be DNS-1123 labels of at most 63 character
 
 from __future__ import annotations
 
+import os
 import re
-import secrets
 import string
 from dataclasses import dataclass
 
@@ -43,7 +43,9 @@ KUBERNETES = AppIdRules("kubernetes", 63, r"[a-z]([a-z0-9-]*[a-z0-9])?", r"[^a-z
 
 def new_app_id(name: str, rules: AppIdRules, suffix: str | None = None) -> str:
     """``{cleaned name}-{suffix}`` within ``rules``; a random suffix unless one is given."""
-    suffix = suffix if suffix is not None else "".join(secrets.choice(_SUFFIX_ALPHABET) for _ in range(SUFFIX_LENGTH))
+    if suffix is None:
+        # os.urandom rather than secrets: the torchx CLI pays for every import on every call.
+        suffix = "".join(_SUFFIX_ALPHABET[byte % len(_SUFFIX_ALPHABET)] for byte in os.urandom(SUFFIX_LENGTH))
     text = name.lower() if rules.lowercase else name
     text = re.sub(rules.invalid, "-", text)
     text = re.sub(f"^[^{rules.first}]+", "", text)

@@ -26,8 +26,6 @@ from torchx.specs import NONE, AppDef, AppDryRunInfo, AppState, ReplicaStatus, R
 from torchx_ext.errors import InvalidArgumentError, JobRecordError
 from torchx_ext.numa.topology import DEFAULT_SYSFS_ROOT, planning_cpus, read_topology
 from torchx_ext.schedulers.common.app_ids import LOCAL, new_app_id
-from torchx_ext.schedulers.common.error_file import ErrorReport
-from torchx_ext.schedulers.common.logs import LogQuery
 from torchx_ext.schedulers.common.states import State, app_state
 from torchx_ext.schedulers.local.records import (
     JobDir,
@@ -206,14 +204,16 @@ class LocalScheduler(Scheduler[LocalOpts]):  # type: ignore[misc]  # torchx has 
         job = find_job(app_id)
         if job is None:
             raise InvalidArgumentError(f"unknown local_cwd app {app_id!r}: `torchx list -s local_cwd` shows the known ones")
+        # Imported here: only `torchx log` needs them, every other command starts faster.
+        from torchx_ext.schedulers.common.logs import LogQuery
+        from torchx_ext.schedulers.local.logs import read_timed_lines
+
         query = LogQuery.of(regex=regex, since=since, until=until, streams=streams, should_tail=should_tail)
         replicas = {(replica.role, replica.replica_id): replica for replica in job.read_request().replicas()}
         replica = replicas.get((role_name, k))
         if replica is None:
             known = ", ".join(f"{role}/{index}" for role, index in replicas)
             raise InvalidArgumentError(f"app {app_id} has no replica {role_name}/{k}: it has {known}")
-        from torchx_ext.schedulers.local.logs import read_timed_lines  # only `torchx log` needs it
-
         lines = read_timed_lines(
             replica.log_path(query.stream),
             should_tail=query.should_tail,
@@ -309,6 +309,8 @@ def _current_state(job: JobDir) -> JobState:
 def _error_report(replica: ReplicaState, ended_at: float | None) -> str:
     # torchx parses these as torchelastic error files (its status formatting needs the message,
     # a timestamp and an error code), so the root cause is given in that shape.
+    from torchx_ext.schedulers.common.error_file import ErrorReport
+
     stamp = int(ended_at or time.time())
     return ErrorReport(message=replica.error, error_code=replica.exit_code, timestamp=stamp).to_json()
 
