@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.conformance.jobs_api import TORCHX
+
 JOB = Path(__file__).parent / "jobs" / "allreduce.py"
-TORCHX = [sys.executable, "-c", "import sys; from torchx.cli.main import main; sys.exit(main())"]
 # As the issue asked: twelve single-node jobs; and four two-replica jobs in the same burst,
 # whose replicas find each other through the port their supervisor picked.
 SHAPES = ["1x2"] * 12 + ["2x1"] * 4

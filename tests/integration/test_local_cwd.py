@@ -7,9 +7,8 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,25 +18,12 @@ from torchx.specs import AppState, parse_app_handle
 
 from tests.conformance.conftest import JOBS as CONFORMANCE_JOBS
 from tests.conformance.conftest import _local_leftovers, _local_processes
-from tests.conformance.jobs_api import wait, wait_for_line
+from tests.conformance.jobs_api import TORCHX, wait, wait_for_line
 from torchx_ext.components.dist import ddp
 from torchx_ext.errors import InvalidArgumentError
 from torchx_ext.schedulers.local.records import process_start_ticks
 
 JOBS = Path(__file__).parent / "jobs"
-TORCHX = [sys.executable, "-c", "import sys; from torchx.cli.main import main; sys.exit(main())"]
-
-
-@pytest.fixture
-def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("TORCHX_EXT_LOCAL_STATE", str(tmp_path / "state"))
-    return tmp_path / "state"
-
-
-@pytest.fixture
-def runner(state_dir: Path) -> Iterator[Runner]:
-    with get_runner() as runner:
-        yield runner
 
 
 def torchx(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:

@@ -7,32 +7,17 @@ import json
 import shutil
 import stat
 import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from torchx.runner import Runner, get_runner
+from torchx.runner import Runner
 from torchx.specs import AppState, parse_app_handle
 
-from tests.conformance.jobs_api import wait
+from tests.conformance.jobs_api import TORCHX, wait
 from torchx_ext.components.dist import ddp
 from torchx_ext.schedulers.local import create_scheduler
 
 JOB = Path(__file__).parents[1] / "conformance" / "jobs" / "echo.py"
-TORCHX = [sys.executable, "-c", "import sys; from torchx.cli.main import main; sys.exit(main())"]
-
-
-@pytest.fixture
-def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("TORCHX_EXT_LOCAL_STATE", str(tmp_path / "state"))
-    return tmp_path / "state"
-
-
-@pytest.fixture
-def runner(state_dir: Path) -> Iterator[Runner]:
-    with get_runner() as runner:
-        yield runner
 
 
 @pytest.fixture
