@@ -32,3 +32,17 @@ class StateTransitionError(TorchxExtError):
 class JobRecordError(TorchxExtError):
     """A scheduler's record of a job (on disk, in labels) cannot be read: another format
     version, a missing or unknown key, or garbage."""
+
+
+class WorkerFailedError(TorchxExtError):
+    """A launched worker raised or exited non-zero after all restarts; names the first failure."""
+
+    def __init__(self, rank: int, local_rank: int, exitcode: int, traceback: str, summary: str) -> None:
+        super().__init__(
+            f"rank {rank} (local rank {local_rank}) failed with exit code {exitcode}:\n{traceback}"
+        )
+        self.rank = rank
+        self.local_rank = local_rank
+        self.exitcode = exitcode
+        self.traceback = traceback
+        self.summary = summary

@@ -12,27 +12,16 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from torchx_ext.errors import InvalidArgumentError, TorchxExtError
+from torchx_ext.errors import InvalidArgumentError, WorkerFailedError
 from torchx_ext.launcher.bootstrap import BoundCallable, encode_plan
 from torchx_ext.launcher.cli import FRESH_STORE_PER_ATTEMPT_ENV, needs_fresh_store_per_attempt
 from torchx_ext.launcher.worker_binding import plan_workers
 from torchx_ext.numa.topology import DEFAULT_SYSFS_ROOT
+from torchx_ext.schedulers.common.error_file import read_error_file
+
+__all__ = ["launch", "WorkerFailedError"]  # WorkerFailedError lived here first: still importable from here
 
 START_METHODS = ("spawn", "fork", "forkserver")
-
-
-class WorkerFailedError(TorchxExtError):
-    """A worker raised or exited non-zero after all restarts; names the first failure."""
-
-    def __init__(self, rank: int, local_rank: int, exitcode: int, traceback: str, summary: str) -> None:
-        super().__init__(
-            f"rank {rank} (local rank {local_rank}) failed with exit code {exitcode}:\n{traceback}"
-        )
-        self.rank = rank
-        self.local_rank = local_rank
-        self.exitcode = exitcode
-        self.traceback = traceback
-        self.summary = summary
 
 
 def launch(
@@ -119,13 +108,7 @@ def launch(
 
 
 def _traceback_of(failure: Any) -> str:
-    data = getattr(failure, "error_file_data", None) or {}
-    message = data.get("message", {}) if isinstance(data, dict) else {}
-    if isinstance(message, dict):
-        extra = message.get("extraInfo", {})
-        callstack = extra.get("py_callstack") if isinstance(extra, dict) else None
-        if callstack:
-            return str(callstack)
-        if message.get("message"):
-            return str(message["message"])
+    report = read_error_file(failure.error_file)
+    if report is not None and (report.traceback or report.message):
+        return report.traceback or report.message
     return str(getattr(failure, "message", "")) or "(no traceback: the worker exited without raising)"

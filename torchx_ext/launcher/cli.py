@@ -9,23 +9,25 @@ and replaces the worker command with the binding bootstrap.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
-import json
 import logging
 import os
 import shutil
 import sys
-import time
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from torchx_ext.errors import TorchxExtError, InvalidArgumentError
+from torchx_ext.escaping import escape_template
+from torchx_ext.exit_codes import BAD_INPUT, FAILED, OK
 from torchx_ext.launcher.bootstrap import BOOTSTRAP_CODE, BoundCallable, encode_plan, run_preloaded, run_script_path
 from torchx_ext.launcher.worker_binding import plan_workers
 from torchx_ext.options import OMP_THREADS_FORMS, check_mode
 from torchx_ext.options import DEVICE_KINDS, MODES, RDZV_PORT_ENV
 from torchx_ext.numa.topology import DEFAULT_SYSFS_ROOT
+from torchx_ext.schedulers.common.error_file import ERROR_FILE_ENV, ErrorReport, read_error_file, write_error_file
 
 logger = logging.getLogger("torchx_ext.launcher")
 
@@ -141,7 +143,7 @@ def main(argv: Sequence[str] | None = None, preload_started: bool = False) -> in
         config, entrypoint, entry_args = prepare(args)
     except TorchxExtError as error:
         print(f"error: {error}", file=sys.stderr)
-        return 2
+        return BAD_INPUT
     finally:
         if preload_started and not uses_preloaded_workers(args):
             stop_preload_server()  # its torch import would only compete with the workers' own
@@ -199,8 +201,8 @@ def prepare(args: argparse.Namespace) -> tuple[Any, Callable[..., Any] | str, li
         dry_run=args.numa_dry_run,
     )
     plan = encode_plan(bindings)
-    script_args = [_escape_macros(arg) for arg in args.training_script_args]
-    target = _escape_macros(args.training_script)
+    script_args = [escape_template(arg) for arg in args.training_script_args]
+    target = escape_template(args.training_script)
     if args.run_path:
         bound = BoundCallable(
             plan,
@@ -227,7 +229,7 @@ def prepare(args: argparse.Namespace) -> tuple[Any, Callable[..., Any] | str, li
 
 def run(config: Any, entrypoint: Callable[..., Any] | str, entry_args: list[str], job_name: str) -> int:
     import torch.distributed as dist
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, get_error_handler
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.elastic.rendezvous import RendezvousError
     from torch.distributed.launcher.api import elastic_launch
 
@@ -237,15 +239,10 @@ def run(config: Any, entrypoint: Callable[..., Any] | str, entry_args: list[str]
         elastic_launch(config=config, entrypoint=entrypoint)(*entry_args)
     except ChildFailedError as error:
         rank, failure = error.get_first_failure()
-        if failure.error_file and os.path.isfile(failure.error_file):
-            # As torchrun's @record does: the root cause goes to our own error file, where a
-            # scheduler (torchx describe/status) looks for it.
-            get_error_handler().dump_error_file(failure.error_file, failure.exitcode)
-        else:
-            _write_exit_report(rank, failure.local_rank, failure.exitcode, failure.signal_name())
+        _report_root_cause(rank, failure)
         error.name = job_name  # torch would title the report with our bootstrap's code
         print(error.format_msg(), file=sys.stderr)
-        return 1
+        return FAILED
     except (RendezvousError, dist.DistError, TimeoutError) as error:
         timeout = config.rdzv_configs.get("join_timeout", config.rdzv_configs.get("timeout", 600))
         print(
@@ -255,27 +252,26 @@ def run(config: Any, entrypoint: Callable[..., Any] | str, entry_args: list[str]
             f"timeout {timeout} s)",
             file=sys.stderr,
         )
-        return 1
-    return 0
+        return FAILED
+    return OK
 
 
-def _write_exit_report(rank: int, local_rank: int, exitcode: int, signal_name: str) -> None:
-    """A root cause in torchelastic's error-file format for a worker that wrote none (it exited
-    or was killed without raising), so that a scheduler can name the rank and its exit code."""
-    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
-    if not path or os.path.exists(path):
+def _report_root_cause(rank: int, failure: Any) -> None:
+    """Put the first failure in our own error file, where a scheduler (torchx describe/status)
+    looks for it: the worker's own report (as torchrun's @record does), with the exit code the
+    worker could not know when a signal killed it; else one naming the rank and its exit code."""
+    path = os.environ.get(ERROR_FILE_ENV)
+    if not path:
         return
-    how = f"was killed by {signal_name}" if exitcode < 0 else f"exited with code {exitcode}"
-    message = {
-        "message": f"rank {rank} (local rank {local_rank}) {how}",
-        "extraInfo": {"timestamp": str(int(time.time()))},
-        "errorCode": exitcode,
-    }
-    try:
-        with open(path, "w") as file:
-            json.dump({"message": message}, file)
-    except OSError:
-        pass  # the report is a courtesy: the exit code and stderr still tell the story
+    # A worker that raised left its report in its own error file (torch names none, "<N/A>",
+    # when there is no file: its error_file_data then holds a placeholder, not a report).
+    report = read_error_file(failure.error_file)
+    if report is not None:
+        report = dataclasses.replace(report, error_code=failure.exitcode)
+    else:
+        how = f"was killed by {failure.signal_name()}" if failure.exitcode < 0 else f"exited with code {failure.exitcode}"
+        report = ErrorReport(message=f"rank {rank} (local rank {failure.local_rank}) {how}", error_code=failure.exitcode)
+    write_error_file(path, report)
 
 
 def uses_preloaded_workers(args: argparse.Namespace) -> bool:
@@ -348,12 +344,6 @@ def _device_kind_of_torch() -> str:
     import torch
 
     return "cpu" if torch.version.cuda is None and torch.version.hip is None else "auto"
-
-
-def _escape_macros(arg: str) -> str:
-    # torchelastic runs string.Template.safe_substitute over worker arguments; doubling "$"
-    # makes it give back exactly what the user typed.
-    return arg.replace("$", "$$")
 
 
 def _configure_logging() -> None:
