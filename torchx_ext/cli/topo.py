@@ -13,6 +13,7 @@ import sys
 from torchx.cli.cmd_base import SubCommand
 
 from torchx_ext.errors import InvalidArgumentError, TorchxExtError
+from torchx_ext.exit_codes import BAD_INPUT
 
 
 class CmdTopo(SubCommand):
@@ -31,7 +32,7 @@ class CmdTopo(SubCommand):
             document, text = describe(args.j, args.numa_binding, args.host)
         except TorchxExtError as error:
             print(f"error: {error}", file=sys.stderr)
-            sys.exit(2)
+            sys.exit(BAD_INPUT)
         print(json.dumps(document, indent=2) if args.json else text)
 
 

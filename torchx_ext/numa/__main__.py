@@ -1,7 +1,7 @@
 """``python -m torchx_ext.numa show|plan|snapshot``: the topology and the binding plan.
 
 The ``plan --json`` output is a contract other tools script against: keep its keys.
-Exit status: 0 on success, 2 on bad input or an unreadable topology.
+Exit status (torchx_ext.exit_codes): OK, or BAD_INPUT for bad input or an unreadable topology.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from torchx_ext.errors import TorchxExtError
+from torchx_ext.exit_codes import BAD_INPUT, OK
 from torchx_ext.numa.cpulist import CPULIST_FORMS, parse_cpulist
 from torchx_ext.numa.plan import (
     parse_visible_devices,
@@ -21,8 +22,8 @@ from torchx_ext.numa.plan import (
 )
 from torchx_ext.numa.report import format_plan, format_topology
 from torchx_ext.numa.snapshot import snapshot_sysfs
-from torchx_ext.options import DEVICE_KINDS, MODES
 from torchx_ext.numa.topology import ALL_ONLINE, DEFAULT_SYSFS_ROOT, Topology, read_topology
+from torchx_ext.options import DEVICE_KINDS, MODES
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -71,14 +72,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "snapshot":
             count = snapshot_sysfs(args.destination, args.sysfs_root)
             print(f"copied {count} files from {args.sysfs_root} to {args.destination}")
-            return 0
+            return OK
         allowed: frozenset[int] | str | None = args.allowed_cpus
         if args.allowed_cpus not in (None, ALL_ONLINE):
             allowed = parse_cpulist(args.allowed_cpus, source="--allowed-cpus")
         topology = read_topology(args.sysfs_root, allowed)
         if args.command == "show":
             print(json.dumps(_topology_json(topology), indent=2) if args.json else format_topology(topology))
-            return 0
+            return OK
         visible = (
             visible_devices_from_env(os.environ)
             if args.visible_devices is None
@@ -94,9 +95,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     except TorchxExtError as error:
         print(f"error: {error}", file=sys.stderr)
-        return 2
+        return BAD_INPUT
     print(json.dumps(plan.to_json(), indent=2) if args.json else format_plan(plan))
-    return 0
+    return OK
 
 
 def _topology_json(topology: Topology) -> dict[str, object]:
