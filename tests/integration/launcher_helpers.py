@@ -63,3 +63,20 @@ def alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def run_caller(
+    directory: Path, source: str, *args: str, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """Run ``source`` as a user's own script (``directory/caller.py``) that calls the launcher
+    in its process: whatever state the call leaves behind stays out of the test process."""
+    script = directory / "caller.py"
+    script.write_text(source)
+    return subprocess.run(
+        [sys.executable, str(script), *args], capture_output=True, text=True, env=env or clean_env(), timeout=timeout
+    )
+
+
+def last_json_line(result: subprocess.CompletedProcess[str]) -> Any:
+    assert result.stdout.strip(), result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import pickle
 from pathlib import Path
 
 import pytest
 
+from torchx_ext.errors import BindingFallbackError
 from torchx_ext.launcher.bootstrap import (
     BOOTSTRAP_CODE,
     BoundCallable,
@@ -17,6 +19,7 @@ from torchx_ext.launcher.bootstrap import (
     run_preloaded,
 )
 from torchx_ext.launcher.cli import build_parser, prepare
+from torchx_ext.numa.cpulist import format_cpulist
 
 
 @pytest.fixture(autouse=True)
@@ -72,3 +75,58 @@ def test_rendezvous_host_comes_from_the_named_env_var(tmp_path: Path, monkeypatc
     assert prepare(parser.parse_args(args))[0].rdzv_endpoint == "10.1.2.3:29555"
     monkeypatch.setenv("MY_MASTER", "")
     assert prepare(parser.parse_args(args))[0].rdzv_endpoint == "localhost:29555"
+
+
+@pytest.fixture
+def two_xpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This torch sees two XPU devices: its own device query says so (no XPU here)."""
+    import torch
+
+    monkeypatch.setattr(torch.xpu, "is_available", lambda: True)
+    monkeypatch.setattr(torch.xpu, "device_count", lambda: 2)
+
+
+def test_nproc_per_node_xpu_starts_one_rank_per_xpu_planned_as_cpu_shares(
+    two_xpus: None, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("")
+    args = build_parser().parse_args(["--nproc-per-node", "xpu", "--numa-binding", "exclusive", str(script)])
+
+    with caplog.at_level(logging.WARNING, logger="torchx_ext"):
+        config, entrypoint, _ = prepare(args)
+
+    assert config.nproc_per_node == 2
+    assert isinstance(entrypoint, BoundCallable)
+    bindings = decode_plan(entrypoint.plan)
+    assert len(bindings) == 2 and all(binding.cpus for binding in bindings)
+    # Said out loud: these ranks get CPU shares, not the CPUs nearest their device.
+    assert "ranks drive xpu devices, whose NUMA nodes are unknown here" in caplog.text
+
+
+def test_xpu_ranks_under_auto_binding_are_left_unbound(
+    two_xpus: None, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("")
+    args = build_parser().parse_args(["--nproc-per-node", "xpu", "--numa-binding", "auto", str(script)])
+
+    with caplog.at_level(logging.WARNING, logger="torchx_ext"):
+        config, entrypoint, _ = prepare(args)
+
+    assert config.nproc_per_node == 2
+    assert isinstance(entrypoint, BoundCallable)
+    mine = format_cpulist(sorted(os.sched_getaffinity(0)))
+    assert [binding.cpus for binding in decode_plan(entrypoint.plan)] == [mine, mine]
+    assert "NUMA binding off: --nproc-per-node xpu ranks drive xpu devices" in caplog.text
+
+
+def test_strict_binding_of_xpu_ranks_is_refused_unless_planned_as_cpu(two_xpus: None, tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("")
+    strict = ["--nproc-per-node", "xpu", "--numa-binding", "node", "--numa-strict", str(script)]
+
+    with pytest.raises(BindingFallbackError, match="pass --numa-device-kind cpu"):
+        prepare(build_parser().parse_args(strict))
+    config, _, _ = prepare(build_parser().parse_args(["--numa-device-kind", "cpu", *strict]))
+    assert config.nproc_per_node == 2

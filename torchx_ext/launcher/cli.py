@@ -19,10 +19,11 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from torchx_ext.errors import TorchxExtError, InvalidArgumentError
+from torchx_ext.errors import BindingFallbackError, InvalidArgumentError, TorchxExtError
 from torchx_ext.escaping import escape_template
 from torchx_ext.exit_codes import BAD_INPUT, FAILED, OK
 from torchx_ext.launcher.bootstrap import BOOTSTRAP_CODE, BoundCallable, encode_plan, run_preloaded, run_script_path
+from torchx_ext.launcher.inputs import check_rdzv_backend, local_world_size, privateuse1_name, std_spec
 from torchx_ext.launcher.worker_binding import plan_workers
 from torchx_ext.options import OMP_THREADS_FORMS, check_mode
 from torchx_ext.options import DEVICE_KINDS, MODES, RDZV_PORT_ENV
@@ -167,8 +168,10 @@ def prepare(args: argparse.Namespace) -> tuple[Any, Callable[..., Any] | str, li
         raise InvalidArgumentError(
             f"invalid --nnodes {args.nnodes!r}: expected N or MIN:MAX with 1 <= MIN <= MAX"
         )
-    nproc = _nproc_per_node(args.nproc_per_node)
-    _check_rdzv_backend(args.rdzv_backend)
+    nproc = local_world_size(args.nproc_per_node)
+    check_rdzv_backend(args.rdzv_backend)
+    std_spec(args.redirects, "--redirects")
+    std_spec(args.tee, "--tee")
     _check_entrypoint(args)
     _resolve_rendezvous(args, max_nodes)
     omp_decided_here = "OMP_NUM_THREADS" not in os.environ and args.omp_threads is not None
@@ -188,12 +191,10 @@ def prepare(args: argparse.Namespace) -> tuple[Any, Callable[..., Any] | str, li
     config.numa_options = None
     if getattr(args, "shutdown_timeout", None) is None and "TORCH_ELASTIC_SHUTDOWN_TIMEOUT" not in os.environ:
         config.shutdown_timeout = DEFAULT_SHUTDOWN_TIMEOUT_S
-    device_kind = args.numa_device_kind or {"gpu": "gpu", "cpu": "cpu"}.get(
-        str(args.nproc_per_node), _device_kind_of_torch()
-    )
+    device_kind, mode = _device_kind_and_mode(args)
     _, bindings = plan_workers(
         nproc,
-        args.numa_binding,
+        mode,
         strict=args.numa_strict,
         device_kind=device_kind,
         omp_threads=args.omp_threads,
@@ -283,27 +284,6 @@ def uses_preloaded_workers(args: argparse.Namespace) -> bool:
     )
 
 
-def _nproc_per_node(value: str) -> int:
-    from torch.distributed.run import determine_local_world_size
-
-    if value not in ("auto", "cpu", "gpu") and not (value.isdigit() and int(value) >= 1):
-        raise InvalidArgumentError(
-            f"invalid --nproc-per-node {value!r}: expected a positive integer, auto, cpu or gpu"
-        )
-    try:
-        return int(determine_local_world_size(value))
-    except (ValueError, RuntimeError) as error:
-        raise InvalidArgumentError(f"invalid --nproc-per-node {value!r}: {error}") from error
-
-
-def _check_rdzv_backend(backend: str) -> None:
-    from torch.distributed.elastic.rendezvous import rendezvous_handler_registry
-
-    known = sorted(rendezvous_handler_registry._registry)  # the registry lists no names publicly
-    if backend not in known:
-        raise InvalidArgumentError(f"unknown --rdzv-backend {backend!r}: valid values are {', '.join(known)}")
-
-
 def _check_entrypoint(args: argparse.Namespace) -> None:
     script = args.training_script
     if args.no_python and args.module:
@@ -338,6 +318,60 @@ def _resolve_rendezvous(args: argparse.Namespace, max_nodes: int) -> None:
         args.rdzv_backend, args.rdzv_endpoint, args.rdzv_id = "c10d", "localhost:0", str(uuid.uuid4())
     if args.master_port is None:
         args.master_port = DEFAULT_RDZV_PORT
+
+
+def _device_kind_and_mode(args: argparse.Namespace) -> tuple[str, str]:
+    """The device kind and binding mode to plan with.
+
+    ``--numa-device-kind`` wins; else ``--nproc-per-node`` says what the ranks drive: gpu
+    and cpu by name, and for an integer the GPUs of a CUDA/ROCm build when enough are visible.
+    Ranks that drive another accelerator (xpu, a PrivateUse1 backend, or what ``auto``
+    counted) cannot be placed near their device: the planner knows only NVIDIA and AMD GPUs
+    on PCI. Binding them as GPU ranks is impossible and as CPU-only ranks may put a rank on
+    the node far from its device, so ``auto`` binds nothing, an explicit mode plans CPU
+    shares and says so, and ``--numa-strict`` refuses.
+    """
+    mode = args.numa_binding
+    if args.numa_device_kind is not None:
+        return args.numa_device_kind, mode
+    value = str(args.nproc_per_node).strip()
+    if value in ("gpu", "cpu"):
+        return value, mode
+    accelerator = _unplaceable_accelerator(value)
+    if accelerator is None:
+        return _device_kind_of_torch(), mode
+    why = (
+        f"--nproc-per-node {value} ranks drive {accelerator} devices, whose NUMA nodes are unknown "
+        "here (only NVIDIA and AMD GPUs on PCI are placed)"
+    )
+    if mode == "none":
+        return "cpu", mode
+    if mode == "auto":
+        logger.warning(
+            "NUMA binding off: %s; to give each rank a CPU share anyway, choose a mode with --numa-device-kind cpu", why
+        )
+        return "cpu", "none"
+    if args.numa_strict:
+        raise BindingFallbackError(
+            f"strict NUMA binding refused: {why}; pass --numa-device-kind cpu to plan CPU shares for these ranks"
+        )
+    logger.warning(
+        "NUMA binding fallback: %s; ranks get CPU shares as CPU-only ranks do, not the CPUs nearest their device", why
+    )
+    return "cpu", mode
+
+
+def _unplaceable_accelerator(nproc_value: str) -> str | None:
+    """The device type the ranks drive when it is not a CUDA/ROCm GPU, or None."""
+    import torch
+
+    if nproc_value in ("xpu", privateuse1_name()):
+        return nproc_value
+    accelerator = getattr(torch, "accelerator", None)  # torch >= 2.6
+    if nproc_value == "auto" and accelerator is not None and accelerator.is_available():
+        kind = str(accelerator.current_accelerator().type)
+        return None if kind == "cuda" else kind  # ROCm builds call their GPUs cuda too
+    return None
 
 
 def _device_kind_of_torch() -> str:
