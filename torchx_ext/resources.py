@@ -2,8 +2,8 @@
 
 Each host is described by a MachineSpec (the same few numbers the test machines use), so
 its cpu/gpu counts, its NUMA facts for schedulers (``capabilities``) and ``torchx topo
--h NAME``'s plan all come from one description. Registered through the
-``torchx.named_resources`` entry point group; torchx adds them to its own.
+-h NAME``'s plan (on ``topology_of(spec)``) all come from one description. Registered
+through the ``torchx.named_resources`` entry point group; torchx adds them to its own.
 No torch import.
 """
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from torchx.specs import Resource
 
 from torchx_ext.errors import InvalidArgumentError
-from torchx_ext.numa.fake_sysfs import AMD, NVIDIA, MachineSpec
+from torchx_ext.numa.machine import AMD, NVIDIA, MachineSpec
 
 K8S_INSTANCE_TYPE = "node.kubernetes.io/instance-type"
 # Capability keys schedulers read (placement slices CPUs/NUMA nodes/GPUs among replicas).

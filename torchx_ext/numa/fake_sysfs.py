@@ -1,104 +1,25 @@
-"""Write sysfs trees for machines described in a few numbers.
+"""Write sysfs trees for machines described in a few numbers (torchx_ext.numa.machine.MachineSpec,
+re-exported here with the vendor ids for the code that still imports them from this module).
 
-Tests, benchmarks and dry runs use these trees to see how a plan comes out on hardware
-this host is not: read_topology(root) cannot tell them from the real thing. The trees hold
-what the kernel shows, offline CPUs included: no topology or cache directory for an offline
-CPU, and sibling, cache and node lists that leave it out.
+Tests and benchmarks use these trees to exercise read_topology on hardware this host is
+not: it cannot tell them from the real thing. The trees hold what the kernel shows, offline
+CPUs included: no topology or cache directory for an offline CPU, and sibling, cache and
+node lists that leave it out. Also a few PCI devices that are not GPUs, which the reader
+must skip. tests/unit/test_machine.py checks that reading a tree gives topology_of(spec).
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from torchx_ext.numa.cpulist import format_cpulist
+from torchx_ext.numa.machine import AMD as AMD, NVIDIA as NVIDIA, MachineSpec as MachineSpec
 
-NVIDIA = 0x10DE
-AMD = 0x1002
 _GPU_CLASS = 0x030200  # "3D controller", as data-center GPUs report themselves
 _NVSWITCH = ("0000:05:00.0", 0x068000, NVIDIA)  # an NVIDIA bridge: not a GPU
 _BMC_VGA = ("0000:02:00.0", 0x030000, 0x1A03)  # a display controller of another vendor
 _NIC = ("0000:03:00.0", 0x020000, 0x15B3)
-
-
-@dataclass(frozen=True)
-class MachineSpec:
-    """A machine in a few numbers.
-
-    Logical CPU ``t * total_cores + c`` is hardware thread ``t`` of physical core ``c``, cores
-    numbered socket by socket and node by node (Linux's usual x86 numbering, siblings c and
-    c+N). Memory-only nodes come after the nodes with CPUs and belong to sockets round-robin.
-    """
-
-    sockets: int = 1
-    nodes_per_socket: int = 1
-    cores_per_node: int = 4
-    threads_per_core: int = 1
-    cores_per_llc: int | None = None
-    """Cores sharing one last-level cache; None means one per socket."""
-    gpu_nodes: tuple[int, ...] = ()
-    """NUMA node of each GPU, in PCI order; -1 for a GPU whose sysfs numa_node is -1."""
-    gpu_vendor: int = NVIDIA
-    memory_only_nodes: int = 0
-    offline_cpus: frozenset[int] = field(default_factory=frozenset)
-    remote_socket_distance: int = 32
-    same_socket_distance: int = 12
-    node_id_step: int = 1
-    """Sysfs id of node i is ``i * node_id_step``: 2 gives sparse ids 0, 2, 4, ..."""
-    possible_only_nodes: int = 0
-    """Node ids after the last online one that ``possible`` lists but that have no directory."""
-
-    @property
-    def cpu_nodes(self) -> int:
-        return self.sockets * self.nodes_per_socket
-
-    @property
-    def total_cores(self) -> int:
-        return self.cpu_nodes * self.cores_per_node
-
-    @property
-    def total_cpus(self) -> int:
-        return self.total_cores * self.threads_per_core
-
-    def node_count(self) -> int:
-        return self.cpu_nodes + self.memory_only_nodes
-
-    def node_id(self, node: int) -> int:
-        """The sysfs id of logical node ``node`` (-1 stays -1: no node)."""
-        return node if node < 0 else node * self.node_id_step
-
-    def online_cpus(self) -> frozenset[int]:
-        return frozenset(range(self.total_cpus)) - self.offline_cpus
-
-    def core_of(self, cpu: int) -> int:
-        return cpu % self.total_cores
-
-    def node_of_core(self, core: int) -> int:
-        return core // self.cores_per_node
-
-    def socket_of_node(self, node: int) -> int:
-        if node < self.cpu_nodes:
-            return node // self.nodes_per_socket
-        return (node - self.cpu_nodes) % self.sockets
-
-    def threads_of_core(self, core: int) -> list[int]:
-        return [thread * self.total_cores + core for thread in range(self.threads_per_core)]
-
-    def llc_of_core(self, core: int) -> int:
-        socket = self.socket_of_node(self.node_of_core(core))
-        if self.cores_per_llc is None:
-            return socket
-        return core // self.cores_per_llc
-
-    def distance(self, a: int, b: int) -> int:
-        if a == b:
-            return 10
-        if a >= self.cpu_nodes or b >= self.cpu_nodes:
-            return 40 if self.socket_of_node(a) == self.socket_of_node(b) else 80
-        if self.socket_of_node(a) == self.socket_of_node(b):
-            return self.same_socket_distance
-        return self.remote_socket_distance
 
 
 def write_sysfs(spec: MachineSpec, root: str | os.PathLike[str]) -> Path:
@@ -168,9 +89,7 @@ def _write_pci(spec: MachineSpec, path: Path) -> None:
     for address, device_class, vendor in devices:
         _write_pci_device(path / address, device_class, vendor, -1)
     for index, node in enumerate(spec.gpu_nodes):
-        # Bus numbers rise with the index so that PCI order is GPU order.
-        address = f"0000:{0x10 + 8 * index:02x}:00.0"
-        _write_pci_device(path / address, _GPU_CLASS, spec.gpu_vendor, spec.node_id(node))
+        _write_pci_device(path / spec.gpu_pci_address(index), _GPU_CLASS, spec.gpu_vendor, spec.node_id(node))
 
 
 def _write_pci_device(path: Path, device_class: int, vendor: int, numa_node: int) -> None:
