@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.machines import MACHINES, SNAPSHOTS
-from torchx_ext.numa.fake_sysfs import write_sysfs
+from tests.fixtures.fake_sysfs import write_sysfs
 from torchx_ext.numa.topology import ALL_ONLINE, Topology, read_topology
 
 MachineRoot = Callable[[str], Path]

@@ -19,7 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from torchx_ext.numa.fake_sysfs import MachineSpec, write_sysfs  # noqa: E402
+from tests.fixtures.fake_sysfs import write_sysfs  # noqa: E402
+from torchx_ext.numa.machine import MachineSpec  # noqa: E402
 from torchx_ext.numa.plan import plan_binding  # noqa: E402
 from torchx_ext.numa.topology import ALL_ONLINE, read_topology  # noqa: E402
 

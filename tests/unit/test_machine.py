@@ -6,6 +6,7 @@ written trees: these checks keep the two one machine.
 
 from __future__ import annotations
 
+import ast
 import tempfile
 from pathlib import Path
 
@@ -13,12 +14,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from tests.conftest import MachineRoot
+from tests.fixtures.fake_sysfs import write_sysfs
 from tests.fixtures.machines import MACHINES
 from tests.unit.test_plan_properties import machines
-from torchx_ext.numa.fake_sysfs import write_sysfs
 from torchx_ext.numa.machine import MachineSpec, topology_of
 from torchx_ext.numa.topology import ALL_ONLINE, Topology, read_topology
 from torchx_ext.resources import HOSTS
+
+PACKAGE = Path(__file__).resolve().parents[2] / "torchx_ext"
 
 
 def assert_same(described: Topology, read: Topology) -> None:
@@ -54,3 +57,21 @@ def test_random_machines(machine: tuple[MachineSpec, frozenset[int]]) -> None:
         root = write_sysfs(spec, directory)
         assert_same(topology_of(spec, str(root)), read_topology(root, ALL_ONLINE))
 
+
+def test_the_package_imports_no_test_fixture() -> None:
+    # The sysfs writer is a fixture: production code describes machines with topology_of.
+    offenders = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                modules = [node.module]
+            else:
+                continue
+            offenders += [
+                f"{path.relative_to(PACKAGE.parent)}: {module}"
+                for module in modules
+                if module.split(".")[0] == "tests" or module.split(".")[-1] == "fake_sysfs"
+            ]
+    assert offenders == []

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from tests.unit.test_plan_properties import machines, read
 from torchx_ext.errors import InvalidArgumentError
 from torchx_ext.numa.cpulist import format_cpulist
-from torchx_ext.numa.fake_sysfs import MachineSpec
+from torchx_ext.numa.machine import MachineSpec
 from torchx_ext.numa.topology import Topology
 from torchx_ext.schedulers.placement import ReplicaSlice, slice_host
 

@@ -8,8 +8,9 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.fixtures.fake_sysfs import write_sysfs
 from tests.torch_oracle import torch_binding
-from torchx_ext.numa.fake_sysfs import MachineSpec, write_sysfs
+from torchx_ext.numa.machine import MachineSpec
 from torchx_ext.numa.plan import BindingPlan, plan_binding
 from torchx_ext.numa.topology import Topology, read_topology
 

@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import MachineRoot
+from tests.fixtures.fake_sysfs import write_sysfs
 from tests.fixtures.machines import CPU_2SOCKET, OFFLINE
 from torchx_ext.errors import InvalidArgumentError, TopologyError
-from torchx_ext.numa.fake_sysfs import MachineSpec, write_sysfs
-from torchx_ext.numa.plan import plan_binding
 from torchx_ext.numa.cpulist import format_cpulist
+from torchx_ext.numa.machine import MachineSpec
+from torchx_ext.numa.plan import plan_binding
 from torchx_ext.numa.topology import ALL_ONLINE, DEFAULT_SYSFS_ROOT, Topology, planning_cpus, read_topology
 
 TopologyOf = Callable[[str], Topology]

@@ -41,52 +41,50 @@ def describe(j: str, numa_binding: str, host_name: str | None) -> tuple[dict[str
     # Imported here: the torchx CLI loads this module for every command, not only for topo.
     import logging
     import os
-    import tempfile
 
     from torchx_ext.components.dist import parse_j
     from torchx_ext.launcher.worker_binding import plan_workers
-    from torchx_ext.numa.bind import bound_thread
-    from torchx_ext.numa.fake_sysfs import write_sysfs
+    from torchx_ext.numa.machine import topology_of
     from torchx_ext.numa.report import format_plan, format_topology
-    from torchx_ext.numa.topology import ALL_ONLINE, DEFAULT_SYSFS_ROOT, read_topology
+    from torchx_ext.numa.topology import DEFAULT_SYSFS_ROOT, planning_cpus, read_topology
     from torchx_ext.resources import host
     from torchx_ext.schedulers.placement import slice_host
 
     min_nodes, max_nodes, nproc = parse_j(j)
     env: dict[str, str] | None = None  # this host: CUDA_VISIBLE_DEVICES counts, as for the launcher
-    with tempfile.TemporaryDirectory() as directory:
-        if host_name is None:
-            root, dry_run, allowed = DEFAULT_SYSFS_ROOT, False, None
+    if host_name is None:
+        topology = read_topology(DEFAULT_SYSFS_ROOT, planning_cpus(DEFAULT_SYSFS_ROOT, applying=False))
+    else:
+        machine = host(host_name).machine
+        gpus = len(machine.gpu_nodes)
+        if gpus and nproc > gpus:
+            raise InvalidArgumentError(
+                f"{nproc} processes per node but {host_name} has {gpus} GPUs (dist.ddp refuses this -j too)"
+            )
+        # Planned from its description, every CPU of it allowed: nothing of this host applies
+        # to another machine, its visible-device settings included.
+        topology, env = topology_of(machine, f"none (named resource {host_name}, described)"), {}
+    # Replicas of a job on this host share it as local_cwd runs them: each launcher plans
+    # within its replica's slice. On a named host each replica has a machine of its own.
+    slices = slice_host(topology, max_nodes) if host_name is None and max_nodes > 1 else []
+    # The table below says what the launcher's INFO lines would; its warnings still show.
+    launcher_log = logging.getLogger("torchx_ext.launcher")
+    level = launcher_log.level
+    launcher_log.setLevel(logging.WARNING)
+    try:
+        if not slices:
+            plans = [plan_workers(nproc, numa_binding, topology=topology, dry_run=True, env=env)[0]] * max_nodes
         else:
-            machine = host(host_name).machine
-            gpus = len(machine.gpu_nodes)
-            if gpus and nproc > gpus:
-                raise InvalidArgumentError(
-                    f"{nproc} processes per node but {host_name} has {gpus} GPUs (dist.ddp refuses this -j too)"
-                )
-            # Another machine: none of this host's visible-device settings apply to it.
-            root, dry_run, allowed, env = str(write_sysfs(machine, directory)), True, ALL_ONLINE, {}
-        topology = read_topology(root, allowed)
-        # Replicas of a job on this host share it as local_cwd runs them: each launcher plans
-        # within its replica's slice. On a named host each replica has a machine of its own.
-        slices = slice_host(topology, max_nodes) if host_name is None and max_nodes > 1 else []
-        # The table below says what the launcher's INFO lines would; its warnings still show.
-        launcher_log = logging.getLogger("torchx_ext.launcher")
-        level = launcher_log.level
-        launcher_log.setLevel(logging.WARNING)
-        try:
-            if not slices:
-                plans = [plan_workers(nproc, numa_binding, sysfs_root=root, dry_run=dry_run, env=env)[0]] * max_nodes
-            else:
-                plans = []
-                for piece in slices:
-                    piece_env = dict(os.environ)
-                    if piece.gpus and "CUDA_VISIBLE_DEVICES" not in os.environ:
-                        piece_env["CUDA_VISIBLE_DEVICES"] = piece.cuda_visible_devices
-                    with bound_thread(piece.cpus):  # what the replica's launcher sees as its CPUs
-                        plans.append(plan_workers(nproc, numa_binding, sysfs_root=root, env=piece_env)[0])
-        finally:
-            launcher_log.setLevel(level)
+            plans = []
+            for piece in slices:
+                piece_env = dict(os.environ)
+                if piece.gpus and "CUDA_VISIBLE_DEVICES" not in os.environ:
+                    piece_env["CUDA_VISIBLE_DEVICES"] = piece.cuda_visible_devices
+                # The slice's CPUs are what the replica's launcher sees as its own.
+                plan, _ = plan_workers(nproc, numa_binding, allowed_cpus=piece.cpus, dry_run=True, env=piece_env)
+                plans.append(plan)
+    finally:
+        launcher_log.setLevel(level)
     where = host_name or "this host"
     nodes = str(max_nodes) if min_nodes == max_nodes else f"{min_nodes}:{max_nodes}"
     replicas: list[dict[str, object]] = []

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
+from torchx_ext.errors import InvalidArgumentError, TorchxExtError
 from torchx_ext.launcher.bootstrap import WorkerBinding
 from torchx_ext.numa.cpulist import format_cpulist
-from torchx_ext.errors import TorchxExtError
 from torchx_ext.numa.plan import BindingPlan, RankBinding, describe_rank, plan_binding, visible_devices_from_env
+from torchx_ext.numa.topology import DEFAULT_SYSFS_ROOT, Topology, planning_cpus, read_topology
 from torchx_ext.options import check_mode, parse_omp_threads
-from torchx_ext.numa.topology import ALL_ONLINE, DEFAULT_SYSFS_ROOT, read_topology
 
 logger = logging.getLogger("torchx_ext.launcher")
 
@@ -29,12 +29,18 @@ def plan_workers(
     sysfs_root: str = DEFAULT_SYSFS_ROOT,
     dry_run: bool = False,
     env: Mapping[str, str] | None = None,
+    allowed_cpus: Iterable[int] | None = None,
+    topology: Topology | None = None,
 ) -> tuple[BindingPlan, list[WorkerBinding]]:
     """Plan this node's workers and log the plan.
 
     The plan only holds CPUs this process may use (read_topology intersects every sysfs
     root with its affinity), except in a dry run for another machine's tree, which plans
-    for all of that tree's CPUs and applies nothing.
+    for all of that tree's CPUs and applies nothing (topology.planning_cpus states the rule).
+    ``allowed_cpus`` plans for those CPUs instead (a replica's slice of this host: the
+    caller's own affinity stays as it is); applied, they must be CPUs this process may use.
+    ``topology`` plans on a Topology the caller has (a described machine) instead of reading
+    ``sysfs_root``; it already holds its allowed CPUs, so it takes no ``allowed_cpus``.
 
     ``device_kind`` ``auto`` plans GPU ranks only when there are at least as many visible
     GPUs as ranks; otherwise ranks are CPU-only (a gloo job on a GPU host stays legal).
@@ -42,15 +48,24 @@ def plan_workers(
     environ = os.environ if env is None else env
     check_mode(mode)
     omp = parse_omp_threads(omp_threads)
+    allowed = None if allowed_cpus is None else frozenset(allowed_cpus)
+    if topology is not None and allowed is not None:
+        raise InvalidArgumentError(
+            "plan_workers takes topology or allowed_cpus, not both: a Topology already holds its allowed CPUs"
+        )
     try:
-        plan = _plan(nproc_per_node, mode, strict, device_kind, sysfs_root, dry_run, environ)
+        if topology is None:
+            override = planning_cpus(sysfs_root, applying=not dry_run) if allowed is None else allowed
+            plan = _plan(nproc_per_node, mode, strict, device_kind, read_topology(sysfs_root, override), environ)
+        else:
+            plan = _plan(nproc_per_node, mode, strict, device_kind, topology, environ)
     except TorchxExtError as error:
         if mode not in ("none", "auto"):
             raise
         # No binding was asked for (or only "if useful"): an unreadable sysfs or a GPU list we
         # cannot map (UUIDs, MIG) must not stop a job torchrun would run.
         logger.warning("NUMA binding off: %s", error)
-        plan = _unbound_plan(nproc_per_node, mode)
+        plan = _unbound_plan(nproc_per_node, mode, _unbound_cpus(topology, allowed))
     user_omp = "OMP_NUM_THREADS" in environ
     bindings = []
     for rank in plan.ranks:
@@ -70,11 +85,8 @@ def plan_workers(
 
 
 def _plan(
-    nproc: int, mode: str, strict: bool, device_kind: str, sysfs_root: str, dry_run: bool, environ: Mapping[str, str]
+    nproc: int, mode: str, strict: bool, device_kind: str, topology: Topology, environ: Mapping[str, str]
 ) -> BindingPlan:
-    # A dry run for another machine's tree plans for all of its CPUs, not this process's.
-    plan_all = dry_run and os.path.realpath(sysfs_root) != os.path.realpath(DEFAULT_SYSFS_ROOT)
-    topology = read_topology(sysfs_root, ALL_ONLINE if plan_all else None)
     visible = visible_devices_from_env(environ)
     if device_kind == "auto":
         gpu_count = len(topology.gpus) if visible is None else len(visible)
@@ -82,8 +94,17 @@ def _plan(
     return plan_binding(topology, nproc, mode, visible_devices=visible, device_kind=device_kind, strict=strict)
 
 
-def _unbound_plan(nproc: int, mode: str) -> BindingPlan:
-    cpus = frozenset(os.sched_getaffinity(0))
+def _unbound_cpus(given: Topology | None, allowed: frozenset[int] | None) -> frozenset[int]:
+    # Without a plan every rank may use all the CPUs the caller planned for: its slice, the
+    # described machine's, or else this process's own.
+    if allowed is not None:
+        return allowed
+    if given is not None:
+        return given.allowed
+    return frozenset(os.sched_getaffinity(0))
+
+
+def _unbound_plan(nproc: int, mode: str, cpus: frozenset[int]) -> BindingPlan:
     ranks = tuple(RankBinding(rank, cpus, None, None, None, len(cpus)) for rank in range(nproc))
     return BindingPlan(mode="none", requested_mode=mode, device_kind="cpu", ranks=ranks)
 
