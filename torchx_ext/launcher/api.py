@@ -14,7 +14,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from torchx_ext.errors import InvalidArgumentError, WorkerFailedError
+from torchx_ext.launcher import preload_server
 from torchx_ext.launcher.bootstrap import BoundCallable, encode_plan
+from torchx_ext.launcher.caller_state import caller_state_kept
 from torchx_ext.launcher.cli import FRESH_STORE_PER_ATTEMPT_ENV, needs_fresh_store_per_attempt
 from torchx_ext.launcher.inputs import StdSpec, check_rdzv_backend, std_spec
 from torchx_ext.launcher.worker_binding import plan_workers
@@ -57,7 +59,8 @@ def launch(
     backend reads this node's ``rank`` there; 0 when ``nnodes`` is 1), ``log_dir``,
     ``redirects`` and ``tee`` as ``--log-dir``, ``--redirects`` and ``--tee``. Every value
     is checked before anything starts (InvalidArgumentError). Raises WorkerFailedError for a
-    worker that fails after ``max_restarts``.
+    worker that fails after ``max_restarts``. The caller's environment and signal handlers
+    are as they were when it returns.
     """
     if start_method not in START_METHODS:
         raise InvalidArgumentError(
@@ -105,25 +108,26 @@ def launch(
         bind_spawn_parent=start_method == "spawn",
     )
     caller_cpus = os.sched_getaffinity(0)
-    name, value = FRESH_STORE_PER_ATTEMPT_ENV
-    previous = os.environ.get(name)
-    if needs_fresh_store_per_attempt(config):
-        os.environ.setdefault(name, value)
-    try:
-        results: dict[int, Any] = elastic_launch(config, entrypoint)("${local_rank}")
-    except ChildFailedError as error:
-        rank, failure = error.get_first_failure()
-        raise WorkerFailedError(
-            rank=rank,
-            local_rank=failure.local_rank,
-            exitcode=failure.exitcode,
-            traceback=_traceback_of(failure),
-            summary=error.format_msg(),
-        ) from error
-    finally:
-        os.sched_setaffinity(0, caller_cpus)  # spawning bound this thread child by child
-        if previous is None:
-            os.environ.pop(name, None)
+    if start_method == "forkserver":
+        # A forkserver is the caller's to keep (it may be warm with their preloads); only one
+        # recorded by the process we were forked from is useless here.
+        preload_server.forget_inherited()
+    with caller_state_kept():
+        if needs_fresh_store_per_attempt(config):
+            os.environ.setdefault(*FRESH_STORE_PER_ATTEMPT_ENV)
+        try:
+            results: dict[int, Any] = elastic_launch(config, entrypoint)("${local_rank}")
+        except ChildFailedError as error:
+            rank, failure = error.get_first_failure()
+            raise WorkerFailedError(
+                rank=rank,
+                local_rank=failure.local_rank,
+                exitcode=failure.exitcode,
+                traceback=_traceback_of(failure),
+                summary=error.format_msg(),
+            ) from error
+        finally:
+            os.sched_setaffinity(0, caller_cpus)  # spawning bound this thread child by child
     return results
 
 

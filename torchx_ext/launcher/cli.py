@@ -22,7 +22,9 @@ from typing import Any
 from torchx_ext.errors import BindingFallbackError, InvalidArgumentError, TorchxExtError
 from torchx_ext.escaping import escape_template
 from torchx_ext.exit_codes import BAD_INPUT, FAILED, OK
+from torchx_ext.launcher import preload_server
 from torchx_ext.launcher.bootstrap import BOOTSTRAP_CODE, BoundCallable, encode_plan, run_preloaded, run_script_path
+from torchx_ext.launcher.caller_state import caller_state_kept
 from torchx_ext.launcher.inputs import check_rdzv_backend, local_world_size, privateuse1_name, std_spec
 from torchx_ext.launcher.worker_binding import plan_workers
 from torchx_ext.options import OMP_THREADS_FORMS, check_mode
@@ -41,11 +43,13 @@ DEFAULT_RDZV_PORT = 29500
 FRESH_STORE_PER_ATTEMPT_ENV = ("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
 
 
+
+
 def needs_fresh_store_per_attempt(config: Any) -> bool:
     return bool(config.max_restarts > 0 or config.min_nodes != config.max_nodes)
+
+
 WORKER_STARTS = ("preloaded", "fresh")
-# What user scripts import first and takes longest: a preloaded worker finds it imported.
-PRELOAD_MODULES = ("torch", "torch.distributed")
 # torch waits 30 s by default before SIGKILL; a stopped job should be gone well within 10 s.
 DEFAULT_SHUTDOWN_TIMEOUT_S = 5
 
@@ -103,26 +107,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def start_preload_server_early(argv: Sequence[str]) -> bool:
-    """Start the forkserver that preloaded workers come from, before this process imports torch,
-    so that the two imports overlap. Judged from the raw arguments (parsing them imports torch);
-    when in doubt it is not started here, and torch starts it when the first worker is created."""
-    fresh = ("--no-python", "--no_python", "--run-path", "--run_path", "--worker-start=fresh", "--worker_start=fresh")
-    if any(arg in fresh for arg in argv) or "fresh" in argv or os.environ.get("PYTHON_EXEC", sys.executable) != sys.executable:
-        return False
-    import multiprocessing.forkserver as forkserver
-
-    forkserver.set_forkserver_preload(list(PRELOAD_MODULES))
-    forkserver.ensure_running()
-    return True
-
-
-def stop_preload_server() -> None:
-    import multiprocessing.forkserver as forkserver
-
-    forkserver._forkserver._stop()  # type: ignore[attr-defined]
-
-
 def console_main() -> None:
     """The console script and ``python -m`` entry: run, then leave without tearing torch down.
 
@@ -130,7 +114,7 @@ def console_main() -> None:
     launcher has nothing left to clean up once its workers are gone (the rendezvous is shut
     down, logs are flushed), so it exits directly.
     """
-    code = main(preload_started=start_preload_server_early(sys.argv[1:]))
+    code = main(preload_started=preload_server.start_early(sys.argv[1:]))
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -138,17 +122,30 @@ def console_main() -> None:
 
 
 def main(argv: Sequence[str] | None = None, preload_started: bool = False) -> int:
+    """Run the launcher on ``argv``; returns its exit code (torchx_ext.exit_codes).
+
+    Callable in-process, again and again and in a forked child: the caller gets its
+    ``os.environ`` and signal handlers back, and the forkserver of preloaded workers lives
+    only as long as the call that started it (see preload_server).
+    """
     _configure_logging()
     args = build_parser().parse_args(argv)
-    try:
-        config, entrypoint, entry_args = prepare(args)
-    except TorchxExtError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return BAD_INPUT
-    finally:
-        if preload_started and not uses_preloaded_workers(args):
-            stop_preload_server()  # its torch import would only compete with the workers' own
-    return run(config, entrypoint, entry_args, job_name=args.training_script)
+    with caller_state_kept(), preload_server.server_of_this_call(started_early=preload_started) as callers_server:
+        if callers_server and uses_preloaded_workers(args):
+            logger.info(
+                "a forkserver started by the caller runs in this process (with the caller's environment "
+                "and preloads): workers start fresh, as with --worker-start fresh"
+            )
+            args.worker_start = "fresh"
+        try:
+            config, entrypoint, entry_args = prepare(args)
+        except TorchxExtError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return BAD_INPUT
+        finally:
+            if preload_started and not uses_preloaded_workers(args):
+                preload_server.stop()  # its torch import would only compete with the workers' own
+        return run(config, entrypoint, entry_args, job_name=args.training_script)
 
 
 def prepare(args: argparse.Namespace) -> tuple[Any, Callable[..., Any] | str, list[str]]:
@@ -221,7 +218,7 @@ def prepare(args: argparse.Namespace) -> tuple[Any, Callable[..., Any] | str, li
 
         # Arguments travel pickled, past torchelastic's ${local_rank} substitution: unescaped.
         config.start_method = "forkserver"
-        forkserver.set_forkserver_preload(list(PRELOAD_MODULES))  # if not started early, torch starts it
+        forkserver.set_forkserver_preload(list(preload_server.PRELOAD_MODULES))  # if not started early, torch starts it
         bound = BoundCallable(plan, run_preloaded, (kind, args.training_script, *args.training_script_args), pickled=True)
         return config, bound, ["${local_rank}"]
     python = os.getenv("PYTHON_EXEC", sys.executable)

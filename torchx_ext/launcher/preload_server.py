@@ -1,0 +1,121 @@
+"""The forkserver that preloaded workers are forked from, kept to one launcher call.
+
+multiprocessing keeps one forkserver per process, in module state, and never stops it. A
+launcher that returns to its caller (``main(argv)`` called in-process, ``launch``) must
+therefore take care of three things multiprocessing does not:
+
+- a server started by an earlier call holds that call's environment: workers forked from it
+  would get stale variables, so each call stops the server it started;
+- after ``os.fork()`` the child inherits the parent's record of the server, which is not the
+  child's own process: multiprocessing's liveness check (``waitpid``) then fails with
+  ChildProcessError, so the child forgets that record and starts its own server;
+- a server the caller started itself is the caller's: it is neither used for our script
+  workers (its environment and preloads are not this call's) nor stopped.
+
+No torch import: the server is started before the launcher imports torch, so the two overlap.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+from multiprocessing import forkserver
+
+logger = logging.getLogger("torchx_ext.launcher")
+
+# What user scripts import first and takes longest: a preloaded worker finds it imported.
+PRELOAD_MODULES = ("torch", "torch.distributed")
+
+
+def start_early(argv: Sequence[str]) -> bool:
+    """Start the server before this process imports torch, so that the two imports overlap.
+    Judged from the raw arguments (parsing them imports torch); when in doubt it is not
+    started here, and torch starts it when the first worker is created."""
+    fresh = ("--no-python", "--no_python", "--run-path", "--run_path", "--worker-start=fresh", "--worker_start=fresh")
+    if any(arg in fresh for arg in argv) or "fresh" in argv or os.environ.get("PYTHON_EXEC", sys.executable) != sys.executable:
+        return False
+    forget_inherited()
+    forkserver.set_forkserver_preload(list(PRELOAD_MODULES))
+    forkserver.ensure_running()
+    return True
+
+
+def is_running() -> bool:
+    return _server()._forkserver_pid is not None
+
+
+def forget_inherited() -> None:
+    """Drop the record of a server that this process did not start (it was forked from the
+    process that did), so that multiprocessing starts one of its own when one is needed."""
+    server = _server()
+    pid = server._forkserver_pid
+    if pid is None:
+        return
+    try:
+        # WNOWAIT: a dead child of ours stays for multiprocessing to reap and restart.
+        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        return
+    except ChildProcessError:
+        pass
+    if server._forkserver_alive_fd is not None:
+        os.close(server._forkserver_alive_fd)  # the parent's server must not live on for us
+    _reset(server)
+
+
+def stop() -> None:
+    """Stop the server this process started; nothing when none runs."""
+    server = _server()
+    with server._lock:
+        pid, address = server._forkserver_pid, server._forkserver_address
+        if pid is None:
+            return
+        os.close(server._forkserver_alive_fd)
+        # Closing the pipe would end it too, but only once it is idle (not while it imports
+        # torch), after an interpreter teardown of ~0.3 s, and not at all while an orphan a
+        # worker left behind holds the pipe. It keeps nothing worth a clean exit: kill it.
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass  # already gone and reaped (by a SIGCHLD handler of the caller's, say)
+        if isinstance(address, str) and not address.startswith("\0"):
+            try:
+                os.unlink(address)
+            except FileNotFoundError:
+                pass
+        _reset(server)
+
+
+@contextmanager
+def server_of_this_call(started_early: bool = False) -> Iterator[bool]:
+    """Scope a launcher call: yields whether a server this call did not start is running (the
+    caller's own); on exit, stops the server this call started and restores the preload list."""
+    forget_inherited()
+    server = _server()
+    preload = list(server._preload_modules)
+    callers = is_running() and not started_early
+    try:
+        yield callers
+    finally:
+        if not callers and is_running():
+            stop()
+        server._preload_modules = preload
+
+
+def _server() -> Any:
+    # Any: the fields used here (_forkserver_pid, _forkserver_alive_fd, _forkserver_address,
+    # _preload_modules, _lock) are private, so not typed, and the same in Python 3.10 to 3.13.
+    return forkserver._forkserver
+
+
+def _reset(server: Any) -> None:
+    # Its own constructor clears every field on any Python version; the module-level
+    # functions (ensure_running, connect_to_new_process) stay bound to this same object.
+    preload = list(server._preload_modules)
+    type(server).__init__(server)
+    server._preload_modules = preload
