@@ -1,10 +1,12 @@
 """torchx's status, describe, log and cancel, refusing a malformed or unknown app handle clearly;
 and torchx's run, reporting our components' and schedulers' input errors in one line.
 
-torchx 0.7.0's own commands answer a malformed handle with a traceback, ``cancel`` of an
-unknown app with silence and exit 0, and ``log`` of an unknown app by waiting forever. These
-subclasses check the handle first (exit 1 with one line naming the bad value and the form),
-then run torchx's command unchanged.
+torchx's own commands answer a malformed handle or an unknown scheduler with a traceback, and
+torchx 0.7.0 answers ``cancel`` of an unknown app with silence and exit 0 and ``log`` of one by
+waiting forever. These subclasses check the handle first (one ``torchx: error:`` line naming
+the bad value and the valid forms; exit codes from ``torchx_ext.exit_codes``), then run
+torchx's command unchanged. Both torchx lines have these commands; ``delete.py`` has
+torchx-nightly's ``delete``.
 """
 
 import argparse
@@ -18,36 +20,43 @@ from torchx.cli.cmd_log import CmdLog
 from torchx.cli.cmd_run import CmdRun
 from torchx.cli.cmd_status import CmdStatus
 from torchx.runner import get_runner
+from torchx.schedulers import get_scheduler_factories
 
-from torchx_ext.errors import TorchxExtError
+from torchx_ext import exit_codes
+from torchx_ext.errors import InvalidArgumentError, TorchxExtError
 
 HANDLE_FORM = "SCHEDULER://SESSION/APP_ID, e.g. local_cwd://torchx/train-abc123 (`torchx list -s SCHEDULER` shows them)"
 _HANDLE = re.compile(r"(?P<scheduler>[\w-]+)://(?P<session>[^/]*)/(?P<app_id>[^/]+)(?P<rest>/.*)?")
 
 
 def check_app_handle(identifier: str, allow_replicas: bool = False) -> str:
-    """The app handle in ``identifier``; exits 1 when it is malformed or names no app."""
+    """The app handle in ``identifier``; exits when it is malformed, names a scheduler torchx
+    does not have (both BAD_INPUT) or names no app (NOT_FOUND)."""
     match = _HANDLE.fullmatch(identifier)
     if match is None or (match["rest"] and not allow_replicas):
         forms = f"{HANDLE_FORM}, optionally followed by /ROLE/REPLICA_IDS" if allow_replicas else HANDLE_FORM
-        _fail(f"malformed app handle {identifier!r}: expected {forms}")
-    handle = f"{match['scheduler']}://{match['session']}/{match['app_id']}"
-    try:
-        with get_runner() as runner:
-            status = runner.status(handle)
-    except KeyError as error:  # a scheduler name torchx does not know
-        _fail(f"unknown scheduler in app handle {identifier!r}: {error.args[0]}")
+        fail(f"malformed app handle {identifier!r}: expected {forms}", exit_codes.BAD_INPUT)
+    scheduler = match["scheduler"]
+    # Checked here rather than caught: torchx 0.7.0 raises KeyError, nightly its own exception.
+    known = list(get_scheduler_factories())
+    if scheduler not in known:
+        fail(f"unknown scheduler {scheduler!r} in app handle {identifier!r}: this torchx has {', '.join(known)}",
+             exit_codes.BAD_INPUT)
+    handle = f"{scheduler}://{match['session']}/{match['app_id']}"
+    with get_runner() as runner:
+        status = runner.status(handle)
     if status is None:
-        _fail(f"no app {match['app_id']!r} on {match['scheduler']} (`torchx list -s {match['scheduler']}` shows the known ones)")
+        fail(f"no app {match['app_id']!r} on {scheduler} (`torchx list -s {scheduler}` shows the known ones)",
+             exit_codes.NOT_FOUND)
     return handle
 
 
-def _fail(message: str) -> NoReturn:
+def fail(message: str, code: int) -> NoReturn:
     print(f"torchx: error: {message}", file=sys.stderr)
-    sys.exit(1)
+    sys.exit(code)
 
 
-class _HandleChecked:
+class HandleChecked:
     """Checks the command's app handle argument, then runs torchx's command (the next base)."""
 
     handle_argument = "app_handle"
@@ -58,19 +67,19 @@ class _HandleChecked:
         super().run(args)  # type: ignore[misc]
 
 
-class CheckedStatus(_HandleChecked, CmdStatus):
+class CheckedStatus(HandleChecked, CmdStatus):
     pass
 
 
-class CheckedDescribe(_HandleChecked, CmdDescribe):
+class CheckedDescribe(HandleChecked, CmdDescribe):
     pass
 
 
-class CheckedCancel(_HandleChecked, CmdCancel):
+class CheckedCancel(HandleChecked, CmdCancel):
     pass
 
 
-class CheckedLog(_HandleChecked, CmdLog):
+class CheckedLog(HandleChecked, CmdLog):
     handle_argument = "identifier"
     allow_replicas = True
 
@@ -80,5 +89,7 @@ class CheckedRun(CmdRun):
         # Our errors name the bad value and the valid forms already; a traceback adds nothing.
         try:
             super().run(args)
+        except InvalidArgumentError as error:
+            fail(str(error), exit_codes.BAD_INPUT)
         except TorchxExtError as error:
-            _fail(str(error))
+            fail(str(error), exit_codes.FAILED)
