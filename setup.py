@@ -1,49 +1,26 @@
-import re
-from pathlib import Path
+from setuptools import find_namespace_packages, find_packages, setup
+from setuptools.dist import Distribution
 
-from setuptools import find_packages, setup
-from setuptools.command.egg_info import egg_info
-
-# torchx takes the first registered scheduler as `torchx run`'s default, but setuptools writes
-# every entry point group sorted by name (aws_batch first). This keeps the order given below.
-ORDERED_GROUPS = ("torchx.schedulers",)
-
-
+# torchx_ext works with either torchx line, which are two distributions of the same `torchx`
+# package: torchx (0.7.0, the last release) and torchx-nightly. So neither is required here: a
+# requirement on `torchx` would replace an installed torchx-nightly with torchx 0.7.0. Install
+# `torchx_ext[torchx]` for torchx 0.7.0, or install torchx-nightly first.
+#
+# How each line finds our plugins: torchx_ext/registration/__init__.py. Here are only the entry
+# points both lines read the same way; those for one line only are in
+# torchx_ext/registration/torchx_0_7_0/ and torchx_nightly/, and nightly's plugin modules in
+# torchx_plugins/.
 ENTRY_POINTS = {
-    # Registering a group hides torchx's defaults for it: torchx's other builtin
-    # component groups are registered again here, next to ours.
+    # A registered group replaces torchx's builtin components on both lines: torchx's own
+    # package is registered again ("_": no prefix, so every group it ships keeps its name, e.g.
+    # utils.echo, nightly's dist.torchrun), then our dist module, whose dist.ddp and dist.spmd
+    # win over torchx's as the later entry (also in name order, should setuptools sort).
     "torchx.components": [
+        "_torchx_builtins = torchx.components",
         "dist = torchx_ext.components.dist",
-        "utils = torchx.components.utils",
-        "serve = torchx.components.serve",
-        "metrics = torchx.components.metrics",
-    ],
-    # torchx merges these into its own named resources (ours win on equal names).
-    "torchx.named_resources": [
-        "aws_p4d.24xlarge = torchx_ext.resources:aws_p4d_24xlarge",
-        "aws_p5.48xlarge = torchx_ext.resources:aws_p5_48xlarge",
-        "gcp_a3-highgpu-8g = torchx_ext.resources:gcp_a3_highgpu_8g",
-        "azure_nd96isr_h100_v5 = torchx_ext.resources:azure_nd96isr_h100_v5",
-        "dgx_h100 = torchx_ext.resources:dgx_h100",
-        "gb200_nvl_tray = torchx_ext.resources:gb200_nvl_tray",
-        "cpu_2socket = torchx_ext.resources:cpu_2socket",
-    ],
-    # local_cwd is ours; torchx's other schedulers are registered again, local_cwd first
-    # (torchx takes the first as the default; its own first is local_docker).
-    "torchx.schedulers": [
-        "local_cwd = torchx_ext.schedulers.local:create_scheduler",
-        "local_docker = torchx.schedulers.docker_scheduler:create_scheduler",
-        "slurm = torchx.schedulers.slurm_scheduler:create_scheduler",
-        "kubernetes = torchx.schedulers.kubernetes_scheduler:create_scheduler",
-        "kubernetes_mcad = torchx.schedulers.kubernetes_mcad_scheduler:create_scheduler",
-        "aws_batch = torchx.schedulers.aws_batch_scheduler:create_scheduler",
-        "aws_sagemaker = torchx.schedulers.aws_sagemaker_scheduler:create_scheduler",
-        "gcp_batch = torchx.schedulers.gcp_batch_scheduler:create_scheduler",
-        "ray = torchx.schedulers.ray_scheduler:create_scheduler",
-        "lsf = torchx.schedulers.lsf_scheduler:create_scheduler",
     ],
     # Ours, plus torchx's status/describe/log/cancel with a check of the app handle first, and
-    # torchx's run with our input errors in one line.
+    # torchx's run with our input errors in one line (nightly's delete: torchx_nightly/).
     "torchx.cli.cmds": [
         "topo = torchx_ext.cli.topo:CmdTopo",
         "status = torchx_ext.cli.handles:CheckedStatus",
@@ -59,35 +36,40 @@ ENTRY_POINTS = {
 }
 
 
-class EggInfoKeepingEntryPointOrder(egg_info):
-    def run(self) -> None:
-        super().run()
-        path = Path(self.egg_info) / "entry_points.txt"
-        text = path.read_text()
-        for group in ORDERED_GROUPS:
-            wanted = [line.split("=")[0].strip() for line in ENTRY_POINTS[group]]
-            section = re.search(rf"^\[{re.escape(group)}\]\n((?:.+\n?)*)", text, flags=re.MULTILINE)
-            if section is None:
-                continue
-            lines = {line.split("=")[0].strip(): line for line in section.group(1).splitlines()}
-            ordered = "\n".join(lines[name] for name in wanted) + "\n"
-            text = text[: section.start(1)] + ordered + text[section.end(1):]
-        path.write_text(text)
+class DistributionWithEditableData(Distribution):
+    """Editable installs (pip install -e) skip data_files: setuptools' editable_wheel asks the
+    distribution for has_data(), which is called has_data_files() (setuptools issue 3399)."""
+
+    def has_data(self) -> bool:
+        return self.has_data_files()
 
 
 setup(
     name="torchx_ext",
     version="0.1.0",
     description="Topology-aware torchx components, launcher and schedulers: every worker on the CPUs near its GPU.",
-    packages=find_packages(include=["torchx_ext", "torchx_ext.*"]),
-    package_data={"torchx_ext": ["py.typed"]},
+    packages=[
+        *find_packages(include=["torchx_ext", "torchx_ext.*"]),
+        # torchx-nightly's plugin namespace (no __init__.py: other distributions share it).
+        *find_namespace_packages(include=["torchx_plugins.schedulers", "torchx_plugins.named_resources"]),
+    ],
+    package_data={
+        "torchx_ext": ["py.typed"],
+        "torchx_ext.registration": [f"{line}/{name}" for line in ("torchx_0_7_0", "torchx_nightly")
+                                    for name in ("METADATA", "entry_points.txt")],
+    },
+    # A .pth file must lie in site-packages itself. Wheels install their "<name>.data/purelib/"
+    # there, and setuptools puts data_files under "<name>.data/data/", in wheels and in
+    # editable wheels alike; hence "../purelib".
+    data_files=[("../purelib", ["torchx_ext/registration/torchx_ext_registration.pth"])],
     python_requires=">=3.10",
-    install_requires=["torchx>=0.7.0", "torch>=2.4"],
+    install_requires=["torch>=2.4"],
     extras_require={
+        "torchx": ["torchx>=0.7.0"],
         # Exact pins for CI live in requirements-test.txt (torch pinned there: an unpinned
         # torch pulls a multi-GB CUDA build).
         "test": ["pytest", "hypothesis", "mypy"],
     },
-    cmdclass={"egg_info": EggInfoKeepingEntryPointOrder},
     entry_points=ENTRY_POINTS,
+    distclass=DistributionWithEditableData,
 )
