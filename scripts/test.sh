@@ -1,8 +1,34 @@
 #!/usr/bin/env bash
-# The README's test command: installs everything into .venv, type-checks, runs the whole suite.
-# Extra arguments go to pytest (e.g. scripts/test.sh tests/unit -x).
-set -euo pipefail
+# The README's test command: installs each torchx line's environment (scripts/setup_venv.sh:
+# .venv with torchx 0.7.0, .venv-nightly with torchx-nightly), type-checks once, and runs the
+# whole suite on each line. Tests read TORCHX_EXT_LINE to check that they run on the line
+# meant. Exits non-zero if any step fails on any line.
+# Usage: scripts/test.sh [--line 0.7.0|nightly|both] [PYTEST ARGS...]
+#   e.g. scripts/test.sh --line nightly tests/integration/test_torchx_lines.py -x
+set -uo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup_venv.sh --test
-.venv/bin/python -m mypy
-.venv/bin/python -m pytest "$@"
+lines=(0.7.0 nightly)
+if [ "${1:-}" = "--line" ]; then
+  case "${2:-}" in
+    0.7.0|nightly) lines=("$2") ;;
+    both) ;;
+    *) echo "test.sh: --line takes 0.7.0, nightly or both, not '${2:-}'" >&2; exit 2 ;;
+  esac
+  shift 2
+fi
+venv() { if [ "$1" = nightly ]; then echo .venv-nightly; else echo .venv; fi; }
+for line in "${lines[@]}"; do
+  echo "=== torchx $line: installing into $(venv "$line")"
+  bash scripts/setup_venv.sh --test --line "$line" || exit 1
+done
+echo "=== mypy (with torchx ${lines[0]})"
+"$(venv "${lines[0]}")/bin/python" -m mypy || exit 1
+failed=()
+for line in "${lines[@]}"; do
+  echo "=== torchx $line: pytest"
+  TORCHX_EXT_LINE="$line" "$(venv "$line")/bin/python" -m pytest "$@" || failed+=("$line")
+done
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "test.sh: the suite failed on torchx ${failed[*]} (of ${lines[*]})" >&2
+  exit 1
+fi
