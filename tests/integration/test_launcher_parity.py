@@ -38,7 +38,11 @@ def test_nproc_per_node_names_a_registered_accelerator_backend(tmp_path: Path) -
 
 @pytest.mark.parametrize(
     ("value", "why"),
-    [("0", ""), ("abc", " (Unsupported nproc_per_node value: abc)"), ("privateuseone", " (no accelerator backend is registered under that name)")],
+    [
+        ("0", ""),
+        ("abc", " (Unsupported nproc_per_node value: abc)"),  # torch's reason, as torch 2.13 words it
+        ("privateuseone", " (no accelerator backend is registered under that name)"),
+    ],
 )
 def test_a_bad_nproc_per_node_gets_one_line_and_exit_2(value: str, why: str, tmp_path: Path) -> None:
     result = run_launcher(["--nproc-per-node", value, REPORT, str(tmp_path)], timeout=60)
