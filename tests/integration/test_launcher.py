@@ -64,12 +64,14 @@ def test_gpu_uuids_stop_only_a_binding_that_was_asked_for(tmp_path: Path) -> Non
 
 def test_a_workers_exception_reaches_the_launchers_own_error_file(tmp_path: Path) -> None:
     error_file = tmp_path / "error.json"
+    error_file.write_text('{"message": {"message": "a failure of an earlier run", "errorCode": 3}}')
     result = run_launcher(
         ["--nproc-per-node", "2", str(JOBS / "raise_job.py")], env=clean_env(TORCHELASTIC_ERROR_FILE=str(error_file))
     )
     assert result.returncode == 1
     assert "raise_job.py FAILED" in result.stderr
-    assert "rank one is broken on purpose" in error_file.read_text()
+    assert "rank one is broken on purpose" in error_file.read_text()  # this run's, as torchrun does
+    assert "earlier run" not in error_file.read_text()
 
 
 def test_launcher_under_a_narrow_affinity_never_binds_outside_it(tmp_path: Path, two_cpus: list[int]) -> None:

@@ -141,6 +141,8 @@ def test_written_reports_keep_the_first_failure_and_read_back(tmp_path: Path) ->
     assert not write_error_file(path, ErrorReport(message="a later failure"))
     assert read_error_file(path) == first
     assert json.loads(path.read_text())["message"]["errorCode"] == 7
+    latest = ErrorReport(message="this run's failure", error_code=1, timestamp=1700000001)
+    assert write_error_file(path, latest, replace=True) and read_error_file(path) == latest
     assert read_error_file(tmp_path / "missing.json") is None
     (tmp_path / "bad.json").write_text("[1, 2]")
     assert read_error_file(tmp_path / "bad.json") is None

@@ -269,7 +269,8 @@ def _report_root_cause(rank: int, failure: Any) -> None:
     else:
         how = f"was killed by {failure.signal_name()}" if failure.exitcode < 0 else f"exited with code {failure.exitcode}"
         report = ErrorReport(message=f"rank {rank} (local rank {failure.local_rank}) {how}", error_code=failure.exitcode)
-    write_error_file(path, report)
+    # This run's failure is the root cause: a report an earlier run left there is replaced.
+    write_error_file(path, report, replace=True)
 
 
 def uses_preloaded_workers(args: argparse.Namespace) -> bool:

@@ -60,13 +60,24 @@ def read_error_file(path: str | os.PathLike[str]) -> ErrorReport | None:
         return None
 
 
-def write_error_file(path: str | os.PathLike[str], report: ErrorReport) -> bool:
-    """Write ``report`` unless ``path`` already holds one (the first failure is the root cause).
-    Returns whether it was written; an unwritable path is not an error (the exit code and
-    stderr still tell the story)."""
+def write_error_file(path: str | os.PathLike[str], report: ErrorReport, *, replace: bool = False) -> bool:
+    """Write ``report`` to ``path``. Without ``replace`` an existing report is kept (the first
+    failure is the root cause); with it, one left by an earlier run is replaced, as torchrun's
+    agent does with its own file. Returns whether it was written; an unwritable path is not an
+    error (the exit code and stderr still tell the story)."""
+    if not replace:
+        try:
+            with open(path, "x") as file:
+                file.write(report.to_json())
+        except OSError:
+            return False
+        return True
+    temporary = f"{os.fspath(path)}.{os.getpid()}.tmp"
     try:
-        with open(path, "x") as file:
+        with open(temporary, "w") as file:
             file.write(report.to_json())
+        os.replace(temporary, path)  # readers see the old report or the new, never half
     except OSError:
+        Path(temporary).unlink(missing_ok=True)
         return False
     return True
