@@ -166,7 +166,7 @@ def test_malformed_and_unknown_app_handles_get_one_clear_line(command: str, stat
     malformed = torchx(command, "not-a-handle", timeout=30)
     unknown = torchx(command, "local_cwd://torchx/no-such-app-1234", timeout=30)
 
-    assert malformed.returncode == 1 and unknown.returncode == 1
+    assert malformed.returncode == 2 and unknown.returncode == 1  # bad input, not found (README: exit codes)
     assert "malformed app handle 'not-a-handle': expected SCHEDULER://SESSION/APP_ID" in malformed.stderr
     assert "no app 'no-such-app-1234' on local_cwd" in unknown.stderr
     assert "Traceback" not in malformed.stderr + unknown.stderr
