@@ -181,7 +181,8 @@ def _resource(cpu: int, gpu: int, memMB: int, h: Optional[str]) -> specs.Resourc
     if h is None:
         return specs.resource(cpu=cpu, gpu=gpu, memMB=memMB)
     try:
-        return specs.named_resources[h]
+        # resource(h=) on both lines: nightly deprecates named_resources[h] with a warning.
+        return specs.resource(h=h)
     except KeyError as error:
         # torchx's message already lists every registered name.
         raise InvalidArgumentError(f"unknown named resource -h {h!r}: {error.args[0]}") from None
