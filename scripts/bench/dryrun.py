@@ -22,7 +22,8 @@ import importlib_metadata as metadata, sys  # what torchx 0.7.0 reads entry poin
 real = metadata.entry_points
 def theirs(found):
     return metadata.EntryPoints(
-        ep for ep in found if not (ep.dist and ep.dist.name.replace("-", "_") == "torchx_ext")
+        # torchx_ext and the per-line distributions it publishes (torchx-ext-for-torchx-0.7.0)
+        ep for ep in found if not (ep.dist and ep.dist.name.replace("-", "_").startswith("torchx_ext"))
     )
 class WithoutPlugin:
     def __init__(self, found):
