@@ -15,7 +15,12 @@ import re
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-import torchx
+try:
+    import torchx
+except ModuleNotFoundError as missing:  # torchx is an extra: say which distribution to install
+    from torchx_ext.registration.lines import INSTALL_HINT
+
+    raise ImportError(f"torchx_ext.components needs torchx, which is not installed: {INSTALL_HINT}") from missing
 from torchx import specs
 from torchx.components.structured_arg import StructuredNameArgument
 from torchx.specs import macros
