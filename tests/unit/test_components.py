@@ -190,3 +190,15 @@ def test_bad_input_is_a_clear_error(kwargs: dict[str, object], message: str) -> 
 def test_component_module_does_not_import_torch() -> None:
     code = "import sys, torchx_ext.components.dist, torchx_ext.resources, torchx_ext.cli.topo; print('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
+
+
+def test_without_torchx_the_components_say_what_to_install() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys; sys.modules['torchx'] = None; import torchx_ext.components.dist"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+
+    assert result.returncode != 0
+    assert "ImportError: torchx_ext.components needs torchx, which is not installed" in result.stderr
+    assert "pip install 'torchx_ext[torchx]'" in result.stderr
