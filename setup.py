@@ -11,14 +11,8 @@ from setuptools.dist import Distribution
 # torchx_ext/registration/torchx_0_7_0/ and torchx_nightly/, and nightly's plugin modules in
 # torchx_plugins/.
 ENTRY_POINTS = {
-    # A registered group replaces torchx's builtin components on both lines: torchx's own
-    # package is registered again ("_": no prefix, so every group it ships keeps its name, e.g.
-    # utils.echo, nightly's dist.torchrun), then our dist module, whose dist.ddp and dist.spmd
-    # win over torchx's as the later entry (also in name order, should setuptools sort).
-    "torchx.components": [
-        "_torchx_builtins = torchx.components",
-        "dist = torchx_ext.components.dist",
-    ],
+    # Components are per line too (torchx_0_7_0/, torchx_nightly/): a registered group replaces
+    # torchx's builtin components, and the builtin modules differ between the lines.
     # Ours, plus torchx's status/describe/log/cancel with a check of the app handle first, and
     # torchx's run with our input errors in one line (nightly's delete: torchx_nightly/).
     "torchx.cli.cmds": [

@@ -6,10 +6,9 @@ are being read (``metadata.py``) must not import it; these functions only look a
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import dataclass
-from importlib import metadata
-from pathlib import Path
+
+from torchx_ext.registration.metadata import torchx_package_dir
 
 RELEASE = "torchx"
 """The distribution of torchx's releases (0.7.0 is the last)."""
@@ -36,16 +35,10 @@ class TorchxLine:
         return "nightly" if self.distribution == NIGHTLY else self.version
 
 
-def torchx_package_dir() -> Path | None:
-    """Where the ``torchx`` import package is, or None when there is none (nothing imported)."""
-    spec = importlib.util.find_spec("torchx")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(next(iter(spec.submodule_search_locations)))
-
-
 def installed_torchx() -> TorchxLine | None:
     """The installed torchx line, or None when neither distribution is installed."""
+    from importlib import metadata
+
     package = torchx_package_dir()
     if package is None:
         return None

@@ -26,6 +26,7 @@ import sys
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable
+    from pathlib import Path
     from importlib.metadata import Distribution, DistributionFinder
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -45,6 +46,7 @@ class TorchxLineEntryPoints:
         self._published: str | None = None
         self._decided = False
         self._deciding = False
+        self._distribution: Distribution | None = None
 
     def find_spec(self, fullname: str, path: object = None, target: object = None) -> None:
         return None
@@ -58,10 +60,9 @@ class TorchxLineEntryPoints:
         published = self.published()
         if published is None or (name is not None and _normalized(name) != _normalized(published)):
             return ()
-        from importlib.metadata import PathDistribution
-        from pathlib import Path
-
-        return (PathDistribution(Path(DIRECTORIES[published])),)
+        if self._distribution is None:
+            self._distribution = _read_once(DIRECTORIES[published])
+        return (self._distribution,)
 
     def published(self) -> str | None:
         """The name of the distribution this finder adds, or None (no torchx installed)."""
@@ -70,15 +71,45 @@ class TorchxLineEntryPoints:
                 return None
             self._deciding = True
             try:
-                from torchx_ext.registration.lines import installed_torchx
-
-                line = installed_torchx()
-                if line is not None:
-                    self._published = TORCHX_NIGHTLY if line.adds_plugins_to_builtins else TORCHX_0_7_0
+                # Only the torchx package's files, not lines.installed_torchx(): that reads
+                # distribution metadata, which cost every torchx command ~20 ms here.
+                package = torchx_package_dir()
+                if package is not None:
+                    nightly = (package / "plugins" / "__init__.py").is_file()
+                    self._published = TORCHX_NIGHTLY if nightly else TORCHX_0_7_0
                 self._decided = True
             finally:
                 self._deciding = False
         return self._published
+
+
+def _read_once(directory: str) -> Distribution:
+    """The distribution made of ``directory``, each of its files read once per process: torchx
+    reads entry points dozens of times per command (its component finder, once a function)."""
+    from importlib.metadata import PathDistribution
+    from pathlib import Path
+
+    class ReadOnce(PathDistribution):
+        _texts: dict[str, str | None] = {}
+
+        def read_text(self, filename: str | os.PathLike[str]) -> str | None:
+            key = os.fspath(filename)
+            if key not in self._texts:
+                self._texts[key] = super().read_text(filename)
+            return self._texts[key]
+
+    return ReadOnce(Path(directory))
+
+
+def torchx_package_dir() -> Path | None:
+    """Where the ``torchx`` import package is, or None when there is none (nothing imported)."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("torchx")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
 
 
 def install() -> None:
