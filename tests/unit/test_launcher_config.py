@@ -6,6 +6,7 @@ import logging
 import os
 import pickle
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -86,19 +87,23 @@ def two_xpus(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch.xpu, "device_count", lambda: 2)
 
 
+def prepare_xpu_job(mode: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> tuple[Any, list[Any]]:
+    """prepare() of a 2-xpu `--nproc-per-node xpu` job in ``mode``: its config and bindings."""
+    script = tmp_path / "train.py"
+    script.write_text("")
+    args = build_parser().parse_args(["--nproc-per-node", "xpu", "--numa-binding", mode, str(script)])
+    with caplog.at_level(logging.WARNING, logger="torchx_ext"):
+        config, entrypoint, _ = prepare(args)
+    assert isinstance(entrypoint, BoundCallable)
+    return config, list(decode_plan(entrypoint.plan))
+
+
 def test_nproc_per_node_xpu_starts_one_rank_per_xpu_planned_as_cpu_shares(
     two_xpus: None, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    script = tmp_path / "train.py"
-    script.write_text("")
-    args = build_parser().parse_args(["--nproc-per-node", "xpu", "--numa-binding", "exclusive", str(script)])
-
-    with caplog.at_level(logging.WARNING, logger="torchx_ext"):
-        config, entrypoint, _ = prepare(args)
+    config, bindings = prepare_xpu_job("exclusive", tmp_path, caplog)
 
     assert config.nproc_per_node == 2
-    assert isinstance(entrypoint, BoundCallable)
-    bindings = decode_plan(entrypoint.plan)
     assert len(bindings) == 2 and all(binding.cpus for binding in bindings)
     # Said out loud: these ranks get CPU shares, not the CPUs nearest their device.
     assert "ranks drive xpu devices, whose NUMA nodes are unknown here" in caplog.text
@@ -107,17 +112,11 @@ def test_nproc_per_node_xpu_starts_one_rank_per_xpu_planned_as_cpu_shares(
 def test_xpu_ranks_under_auto_binding_are_left_unbound(
     two_xpus: None, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    script = tmp_path / "train.py"
-    script.write_text("")
-    args = build_parser().parse_args(["--nproc-per-node", "xpu", "--numa-binding", "auto", str(script)])
-
-    with caplog.at_level(logging.WARNING, logger="torchx_ext"):
-        config, entrypoint, _ = prepare(args)
+    config, bindings = prepare_xpu_job("auto", tmp_path, caplog)
 
     assert config.nproc_per_node == 2
-    assert isinstance(entrypoint, BoundCallable)
     mine = format_cpulist(sorted(os.sched_getaffinity(0)))
-    assert [binding.cpus for binding in decode_plan(entrypoint.plan)] == [mine, mine]
+    assert [binding.cpus for binding in bindings] == [mine, mine]
     assert "NUMA binding off: --nproc-per-node xpu ranks drive xpu devices" in caplog.text
 
 
