@@ -46,3 +46,8 @@ class WorkerFailedError(TorchxExtError):
         self.exitcode = exitcode
         self.traceback = traceback
         self.summary = summary
+
+
+class EngineError(TorchxExtError):
+    """A container engine could not be reached, or refused what it was asked to do; the
+    message says which engine (``DOCKER_HOST``, socket) and what to do about it."""

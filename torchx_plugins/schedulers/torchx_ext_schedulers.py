@@ -21,3 +21,10 @@ def local_cwd(session_name: str, **kwargs: object) -> Scheduler:
     from torchx_ext.schedulers.local import create_scheduler
 
     return create_scheduler(session_name, **kwargs)
+
+
+@register.scheduler()
+def local_docker(session_name: str, **kwargs: object) -> Scheduler:
+    from torchx_ext.schedulers.docker import create_scheduler
+
+    return create_scheduler(session_name, **kwargs)

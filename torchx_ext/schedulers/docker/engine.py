@@ -1,0 +1,299 @@
+"""The thin layer over the docker SDK: connecting, creating a job, reading and ending it.
+
+Every engine error a user can act on becomes an ``EngineError`` (or ``InvalidArgumentError``
+for what the user asked for) naming the engine and what to do. Works with Docker and with
+Podman's Docker-compatible API; where they differ (GPUs through CDI names), it says so.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import tarfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from torchx_ext.errors import EngineError, InvalidArgumentError
+from torchx_ext.schedulers.docker.job import ContainerView, JobEnd
+from torchx_ext.schedulers.docker.request import (
+    LABEL_APP_ID,
+    LABEL_SCHEDULER,
+    SCHEDULER,
+    ContainerRequest,
+    DockerJobRequest,
+)
+
+DEFAULT_SOCKET = "unix:///var/run/docker.sock"
+START_HINT = (
+    "start one (Docker: `sudo systemctl start docker` or `sudo dockerd &`; Podman: "
+    "`systemctl --user start podman.socket` and DOCKER_HOST=unix://$XDG_RUNTIME_DIR/podman/podman.sock), "
+    "or point DOCKER_HOST at a running engine"
+)
+
+
+def end_volume_name(app_id: str) -> str:
+    return f"{app_id}-end"
+
+
+@dataclass
+class Engine:
+    client: Any
+    """A docker.DockerClient."""
+    host: str
+    podman: bool
+
+    # --- reading -------------------------------------------------------------------------
+
+    def containers(self, app_id: str | None = None) -> list[tuple[ContainerView, Any]]:
+        """Our containers (of one app, or all), with their engine objects: one list call and
+        one inspect per container."""
+        label = f"{LABEL_APP_ID}={app_id}" if app_id else f"{LABEL_SCHEDULER}={SCHEDULER}"
+        found = self._call(lambda: self.client.containers.list(all=True, filters={"label": label}), "list containers")
+        return [(ContainerView.from_inspect(container.attrs), container) for container in found]
+
+    def ends(self, app_id: str | None = None) -> dict[str, JobEnd]:
+        """The recorded end of each app (or of one), by app id."""
+        label = f"{LABEL_APP_ID}={app_id}" if app_id else f"{LABEL_SCHEDULER}={SCHEDULER}"
+        volumes = self._call(lambda: self.client.volumes.list(filters={"label": label}), "list volumes")
+        ends = {}
+        for volume in volumes:
+            labels = volume.attrs.get("Labels") or {}
+            end = JobEnd.from_labels(labels)
+            if end is not None and labels.get(LABEL_APP_ID):
+                ends[labels[LABEL_APP_ID]] = end
+        return ends
+
+    def read_file(self, container: Any, path: str, limit: int = 1 << 20) -> bytes | None:
+        """A file from a container, running or stopped; None when it has none there."""
+        import docker.errors
+
+        try:
+            chunks, _ = container.get_archive(path)
+            data = b"".join(chunks)
+        except docker.errors.APIError:
+            return None
+        with tarfile.open(fileobj=io.BytesIO(data)) as archive:
+            member = next((item for item in archive.getmembers() if item.isfile()), None)
+            extracted = archive.extractfile(member) if member is not None else None
+            return extracted.read(limit) if extracted is not None else None
+
+    def stderr_tail(self, container: Any, lines: int = 5) -> str:
+        import docker.errors
+
+        try:
+            data: bytes = self.client.api.logs(container.id, stdout=False, stderr=True, tail=lines)
+        except docker.errors.APIError:
+            return ""
+        return " | ".join(line for line in data.decode(errors="replace").splitlines() if line.strip())
+
+    # --- changing ------------------------------------------------------------------------
+
+    def record_end(self, app_id: str, end: JobEnd) -> JobEnd:
+        """Record ``end`` unless an end is recorded already; returns the one that stands.
+        Creating a volume under an existing name gives back the existing one (the engine's
+        answer to a race between a cancel and a failure), so the first writer wins."""
+        labels = {LABEL_SCHEDULER: SCHEDULER, LABEL_APP_ID: app_id, **end.labels()}
+        volume = self._call(lambda: self.client.volumes.create(name=end_volume_name(app_id), labels=labels),
+                            "record the end of the job")
+        return JobEnd.from_labels(volume.attrs.get("Labels") or {}) or end
+
+    def ensure_images(self, images: tuple[str, ...]) -> None:
+        """Every image on the engine, pulled if missing; else an error saying what to do."""
+        import docker.errors
+
+        for image in images:
+            try:
+                self.client.images.get(image)
+                continue
+            except docker.errors.ImageNotFound:
+                pass
+            except docker.errors.APIError as error:
+                raise self._error(f"look up image {image!r}", error) from None
+            try:
+                self.client.images.pull(image)
+            except docker.errors.APIError as error:
+                raise InvalidArgumentError(
+                    f"image {image!r} is not on the engine at {self.host} and pulling it failed "
+                    f"({_explanation(error)}): build it there (`docker build -t {image} .`), load it "
+                    "(`docker load`), or make its registry reachable"
+                ) from None
+
+    def create_job(self, request: DockerJobRequest) -> None:
+        """The job's network and every container, created but not started; on any error
+        what was created is removed again, so a refused job leaves nothing behind."""
+        import docker.errors
+
+        created: list[Any] = []
+        network = None
+        try:
+            network = self.client.networks.create(
+                request.network, driver="bridge", check_duplicate=True,
+                labels={LABEL_SCHEDULER: SCHEDULER, LABEL_APP_ID: request.app_id},
+            )
+            for container in request.containers:
+                created.append(self.client.containers.create(**self._create_kwargs(container, request.network)))
+        except docker.errors.APIError as error:
+            for container in created:
+                _quietly(lambda: container.remove(force=True, v=True))
+            if network is not None:
+                _quietly(network.remove)
+            raise self._creation_error(request, error) from None
+
+    def start_job(self, request: DockerJobRequest) -> None:
+        import docker.errors
+
+        for container in request.containers:
+            try:
+                self.client.api.start(container.name)
+            except docker.errors.APIError as error:
+                raise self._creation_error(request, error, starting=container.name) from None
+
+    def stop(self, containers: list[Any], grace_s: int) -> None:
+        """SIGTERM, then SIGKILL after ``grace_s``, every container at once."""
+        import docker.errors
+
+        def stop(container: Any) -> None:
+            try:
+                container.stop(timeout=grace_s)
+            except docker.errors.NotFound:
+                pass
+        with ThreadPoolExecutor(max_workers=max(1, min(16, len(containers)))) as pool:
+            list(pool.map(stop, containers))
+
+    def remove_job(self, app_id: str) -> None:
+        """The job's containers (with their anonymous volumes), network and end record."""
+        import docker.errors
+
+        for _, container in self.containers(app_id):
+            _quietly(lambda: container.remove(force=True, v=True))
+        for network in self._call(lambda: self.client.networks.list(filters={"label": f"{LABEL_APP_ID}={app_id}"}),
+                                  "list networks"):
+            _quietly(network.remove)
+        try:
+            self.client.volumes.get(end_volume_name(app_id)).remove(force=True)
+        except docker.errors.NotFound:
+            pass
+
+    # --- helpers -------------------------------------------------------------------------
+
+    def _create_kwargs(self, container: ContainerRequest, network: str) -> dict[str, Any]:
+        import docker.types
+
+        kwargs: dict[str, Any] = {
+            "image": container.image,
+            "entrypoint": list(container.command[:1]),
+            "command": list(container.command[1:]),
+            "name": container.name,
+            "hostname": container.name,
+            "environment": dict(container.env),
+            "labels": dict(container.labels),
+            "network": network,
+            # An init as PID 1 forwards SIGTERM to the launcher and reaps orphaned grandchildren.
+            "init": True,
+            "shm_size": f"{container.shm_mb}m",
+            "mounts": [
+                docker.types.Mount(mount.target, mount.source, type=mount.kind, read_only=mount.read_only)
+                for mount in container.mounts if mount.kind in ("bind", "volume")
+            ],
+            "devices": [f"{mount.source}:{mount.target}:{mount.permissions}"
+                        for mount in container.mounts if mount.kind == "device"],
+        }
+        if container.cpuset_cpus is not None:
+            kwargs["cpuset_cpus"] = container.cpuset_cpus
+        if container.cpuset_mems is not None:
+            kwargs["cpuset_mems"] = container.cpuset_mems
+        if container.memory_mb is not None:
+            kwargs["mem_limit"] = f"{container.memory_mb}m"
+            kwargs["memswap_limit"] = f"{container.memory_mb}m"  # the limit is the limit: no swap on top
+        if container.nano_cpus is not None:
+            kwargs["nano_cpus"] = container.nano_cpus
+        if container.max_retries > 0:
+            kwargs["restart_policy"] = {"Name": "on-failure", "MaximumRetryCount": container.max_retries}
+        if container.gpus and container.gpu_vendor == "amd":
+            kwargs["devices"] += ["/dev/kfd:/dev/kfd:rwm", "/dev/dri:/dev/dri:rwm"]
+        elif container.gpus and self.podman:
+            # Podman has no device requests; its GPUs are CDI devices (nvidia-ctk cdi generate).
+            kwargs["devices"] += [f"nvidia.com/gpu={gpu}" for gpu in container.gpus]
+        elif container.gpus:
+            kwargs["device_requests"] = [docker.types.DeviceRequest(
+                driver="nvidia", device_ids=[str(gpu) for gpu in container.gpus], capabilities=[["gpu"]])]
+        return kwargs
+
+    def _creation_error(self, request: DockerJobRequest, error: Any, starting: str | None = None) -> Exception:
+        text = _explanation(error)
+        status = getattr(error, "status_code", None)
+        if status == 409:
+            return InvalidArgumentError(
+                f"name conflict on the engine at {self.host}: {text}; app {request.app_id!r} was not started "
+                "(remove the other container or network, or run again for a new app id)"
+            )
+        lowered = text.lower()
+        if "cpuset" in lowered or "cpus" in lowered and "available" in lowered:
+            return EngineError(
+                f"the engine at {self.host} refused a replica's cpuset ({text}): the CPUs or NUMA nodes "
+                "must exist and be allowed to its cgroup (rootless Podman needs the cpuset controller delegated); "
+                "or run with -cfg slice_replicas=False"
+            )
+        if "device" in lowered or "gpu" in lowered:
+            return EngineError(
+                f"the engine at {self.host} refused a replica's devices ({text}): install the NVIDIA "
+                "Container Toolkit (Docker) or generate CDI specs (Podman: nvidia-ctk cdi generate)"
+            )
+        what = f"start container {starting}" if starting else f"create app {request.app_id}"
+        return self._error(what, error)
+
+    def _call(self, call: Any, what: str) -> Any:
+        import docker.errors
+        import requests.exceptions
+
+        try:
+            return call()
+        except docker.errors.APIError as error:
+            raise self._error(what, error) from None
+        except (requests.exceptions.ConnectionError, ConnectionError) as error:
+            raise EngineError(f"the Docker engine at {self.host} stopped answering ({error}): {START_HINT}") from None
+
+    def _error(self, what: str, error: Any) -> EngineError:
+        return EngineError(f"the engine at {self.host} could not {what}: {_explanation(error)}")
+
+
+def connect() -> Engine:
+    """The engine ``DOCKER_HOST`` (and the SDK's other DOCKER_* variables) name, answering;
+    else an EngineError naming what was tried and how to start one."""
+    try:
+        import docker
+    except ImportError:
+        raise EngineError("local_docker needs the docker SDK: pip install docker") from None
+    host = os.environ.get("DOCKER_HOST") or DEFAULT_SOCKET
+    try:
+        client = docker.from_env()
+        version = client.version()
+    except Exception as error:  # the SDK raises DockerException, requests' and OS errors here
+        reason = _explanation(error)
+        raise EngineError(f"no Docker engine answers at {host} ({reason}): {START_HINT}") from None
+    components = " ".join(str(part.get("Name", "")) for part in version.get("Components") or [])
+    return Engine(client, host, "podman" in components.lower())
+
+
+def _explanation(error: Any) -> str:
+    explanation = getattr(error, "explanation", None)
+    text = str(explanation if explanation else error)
+    return text.strip().splitlines()[-1] if text.strip() else type(error).__name__
+
+
+def _quietly(action: Any) -> None:
+    try:
+        action()
+    except Exception:  # cleaning up after a failure: the first error is the one to report
+        pass
+
+
+def wait_until(condition: Any, timeout_s: float, poll_s: float = 0.1) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(poll_s)
+    return True

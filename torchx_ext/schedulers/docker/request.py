@@ -1,0 +1,268 @@
+"""What local_docker will create, built purely from an AppDef: one container per replica.
+
+``build_request`` is the whole dry-run: names (``{app_id}-{role}-{replica}``, also the
+hostname on the job's own network), the rank-0 host env, each replica's slice of the host as
+``cpuset_cpus``/``cpuset_mems`` (whole NUMA nodes where there are enough, so memory is local
+too), its own GPUs, memory and ``/dev/shm`` limits, and the labels from which any process can
+later describe, list, cancel and delete the job. Nothing here talks to the engine.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from torchx import specs
+
+from torchx_ext.errors import InvalidArgumentError
+from torchx_ext.numa.cpulist import format_cpulist
+from torchx_ext.numa.topology import Topology
+from torchx_ext.schedulers.common.error_file import ERROR_FILE_ENV
+from torchx_ext.schedulers.placement import ReplicaSlice, slice_host
+
+SCHEDULER = "local_docker"
+RANK0_HOST_ENV = "TORCHX_RANK0_HOST"
+# Inside the container: /tmp exists in practically every image and is writable.
+ERROR_FILE = "/tmp/torchx_ext_error.json"
+HOSTNAME_MAX = 63
+DEFAULT_SHM_NO_LIMIT_MB = 2048
+SHM_FORMS = "'auto', or a size such as 512m, 2g, 1073741824 (bytes), 64k"
+
+# Labels: everything describe/list/cancel/delete need, on every container of the job.
+LABEL_SCHEDULER = "torchx_ext.scheduler"
+LABEL_APP_ID = "torchx_ext.app_id"
+LABEL_APP_NAME = "torchx_ext.app_name"
+LABEL_ROLE = "torchx_ext.role"
+LABEL_REPLICA = "torchx_ext.replica_id"
+LABEL_ROLE_REPLICAS = "torchx_ext.role_replicas"
+LABEL_MAX_RETRIES = "torchx_ext.max_retries"
+LABEL_GRACE = "torchx_ext.cancel_grace"
+LABEL_IMAGE = "torchx_ext.image"
+
+
+@dataclass(frozen=True)
+class Mount:
+    kind: str
+    """bind, volume or device."""
+    source: str
+    target: str
+    read_only: bool = False
+    permissions: str = "rwm"
+    """Devices only: cgroup permissions."""
+
+
+@dataclass(frozen=True)
+class ContainerRequest:
+    name: str
+    """Container name, hostname and network alias."""
+    role: str
+    replica_id: int
+    image: str
+    command: tuple[str, ...]
+    """The exact argv: entrypoint then arguments; no shell in between."""
+    env: dict[str, str]
+    labels: dict[str, str]
+    cpuset_cpus: str | None
+    cpuset_mems: str | None
+    gpus: tuple[int, ...]
+    gpu_vendor: str | None
+    memory_mb: int | None
+    shm_mb: int
+    nano_cpus: int | None
+    """Only when not pinned to a cpuset: pinning is the CPU policy then."""
+    mounts: tuple[Mount, ...]
+    max_retries: int
+
+
+@dataclass(frozen=True)
+class DockerJobRequest:
+    app_id: str
+    network: str
+    containers: tuple[ContainerRequest, ...]
+    cancel_grace_s: int
+    slices: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = field(default=())
+
+    @property
+    def images(self) -> tuple[str, ...]:
+        return tuple(sorted({container.image for container in self.containers}))
+
+    def __str__(self) -> str:
+        return describe_request(self)
+
+
+def build_request(
+    app: specs.AppDef,
+    *,
+    app_id: str,
+    topology: Topology | None,
+    shm_size: str = "auto",
+    cancel_grace_s: int = 10,
+    gpu_vendor: str | None = None,
+) -> DockerJobRequest:
+    """The containers to create for ``app``; ``topology`` None turns placement off."""
+    total = sum(role.num_replicas for role in app.roles)
+    slices = slice_host(topology, total, gpu_vendor) if topology is not None else []
+    vendor = _vendor(topology, gpu_vendor)
+    names = _container_names(app, app_id)
+    containers = []
+    position = 0
+    for role in app.roles:
+        memory_mb = role.resource.memMB if role.resource.memMB > 0 else None
+        shm_mb = _shm_mb(shm_size, memory_mb)
+        for replica_id in range(role.num_replicas):
+            values = specs.macros.Values(img_root="", app_id=app_id, replica_id=str(replica_id), rank0_env=RANK0_HOST_ENV)
+            resolved = values.apply(role)
+            piece = slices[position] if slices else None
+            position += 1
+            containers.append(
+                ContainerRequest(
+                    name=names[(role.name, replica_id)],
+                    role=role.name,
+                    replica_id=replica_id,
+                    image=role.image,
+                    command=(resolved.entrypoint, *resolved.args),
+                    env={
+                        RANK0_HOST_ENV: names[(role.name, 0)],
+                        ERROR_FILE_ENV: ERROR_FILE,
+                        **_amd_env(role, piece, vendor),
+                        **resolved.env,
+                    },
+                    labels={
+                        LABEL_SCHEDULER: SCHEDULER,
+                        LABEL_APP_ID: app_id,
+                        LABEL_APP_NAME: app.name,
+                        LABEL_ROLE: role.name,
+                        LABEL_REPLICA: str(replica_id),
+                        LABEL_ROLE_REPLICAS: str(role.num_replicas),
+                        LABEL_MAX_RETRIES: str(role.max_retries),
+                        LABEL_GRACE: str(cancel_grace_s),
+                        LABEL_IMAGE: role.image,
+                    },
+                    cpuset_cpus=format_cpulist(piece.cpus) if piece else None,
+                    cpuset_mems=_mems(piece, topology),
+                    gpus=_gpus(role, piece, vendor),
+                    gpu_vendor=vendor if role.resource.gpu > 0 else None,
+                    memory_mb=memory_mb,
+                    shm_mb=shm_mb,
+                    nano_cpus=int(role.resource.cpu * 1e9) if piece is None and role.resource.cpu > 0 else None,
+                    mounts=tuple(_mount(mount, role.name) for mount in role.mounts),
+                    max_retries=role.max_retries,
+                )
+            )
+    return DockerJobRequest(
+        app_id=app_id,
+        network=app_id,
+        containers=tuple(containers),
+        cancel_grace_s=cancel_grace_s,
+        slices=tuple(piece.describe() for piece in slices),
+        warnings=tuple(sorted({warning for piece in slices for warning in piece.warnings})),
+    )
+
+
+def describe_request(request: DockerJobRequest) -> str:
+    """The dry-run text: the network, the slices, then every container's placement and argv."""
+    lines = [f"app_id: {request.app_id}", f"network: {request.network} (bridge, one per job)"]
+    lines += [f"slice {text}" for text in request.slices]
+    lines += [f"warning: {text}" for text in request.warnings]
+    for container in request.containers:
+        memory = f"{container.memory_mb}m" if container.memory_mb else "no limit"
+        gpus = ",".join(map(str, container.gpus)) or "-"
+        lines.append(
+            f"{container.role}/{container.replica_id}: container={container.name} image={container.image} "
+            f"cpuset_cpus={container.cpuset_cpus or 'all'} cpuset_mems={container.cpuset_mems or 'all'} "
+            f"gpus={gpus} memory={memory} shm={container.shm_mb}m (counted in memory) "
+            f"restarts={container.max_retries}"
+        )
+        lines.append(f"  command: {list(container.command)!r}")
+        lines += [f"  env {key}={value!r}" for key, value in sorted(container.env.items())]
+        lines += [
+            f"  mount {mount.kind} {mount.source} -> {mount.target}{' (read-only)' if mount.read_only else ''}"
+            for mount in container.mounts
+        ]
+    return "\n".join(lines)
+
+
+def parse_size_mb(text: str, what: str) -> int:
+    """Docker's size forms (``512m``, ``2g``, bytes) in MiB, rounded up."""
+    match = re.fullmatch(r"\s*(\d+)\s*([bkmg]?)b?\s*", text.lower())
+    if match is None or int(match[1]) == 0:
+        raise InvalidArgumentError(f"invalid {what} {text!r}: expected {SHM_FORMS}")
+    scale = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[match[2]]
+    return -(-int(match[1]) * scale // (1 << 20))
+
+
+def _shm_mb(shm_size: str, memory_mb: int | None) -> int:
+    # /dev/shm is a tmpfs whose pages count against the container's memory limit, so it can
+    # never usefully exceed it; half of it leaves the processes the other half.
+    if shm_size.strip().lower() == "auto":
+        return max(64, memory_mb // 2) if memory_mb else DEFAULT_SHM_NO_LIMIT_MB
+    shm_mb = parse_size_mb(shm_size, "shm_size")
+    if memory_mb is not None and shm_mb > memory_mb:
+        raise InvalidArgumentError(
+            f"shm_size {shm_size!r} ({shm_mb} MiB) is more than the replica's memory limit ({memory_mb} MiB), "
+            "which /dev/shm counts against: give a smaller shm_size, 'auto', or more memMB"
+        )
+    return shm_mb
+
+
+def _container_names(app: specs.AppDef, app_id: str) -> dict[tuple[str, int], str]:
+    names: dict[tuple[str, int], str] = {}
+    for role in app.roles:
+        slug = re.sub(r"[^a-z0-9-]+", "-", role.name.lower()).strip("-") or "role"
+        for replica_id in range(role.num_replicas):
+            room = HOSTNAME_MAX - len(app_id) - len(str(replica_id)) - 2
+            name = f"{app_id}-{slug[:room].rstrip('-') or 'r'}-{replica_id}"
+            if name in names.values():
+                raise InvalidArgumentError(
+                    f"roles of app {app.name!r} give the same container name {name!r} (role names are cut to fit "
+                    f"{HOSTNAME_MAX}-character hostnames): give the roles names that differ in their first characters"
+                )
+            names[(role.name, replica_id)] = name
+    return names
+
+
+def _vendor(topology: Topology | None, gpu_vendor: str | None) -> str:
+    if gpu_vendor is not None:
+        return gpu_vendor
+    if topology is not None and not topology.gpus_of("nvidia") and topology.gpus_of("amd"):
+        return "amd"
+    return "nvidia"
+
+
+def _mems(piece: ReplicaSlice | None, topology: Topology | None) -> str | None:
+    if piece is None or topology is None or not piece.numa_nodes:
+        return None
+    return format_cpulist(piece.numa_nodes)
+
+
+def _gpus(role: specs.Role, piece: ReplicaSlice | None, vendor: str) -> tuple[int, ...]:
+    wanted = max(role.resource.gpu, 0)
+    if wanted == 0:
+        return ()
+    if piece is None:
+        return tuple(range(wanted))  # no placement: the first ones, as docker --gpus N picks
+    if len(piece.gpus) < wanted:
+        raise InvalidArgumentError(
+            f"role {role.name!r} asks for {wanted} {vendor} GPUs per replica but replica slice "
+            f"{piece.describe()!r} has {len(piece.gpus)}: fewer replicas per host, fewer GPUs, "
+            "or -cfg slice_replicas=False"
+        )
+    return piece.gpus[:wanted]
+
+
+def _amd_env(role: specs.Role, piece: ReplicaSlice | None, vendor: str) -> dict[str, str]:
+    # NVIDIA's runtime shows a container only its device ids; AMD's devices are passed whole
+    # (/dev/kfd, /dev/dri), so the ROCm runtime is told which ones are this replica's.
+    if vendor != "amd" or role.resource.gpu <= 0:
+        return {}
+    return {"ROCR_VISIBLE_DEVICES": ",".join(map(str, _gpus(role, piece, vendor)))}
+
+
+def _mount(mount: object, role: str) -> Mount:
+    if isinstance(mount, specs.BindMount):
+        return Mount("bind", mount.src_path, mount.dst_path, mount.read_only)
+    if isinstance(mount, specs.VolumeMount):
+        return Mount("volume", mount.src, mount.dst_path, mount.read_only)
+    if isinstance(mount, specs.DeviceMount):
+        return Mount("device", mount.src_path, mount.dst_path, permissions=mount.permissions)
+    raise InvalidArgumentError(f"role {role!r}: unsupported mount {mount!r}: expected a bind, volume or device mount")

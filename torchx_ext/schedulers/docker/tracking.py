@@ -1,0 +1,87 @@
+"""A job as the engine has it now, and ending a job one of whose replicas failed for good.
+
+Used by the scheduler (describe, cancel, list) and by the watcher process, so a job whose
+watcher is gone is still ended by the first process that looks at it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from torchx_ext.schedulers.common.error_file import ErrorReport
+from torchx_ext.schedulers.common.states import State
+from torchx_ext.schedulers.docker.engine import Engine
+from torchx_ext.schedulers.docker.job import ContainerView, JobEnd, JobView, failure_message, read_job
+from torchx_ext.schedulers.docker.request import ERROR_FILE, LABEL_GRACE
+
+DEFAULT_GRACE_S = 10
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    app_id: str
+    containers: tuple[tuple[ContainerView, Any], ...]
+    end: JobEnd | None
+    view: JobView
+
+    def find(self, role: str, replica_id: int) -> tuple[ContainerView, Any] | None:
+        return next(((view, container) for view, container in self.containers
+                     if (view.role, view.replica_id) == (role, replica_id)), None)
+
+    @property
+    def running(self) -> list[Any]:
+        return [container for view, container in self.containers if view.status in ("running", "restarting", "paused")]
+
+    @property
+    def grace_s(self) -> int:
+        for _, container in self.containers:
+            labels = container.attrs.get("Config", {}).get("Labels") or {}
+            if labels.get(LABEL_GRACE, "").isdigit():
+                return int(labels[LABEL_GRACE])
+        return DEFAULT_GRACE_S
+
+
+def snapshot(engine: Engine, app_id: str) -> Snapshot:
+    containers = tuple(engine.containers(app_id))
+    end = engine.ends(app_id).get(app_id) if containers else None
+    return Snapshot(app_id, containers, end, read_job((view for view, _ in containers), end))
+
+
+def end_if_failed(engine: Engine, current: Snapshot) -> Snapshot:
+    """When a replica failed for good and nobody has ended the job yet: record the end naming
+    that replica (first writer wins) and stop the others, so that none waits at a barrier for
+    a peer that is gone. Returns the job as it is afterwards."""
+    failing = current.view.failing
+    if not current.view.unended or failing is None:
+        return current
+    found = current.find(failing.role, failing.replica_id)
+    cause = root_cause(engine, failing, found[1] if found else None)
+    end = JobEnd(State.FAILED, failing.finished_at or time.time(), failing.key, failure_message(failing, cause))
+    engine.record_end(current.app_id, end)
+    engine.stop(current.running, current.grace_s)
+    return snapshot(engine, current.app_id)
+
+
+def root_cause(engine: Engine, view: ContainerView, container: Any) -> str:
+    """The launcher's error file in the container, else the engine's error, else stderr's tail."""
+    if container is not None:
+        data = engine.read_file(container, ERROR_FILE)
+        if data:
+            try:
+                report = ErrorReport.from_data(json.loads(data))
+            except ValueError:
+                report = None
+            if report is not None and report.message:
+                return report.message
+    if view.engine_error:
+        return view.engine_error
+    tail = engine.stderr_tail(container) if container is not None else ""
+    return tail or "no error output"
+
+
+def error_report(message: str, exit_code: int | None, at: float | None) -> str:
+    # torchx parses a replica's structured error as a torchelastic error file.
+    return ErrorReport(message=message, error_code=exit_code, timestamp=int(at or time.time())).to_json()

@@ -1,0 +1,54 @@
+"""The process that ends a local_docker job when one of its replicas fails for good.
+
+The engine restarts a failed replica by itself (its ``on-failure`` policy, ``max_retries``
+times) but does not stop the others when one gives up; without this watcher they would wait
+at a barrier for a peer that is gone. ``schedule`` starts one per job, detached from the CLI;
+it follows the engine's events for the job's containers and exits when the job has ended
+and none of its containers runs. Tracking never depends on it: any describe of a job whose
+watcher is gone ends the job the same way.
+
+    python -m torchx_ext.schedulers.docker.watcher APP_ID
+"""
+
+from __future__ import annotations
+
+import sys
+
+from torchx_ext.schedulers.docker.engine import connect
+from torchx_ext.schedulers.docker.request import LABEL_APP_ID
+from torchx_ext.schedulers.docker.tracking import end_if_failed, snapshot
+
+
+def watch(app_id: str) -> int:
+    engine = connect()
+    # Subscribed before the first look, so that nothing that happens in between is missed.
+    events = engine.client.events(
+        decode=True, filters={"type": "container", "label": f"{LABEL_APP_ID}={app_id}", "event": ["die", "destroy"]}
+    )
+    try:
+        while True:
+            current = end_if_failed(engine, snapshot(engine, app_id))
+            if not current.containers:
+                return 0  # deleted
+            if current.end is not None and current.running:
+                # An end is recorded but its author (a cancel) did not get to stop everything.
+                engine.stop(current.running, current.grace_s)
+                continue
+            if current.view.state is not None and current.view.state.terminal and not current.running:
+                return 0
+            next(events)
+    except StopIteration:
+        return 1  # the engine closed the stream: it stopped or restarted
+    finally:
+        events.close()
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m torchx_ext.schedulers.docker.watcher APP_ID", file=sys.stderr)
+        return 2
+    return watch(argv[0])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
