@@ -155,7 +155,8 @@ def build_request(
         containers=tuple(containers),
         cancel_grace_s=cancel_grace_s,
         slices=tuple(piece.describe() for piece in slices),
-        warnings=tuple(sorted({warning for piece in slices for warning in piece.warnings})),
+        warnings=tuple(sorted({warning for piece in slices for warning in piece.warnings}))
+        + tuple(_gpu_warnings(app, slices)),
     )
 
 
@@ -241,13 +242,30 @@ def _gpus(role: specs.Role, piece: ReplicaSlice | None, vendor: str) -> tuple[in
         return ()
     if piece is None:
         return tuple(range(wanted))  # no placement: the first ones, as docker --gpus N picks
-    if len(piece.gpus) < wanted:
-        raise InvalidArgumentError(
-            f"role {role.name!r} asks for {wanted} {vendor} GPUs per replica but replica slice "
-            f"{piece.describe()!r} has {len(piece.gpus)}: fewer replicas per host, fewer GPUs, "
-            "or -cfg slice_replicas=False"
-        )
+    # A named resource describes a whole host; replicas sharing one get its GPUs divided, as
+    # local_cwd divides them (the launcher then refuses more processes than GPUs it sees).
     return piece.gpus[:wanted]
+
+
+def _gpu_warnings(app: specs.AppDef, slices: list[ReplicaSlice]) -> list[str]:
+    warnings = []
+    position = 0
+    for role in app.roles:
+        for replica_id in range(role.num_replicas):
+            if slices and 0 < len(slices[position].gpus) < role.resource.gpu:
+                warnings.append(
+                    f"{role.name}/{replica_id} gets GPUs {slices[position].cuda_visible_devices} "
+                    f"({len(slices[position].gpus)} of the {role.resource.gpu} its role asks for): "
+                    "its replicas share one host"
+                )
+            elif slices and role.resource.gpu > 0 and not slices[position].gpus:
+                raise InvalidArgumentError(
+                    f"role {role.name!r} asks for {role.resource.gpu} GPUs per replica but replica slice "
+                    f"{slices[position].describe()!r} has none: fewer replicas per host, or "
+                    "-cfg slice_replicas=False to let the engine pick"
+                )
+            position += 1
+    return warnings
 
 
 def _amd_env(role: specs.Role, piece: ReplicaSlice | None, vendor: str) -> dict[str, str]:
