@@ -25,6 +25,7 @@ from torchx_ext.exit_codes import BAD_INPUT, FAILED, OK
 from torchx_ext.launcher import preload_server
 from torchx_ext.launcher.bootstrap import BOOTSTRAP_CODE, BoundCallable, encode_plan, run_preloaded, run_script_path
 from torchx_ext.launcher.caller_state import caller_state_kept
+from torchx_ext.launcher.streams import lock_standard_streams
 from torchx_ext.launcher.inputs import check_rdzv_backend, local_world_size, privateuse1_name, std_spec
 from torchx_ext.launcher.worker_binding import plan_workers
 from torchx_ext.options import OMP_THREADS_FORMS, check_mode
@@ -114,6 +115,7 @@ def console_main() -> None:
     launcher has nothing left to clean up once its workers are gone (the rendezvous is shut
     down, logs are flushed), so it exits directly.
     """
+    lock_standard_streams()
     code = main(preload_started=preload_server.start_early(sys.argv[1:]))
     logging.shutdown()
     sys.stdout.flush()
