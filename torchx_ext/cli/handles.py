@@ -43,8 +43,13 @@ def check_app_handle(identifier: str, allow_replicas: bool = False) -> str:
         fail(f"unknown scheduler {scheduler!r} in app handle {identifier!r}: this torchx has {', '.join(known)}",
              exit_codes.BAD_INPUT)
     handle = f"{scheduler}://{match['session']}/{match['app_id']}"
-    with get_runner() as runner:
-        status = runner.status(handle)
+    try:
+        with get_runner() as runner:
+            status = runner.status(handle)
+    except InvalidArgumentError as error:
+        fail(str(error), exit_codes.BAD_INPUT)
+    except TorchxExtError as error:  # e.g. no container engine answers
+        fail(str(error), exit_codes.FAILED)
     if status is None:
         fail(f"no app {match['app_id']!r} on {scheduler} (`torchx list -s {scheduler}` shows the known ones)",
              exit_codes.NOT_FOUND)
