@@ -1,7 +1,8 @@
 """The schedulers the conformance suite runs against, and how to look at each one's leftovers.
 
 Each entry says how to submit to it (scheduler name and cfg) and what of a job is still alive
-after it ended. Docker and Kubernetes adapters add themselves here when they arrive.
+after it ended. local_docker runs on the test engine (tests/fixtures/docker_engine.py) with the
+offline test image; the Kubernetes adapter adds itself here when it arrives.
 """
 
 from __future__ import annotations
@@ -58,12 +59,48 @@ def _alive(pid: int) -> bool:
         return False
 
 
-@pytest.fixture(params=["local_cwd"])
-def scheduler(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> SchedulerUnderTest:
+def _docker_leftovers(client: Any) -> Callable[[str], list[str]]:
+    def leftovers(app_id: str) -> list[str]:
+        # Containers of the job still running, and host processes naming it (its watcher; the
+        # containers' processes too, which the host sees and whose launcher names the job).
+        def found() -> list[str]:
+            running = client.containers.list(filters={"label": f"torchx_ext.app_id={app_id}"})
+            return [f"container {container.name}: {container.status}" for container in running] + _local_processes(app_id)
+
+        deadline = time.monotonic() + 5
+        while (what := found()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return what
+
+    return leftovers
+
+
+@pytest.fixture(params=["local_cwd", "local_docker"])
+def scheduler(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[SchedulerUnderTest]:
     if request.param == "local_cwd":
         monkeypatch.setenv("TORCHX_EXT_LOCAL_STATE", str(tmp_path / "state"))
-        return SchedulerUnderTest("local_cwd", {"log_dir": str(tmp_path / "logs"), "cancel_grace": 5}, _local_leftovers)
-    raise AssertionError(request.param)
+        yield SchedulerUnderTest("local_cwd", {"log_dir": str(tmp_path / "logs"), "cancel_grace": 5}, _local_leftovers)
+    elif request.param == "local_docker":
+        client = request.getfixturevalue("docker_client")
+        image = request.getfixturevalue("test_image")
+        before = {container.id for container in client.containers.list(all=True)}
+        yield SchedulerUnderTest(
+            "local_docker", {"cancel_grace": 5}, _docker_leftovers(client),
+            component_args={"image": image.name, "mounts": list(image.mount_options)},
+        )
+        # Jobs keep their stopped containers until deleted: delete what this test made.
+        from torchx.schedulers import get_scheduler_factories
+
+        docker_scheduler = get_scheduler_factories()["local_docker"]("conformance")
+        made = {container.labels.get("torchx_ext.app_id") for container in client.containers.list(all=True)
+                if container.id not in before}
+        for app_id in made - {None}:
+            docker_scheduler.delete(app_id)
+        docker_scheduler.close()
+    else:
+        raise AssertionError(request.param)
 
 
 @pytest.fixture
