@@ -11,13 +11,10 @@ jobs keep their stopped containers (and logs) until ``delete``.
 from __future__ import annotations
 
 import datetime
-import os
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any, Optional, TypedDict
 
 from torchx.schedulers.api import DescribeAppResponse, ListAppResponse, Scheduler, Stream
@@ -39,8 +36,7 @@ from torchx_ext.schedulers.docker.request import (
     describe_request,
 )
 from torchx_ext.schedulers.docker.tracking import Snapshot, end_if_failed, error_report, snapshot
-
-WATCHER_LOGS = Path(tempfile.gettempdir()) / "torchx_ext_docker"
+from torchx_ext.schedulers.docker.watcher import watcher_log
 
 
 class DockerOpts(TypedDict, total=False):
@@ -51,7 +47,7 @@ class DockerOpts(TypedDict, total=False):
     workspace_images_kept: Optional[int]
 
 
-class DockerScheduler(WorkspaceMixin[None], Scheduler[DockerOpts]):  # type: ignore[misc]  # torchx has no types
+class DockerScheduler(WorkspaceMixin[None], Scheduler[DockerOpts]):
     def __init__(self, session_name: str) -> None:
         super().__init__("local_docker", session_name)
         self._engine: Engine | None = None
@@ -185,7 +181,7 @@ class DockerScheduler(WorkspaceMixin[None], Scheduler[DockerOpts]):  # type: ign
     def _delete_existing(self, app_id: str) -> None:
         self._cancel_existing(app_id)
         self.engine.remove_job(app_id)
-        (WATCHER_LOGS / f"{app_id}.log").unlink(missing_ok=True)
+        watcher_log(app_id).unlink(missing_ok=True)
 
     def close(self) -> None:
         # Containers are the engine's, not this process's: jobs outlive the CLI that started
@@ -234,12 +230,14 @@ def _response(current: Snapshot) -> DescribeAppResponse:
 
 
 def _start_watcher(app_id: str) -> None:
-    WATCHER_LOGS.mkdir(parents=True, exist_ok=True)
-    with open(WATCHER_LOGS / f"{app_id}.log", "ab") as log:
+    log_path = watcher_log(app_id)
+    log_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        # Started in its log directory: `-m` puts the cwd first on sys.path, and the user's
+        # directory may hold modules named like the standard library's.
         subprocess.Popen(
             [sys.executable, "-m", "torchx_ext.schedulers.docker.watcher", app_id],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-            cwd=WATCHER_LOGS, env=dict(os.environ),
+            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, cwd=log_path.parent,
         )
 
 

@@ -12,11 +12,19 @@ watcher is gone ends the job the same way.
 
 from __future__ import annotations
 
+import os
 import sys
+import tempfile
+from pathlib import Path
 
 from torchx_ext.schedulers.docker.engine import connect
 from torchx_ext.schedulers.docker.request import LABEL_APP_ID
 from torchx_ext.schedulers.docker.tracking import end_if_failed, snapshot
+
+
+def watcher_log(app_id: str) -> Path:
+    """Where the watcher of ``app_id`` writes what went wrong; removed when it ends cleanly."""
+    return Path(tempfile.gettempdir()) / f"torchx_ext_docker-{os.getuid()}" / f"{app_id}.log"
 
 
 def watch(app_id: str) -> int:
@@ -47,7 +55,10 @@ def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: python -m torchx_ext.schedulers.docker.watcher APP_ID", file=sys.stderr)
         return 2
-    return watch(argv[0])
+    code = watch(argv[0])
+    if code == 0:
+        watcher_log(argv[0]).unlink(missing_ok=True)
+    return code
 
 
 if __name__ == "__main__":
