@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The README's test command: installs each torchx line's environment (scripts/setup_venv.sh:
 # .venv with torchx 0.7.0, .venv-nightly with torchx-nightly), type-checks once, and runs the
-# whole suite on each line. Tests read TORCHX_EXT_LINE to check that they run on the line
-# meant. Exits non-zero if any step fails on any line.
+# whole suite on each line, with a Docker engine it starts (and installs, as root) on a private
+# socket (scripts/docker_engine.sh). Tests read TORCHX_EXT_LINE to check that they run on the
+# line meant. Exits non-zero if any step fails on any line.
 # Usage: scripts/test.sh [--line 0.7.0|nightly|both] [PYTEST ARGS...]
 #   e.g. scripts/test.sh --line nightly tests/integration/test_torchx_lines.py -x
 set -uo pipefail
@@ -21,6 +22,17 @@ for line in "${lines[@]}"; do
   echo "=== torchx $line: installing into $(venv "$line")"
   bash scripts/setup_venv.sh --test --line "$line" || exit 1
 done
+# One Docker engine for the whole run (local_docker's tests and the conformance suite), on a
+# private socket; stopped at the end only if this run started it.
+echo "=== Docker engine"
+if engine="$(bash scripts/docker_engine.sh start)"; then
+  export "$engine"
+  trap 'bash scripts/docker_engine.sh stop' EXIT
+elif [ "${CI:-}" = true ]; then
+  echo "test.sh: CI=true and no Docker engine could be started" >&2; exit 1
+else
+  echo "test.sh: warning: no Docker engine; the tests that need one are skipped" >&2
+fi
 echo "=== mypy (with torchx ${lines[0]})"
 "$(venv "${lines[0]}")/bin/python" -m mypy || exit 1
 failed=()
