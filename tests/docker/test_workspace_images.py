@@ -1,0 +1,101 @@
+"""Workspace images on the real engine: built once per workspace content, pruned, and used by jobs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from torchx.runner import get_runner
+from torchx.specs import AppState
+
+from tests.conformance.jobs_api import wait
+from tests.fixtures.docker_engine import TestImage
+from torchx_ext.components.dist import ddp
+from torchx_ext.errors import InvalidArgumentError
+from torchx_ext.schedulers.docker.scheduler import DockerScheduler
+from torchx_ext.schedulers.docker.workspace import LABEL_WORKSPACE, ensure_workspace_image
+
+
+@pytest.fixture
+def workspace(tmp_path: Path, docker_client: Any) -> Iterator[Path]:
+    root = tmp_path / "workspace"
+    root.mkdir()
+    (root / "main.py").write_text("print('WORKSPACE main.py ran')\n")
+    (root / ".dockerignore").write_text("*.log\n")
+    (root / "debug.log").write_text("not in the image")
+    yield root
+    for image in docker_client.images.list(filters={"label": f"{LABEL_WORKSPACE}={root.resolve()}"}):
+        docker_client.images.remove(image.id, force=True)
+
+
+def files_in(client: Any, image: str, *paths: str) -> dict[str, bool]:
+    container = client.containers.create(image, ["true"])
+    try:
+        found = {}
+        for path in paths:
+            try:
+                container.get_archive(path)
+                found[path] = True
+            except Exception:  # the SDK's NotFound
+                found[path] = False
+        return found
+    finally:
+        container.remove()
+
+
+def test_an_unchanged_workspace_is_not_built_again(docker_client: Any, test_image: TestImage, workspace: Path) -> None:
+    first = ensure_workspace_image(docker_client, test_image.name, str(workspace))
+    again = ensure_workspace_image(docker_client, test_image.name, f"file://{workspace}")
+
+    assert first.built and not again.built and again.image == first.image
+    assert files_in(docker_client, first.image, "/main.py", "/debug.log", "/.dockerignore") == {
+        "/main.py": True, "/debug.log": False, "/.dockerignore": False,
+    }
+    (workspace / "debug.log").write_text("ignored: no new image")
+    assert not ensure_workspace_image(docker_client, test_image.name, str(workspace)).built
+    (workspace / "main.py").write_text("print('changed')\n")
+    changed = ensure_workspace_image(docker_client, test_image.name, str(workspace))
+    assert changed.built and changed.image != first.image
+
+
+def test_only_the_newest_images_of_a_workspace_are_kept(
+    docker_client: Any, test_image: TestImage, workspace: Path
+) -> None:
+    made = []
+    for version in range(4):
+        (workspace / "main.py").write_text(f"print({version})\n")
+        made.append(ensure_workspace_image(docker_client, test_image.name, str(workspace), keep=2).image)
+
+    kept = {tag for image in docker_client.images.list(filters={"label": f"{LABEL_WORKSPACE}={workspace.resolve()}"})
+            for tag in image.tags}
+    assert kept == set(made[-2:])
+
+
+def test_a_missing_base_image_says_what_to_do(docker_client: Any, workspace: Path) -> None:
+    with pytest.raises(InvalidArgumentError, match=r"image 'torchx-ext-no-such:1' .* is not on the engine.*docker pull"):
+        ensure_workspace_image(docker_client, "torchx-ext-no-such:1", str(workspace))
+
+
+def test_a_job_runs_its_workspace_and_a_second_run_builds_nothing(
+    docker_client: Any, test_image: TestImage, workspace: Path
+) -> None:
+    scheduler = DockerScheduler("test")
+    try:
+        with get_runner() as runner:
+            handles = []
+            for _ in range(2):
+                # A new AppDef each time, as each `torchx run` makes: torchx 0.7.0 puts the built
+                # image into the AppDef it is given.
+                app = ddp(script="main.py", j="1x1", image=test_image.name, mounts=list(test_image.mount_options))
+                handles.append(runner.run(app, "local_docker", cfg={}, workspace=str(workspace)))
+            for handle in handles:
+                assert wait(runner, handle) == AppState.SUCCEEDED
+                assert any("WORKSPACE main.py ran" in line for line in runner.log_lines(handle, "main", 0))
+        images = docker_client.images.list(filters={"label": f"{LABEL_WORKSPACE}={workspace.resolve()}"})
+        assert len(images) == 1
+    finally:
+        for container in docker_client.containers.list(all=True, filters={"label": "torchx_ext.app_name=main"}):
+            scheduler.delete(container.labels["torchx_ext.app_id"])
+        scheduler.close()
