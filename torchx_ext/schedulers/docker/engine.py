@@ -50,7 +50,9 @@ class Engine:
         """Our containers (of one app, or all), with their engine objects: one list call and
         one inspect per container."""
         label = f"{LABEL_APP_ID}={app_id}" if app_id else f"{LABEL_SCHEDULER}={SCHEDULER}"
-        found = self._call(lambda: self.client.containers.list(all=True, filters={"label": label}), "list containers")
+        # ignore_removed: a container deleted between the listing and its inspection is gone.
+        found = self._call(lambda: self.client.containers.list(all=True, filters={"label": label}, ignore_removed=True),
+                           "list containers")
         return [(ContainerView.from_inspect(container.attrs), container) for container in found]
 
     def ends(self, app_id: str | None = None) -> dict[str, JobEnd]:
