@@ -10,7 +10,6 @@ from __future__ import annotations
 import io
 import os
 import tarfile
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -291,11 +290,3 @@ def _quietly(action: Any) -> None:
     except Exception:  # cleaning up after a failure: the first error is the one to report
         pass
 
-
-def wait_until(condition: Any, timeout_s: float, poll_s: float = 0.1) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(poll_s)
-    return True
