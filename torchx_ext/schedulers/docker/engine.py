@@ -100,28 +100,30 @@ class Engine:
                             "record the end of the job")
         return JobEnd.from_labels(volume.attrs.get("Labels") or {}) or end
 
-    def ensure_images(self, images: tuple[str, ...]) -> None:
-        """Every image on the engine, pulled if missing; else an error saying what to do."""
+    def ensure_images(self, images: tuple[str, ...]) -> dict[str, str]:
+        """Every image on the engine, pulled if missing, by its id; else an error saying what to do."""
         import docker.errors
 
+        ids = {}
         for image in images:
             try:
-                self.client.images.get(image)
+                ids[image] = self.client.images.get(image).id
                 continue
             except docker.errors.ImageNotFound:
                 pass
             except docker.errors.APIError as error:
                 raise self._error(f"look up image {image!r}", error) from None
             try:
-                self.client.images.pull(image)
+                ids[image] = self.client.images.pull(image).id
             except docker.errors.APIError as error:
                 raise InvalidArgumentError(
                     f"image {image!r} is not on the engine at {self.host} and pulling it failed "
                     f"({_explanation(error)}): build it there (`docker build -t {image} .`), load it "
                     "(`docker load`), or make its registry reachable"
                 ) from None
+        return ids
 
-    def create_job(self, request: DockerJobRequest) -> None:
+    def create_job(self, request: DockerJobRequest, image_ids: dict[str, str] | None = None) -> None:
         """The job's network and every container, created but not started; on any error
         what was created is removed again, so a refused job leaves nothing behind."""
         import docker.errors
@@ -134,7 +136,12 @@ class Engine:
                 labels={LABEL_SCHEDULER: SCHEDULER, LABEL_APP_ID: request.app_id},
             )
             for container in request.containers:
-                created.append(self.client.containers.create(**self._create_kwargs(container, request.network)))
+                kwargs = self._create_kwargs(container, request.network)
+                if self.podman and image_ids and container.image in image_ids:
+                    # Podman's Docker API finds `name:tag` in its own store (as localhost/name)
+                    # but creates containers from docker.io/library/name: give it the id.
+                    kwargs["image"] = image_ids[container.image]
+                created.append(self.client.containers.create(**kwargs))
         except docker.errors.APIError as error:
             for container in created:
                 _quietly(lambda: container.remove(force=True, v=True))
@@ -225,7 +232,8 @@ class Engine:
     def _creation_error(self, request: DockerJobRequest, error: Any, starting: str | None = None) -> Exception:
         text = _explanation(error)
         status = getattr(error, "status_code", None)
-        if status == 409:
+        # Docker answers a taken name with 409, Podman with 500 and "already in use".
+        if status == 409 or "already in use" in text:
             return InvalidArgumentError(
                 f"name conflict on the engine at {self.host}: {text}; app {request.app_id!r} was not started "
                 "(remove the other container or network, or run again for a new app id)"
@@ -241,6 +249,11 @@ class Engine:
             return EngineError(
                 f"the engine at {self.host} refused a replica's devices ({text}): install the NVIDIA "
                 "Container Toolkit (Docker) or generate CDI specs (Podman: nvidia-ctk cdi generate)"
+            )
+        if "container-init" in lowered or "catatonit" in lowered or "docker-init" in lowered:
+            return EngineError(
+                f"the engine at {self.host} has no init for the containers' PID 1 ({text}): install it "
+                "(Podman: the catatonit package; Docker: docker-init, part of its packages)"
             )
         what = f"start container {starting}" if starting else f"create app {request.app_id}"
         return self._error(what, error)

@@ -104,8 +104,7 @@ class DockerScheduler(WorkspaceMixin[None], Scheduler[DockerOpts]):
     def schedule(self, dryrun_info: AppDryRunInfo[Any]) -> str:
         request: DockerJobRequest = dryrun_info.request
         engine = self.engine
-        engine.ensure_images(request.images)
-        engine.create_job(request)
+        engine.create_job(request, engine.ensure_images(request.images))
         try:
             _start_watcher(request.app_id)
             engine.start_job(request)
