@@ -150,13 +150,21 @@ class Engine:
             raise self._creation_error(request, error) from None
 
     def start_job(self, request: DockerJobRequest) -> None:
+        """Every container at once: a start is a round trip to the runtime (~0.3 s each here)."""
         import docker.errors
 
-        for container in request.containers:
+        def start(name: str) -> Exception | None:
             try:
-                self.client.api.start(container.name)
+                self.client.api.start(name)
             except docker.errors.APIError as error:
-                raise self._creation_error(request, error, starting=container.name) from None
+                return self._creation_error(request, error, starting=name)
+            return None
+
+        names = [container.name for container in request.containers]
+        with ThreadPoolExecutor(max_workers=max(1, min(16, len(names)))) as pool:
+            errors = [error for error in pool.map(start, names) if error is not None]
+        if errors:
+            raise errors[0]
 
     def stop(self, containers: list[Any], grace_s: int) -> None:
         """SIGTERM, then SIGKILL after ``grace_s``, every container at once."""

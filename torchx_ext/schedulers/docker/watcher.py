@@ -52,6 +52,8 @@ def watch(app_id: str) -> int:
 
 
 def main(argv: list[str]) -> int:
+    # It waits most of its life; at a job's start it must not take CPU from the replicas.
+    os.nice(10)
     if len(argv) != 1:
         print("usage: python -m torchx_ext.schedulers.docker.watcher APP_ID", file=sys.stderr)
         return 2
