@@ -15,7 +15,13 @@ from tests.fixtures.docker_engine import TestImage
 from torchx_ext.components.dist import ddp
 from torchx_ext.errors import InvalidArgumentError
 from torchx_ext.schedulers.docker.scheduler import DockerScheduler
-from torchx_ext.schedulers.docker.workspace import LABEL_WORKSPACE, ensure_workspace_image
+from torchx_ext.schedulers.docker.workspace import (
+    GENERATED_DOCKERFILE,
+    LABEL_BASE,
+    LABEL_DIGEST,
+    LABEL_WORKSPACE,
+    ensure_workspace_image,
+)
 
 
 @pytest.fixture
@@ -45,13 +51,21 @@ def files_in(client: Any, image: str, *paths: str) -> dict[str, bool]:
         container.remove()
 
 
+def labels_of(client: Any, image: str, workspace: Path) -> tuple[str, str]:
+    labels = client.images.get(image).labels
+    assert labels[LABEL_BASE].startswith("sha256:")
+    return labels[LABEL_WORKSPACE], labels[LABEL_DIGEST]
+
+
 def test_an_unchanged_workspace_is_not_built_again(docker_client: Any, test_image: TestImage, workspace: Path) -> None:
     first = ensure_workspace_image(docker_client, test_image.name, str(workspace))
     again = ensure_workspace_image(docker_client, test_image.name, f"file://{workspace}")
 
     assert first.built and not again.built and again.image == first.image
-    assert files_in(docker_client, first.image, "/main.py", "/debug.log", "/.dockerignore") == {
-        "/main.py": True, "/debug.log": False, "/.dockerignore": False,
+    assert again.seconds < 2, again  # hashing a small workspace and one image lookup; no build
+    assert labels_of(docker_client, first.image, workspace) == (str(workspace.resolve()), first.digest)
+    assert files_in(docker_client, first.image, "/main.py", "/debug.log", "/.dockerignore", f"/{GENERATED_DOCKERFILE}") == {
+        "/main.py": True, "/debug.log": False, "/.dockerignore": False, f"/{GENERATED_DOCKERFILE}": False,
     }
     (workspace / "debug.log").write_text("ignored: no new image")
     assert not ensure_workspace_image(docker_client, test_image.name, str(workspace)).built
@@ -71,6 +85,34 @@ def test_only_the_newest_images_of_a_workspace_are_kept(
     kept = {tag for image in docker_client.images.list(filters={"label": f"{LABEL_WORKSPACE}={workspace.resolve()}"})
             for tag in image.tags}
     assert kept == set(made[-2:])
+
+
+def test_the_workspace_own_dockerfile_torchx_gets_the_base_as_IMAGE(
+    docker_client: Any, test_image: TestImage, workspace: Path
+) -> None:
+    # torchx's convention: Dockerfile.torchx starts FROM the IMAGE build argument.
+    (workspace / "Dockerfile.torchx").write_text("ARG IMAGE\nFROM $IMAGE\nCOPY main.py /app/main.py\n")
+    built = ensure_workspace_image(docker_client, test_image.name, str(workspace))
+
+    assert files_in(docker_client, built.image, "/app/main.py", "/main.py") == {"/app/main.py": True, "/main.py": False}
+    assert labels_of(docker_client, built.image, workspace) == (str(workspace.resolve()), built.digest)
+    (workspace / "Dockerfile.torchx").write_text("ARG IMAGE\nFROM $IMAGE\nCOPY missing.txt /\n")
+    with pytest.raises(InvalidArgumentError, match=r"building workspace '.*' on 'torchx-ext-test:.*' failed: .*missing\.txt"):
+        ensure_workspace_image(docker_client, test_image.name, str(workspace))
+
+
+def test_a_workspace_path_that_dockerfile_quoting_would_change_is_labelled_as_it_is(
+    docker_client: Any, test_image: TestImage, tmp_path: Path
+) -> None:
+    root = tmp_path / 'my "work" $HOME space'
+    root.mkdir()
+    (root / "main.py").write_text("")
+    try:
+        built = ensure_workspace_image(docker_client, test_image.name, str(root))
+        assert labels_of(docker_client, built.image, root) == (str(root.resolve()), built.digest)
+    finally:
+        for image in docker_client.images.list(filters={"label": f"{LABEL_WORKSPACE}={root.resolve()}"}):
+            docker_client.images.remove(image.id, force=True)
 
 
 def test_a_missing_base_image_says_what_to_do(docker_client: Any, workspace: Path) -> None:
