@@ -29,14 +29,13 @@ at the end; nothing else on the engine is touched.
 from __future__ import annotations
 
 import argparse
-import io
+import importlib.util
 import os
 import re
 import shutil
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 import uuid
@@ -46,9 +45,23 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-OURS = ROOT / ".venv"
-BASELINE = ROOT / ".venv-baseline"
-JOB = Path(__file__).resolve().parent / "trivial_allreduce.py"
+sys.path.insert(0, str(ROOT))  # the offline image is the test suite's (tests/fixtures/docker_engine.py)
+from tests.fixtures.docker_engine import root_filesystem  # noqa: E402
+
+
+def _launch_bench() -> Any:
+    # launch.py owns the baseline environment (.venv-baseline) and the job script.
+    spec = importlib.util.spec_from_file_location("bench_launch", Path(__file__).with_name("launch.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_LAUNCH = _launch_bench()
+OURS: Path = _LAUNCH.OURS
+BASELINE: Path = _LAUNCH.BASELINE
+JOB: Path = _LAUNCH.JOB
 PRIVATE_SOCKET = Path("/tmp/torchx-ext-docker/docker.sock")
 BASE_IMAGE = "torchx-ext-bench:latest"
 TARGETS = {"cold": 1.0, "warm": 0.5}
@@ -75,17 +88,6 @@ class Side:
     app_label: str
     app_ids: list[str] = field(default_factory=list)
     runs: dict[str, list[Run]] = field(default_factory=dict)
-
-
-def ensure_baseline() -> None:
-    if (BASELINE / "bin" / "torchrun").exists() and (BASELINE / "bin" / "torchx").exists():
-        return
-    pins = [line.strip() for line in (ROOT / "requirements-test.txt").read_text().splitlines()
-            if line.split("==")[0].strip() in ("torch", "torchx", "numpy")]
-    print(f"creating {BASELINE} with {' '.join(pins)}", flush=True)
-    subprocess.run([sys.executable, "-m", "venv", "--clear", str(BASELINE)], check=True)
-    subprocess.run([str(BASELINE / "bin" / "python"), "-m", "pip", "install", "--quiet",
-                    "--disable-pip-version-check", *pins], check=True)
 
 
 def connect() -> Any:
@@ -115,18 +117,7 @@ def ensure_base_image(client: Any) -> None:
         return
     except docker.errors.ImageNotFound:
         pass
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as archive:
-        for name, mode in (("usr", 0o755), ("tmp", 0o1777), ("etc", 0o755), ("proc", 0o555), ("sys", 0o555),
-                           ("dev", 0o755), ("root", 0o700), ("sbin", 0o755)):
-            info = tarfile.TarInfo(name)
-            info.type, info.mode = tarfile.DIRTYPE, mode
-            archive.addfile(info)
-        for link in ("bin", "lib", "lib64"):
-            info = tarfile.TarInfo(link)
-            info.type, info.linkname = tarfile.SYMTYPE, f"usr/{link}"
-            archive.addfile(info)
-    answer = str(client.api.import_image_from_data(buffer.getvalue()))
+    answer = str(client.api.import_image_from_data(root_filesystem()))
     found = re.search(r"sha256:[0-9a-f]{64}", answer)
     if found is None:
         raise SystemExit(f"importing the base image failed: {answer.strip()[-500:]}")
@@ -229,7 +220,7 @@ def main() -> None:
         parser.error(f"unknown mode(s) {', '.join(unknown)}: expected cold, warm")
     if args.runs < 1:
         parser.error("--runs must be at least 1")
-    ensure_baseline()
+    _LAUNCH.ensure_baseline()
     client = connect()
     ensure_base_image(client)
     images_before = {image.id for image in client.images.list(all=True)}
