@@ -109,8 +109,7 @@ class DockerScheduler(WorkspaceMixin[None], Scheduler[DockerOpts]):
             _start_watcher(request.app_id)
             engine.start_job(request)
         except Exception:
-            engine.stop([container for _, container in engine.containers(request.app_id)], 0)
-            engine.remove_job(request.app_id)
+            engine.remove_job(request.app_id)  # force-removes: what did start is killed with it
             raise
         return request.app_id
 
