@@ -51,3 +51,8 @@ class WorkerFailedError(TorchxExtError):
 class EngineError(TorchxExtError):
     """A container engine could not be reached, or refused what it was asked to do; the
     message says which engine (``DOCKER_HOST``, socket) and what to do about it."""
+
+
+class KubernetesError(TorchxExtError):
+    """The Kubernetes API server could not be reached, or refused a request; the message says
+    which server or object and what to do about it."""

@@ -28,3 +28,10 @@ def local_docker(session_name: str, **kwargs: object) -> Scheduler:
     from torchx_ext.schedulers.docker import create_scheduler
 
     return create_scheduler(session_name, **kwargs)
+
+
+@register.scheduler()
+def kubernetes(session_name: str, **kwargs: object) -> Scheduler:
+    from torchx_ext.schedulers.kubernetes import create_scheduler
+
+    return create_scheduler(session_name, **kwargs)

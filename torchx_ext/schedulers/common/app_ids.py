@@ -37,8 +37,10 @@ LOCAL = AppIdRules("local_cwd", 100, r"[A-Za-z0-9][A-Za-z0-9_.-]*", r"[^A-Za-z0-
 # Container names allow [a-zA-Z0-9][a-zA-Z0-9_.-]; hostnames ({app_id}-{role}-{replica}) are
 # DNS labels, so leave room for the role and replica in 63 characters.
 DOCKER = AppIdRules("local_docker", 40, r"[a-z0-9][a-z0-9-]*", r"[^a-z0-9-]+", lowercase=True, first="a-z0-9")
-# RFC 1123 labels that also start with a letter (RFC 1035): valid for Services too.
-KUBERNETES = AppIdRules("kubernetes", 63, r"[a-z]([a-z0-9-]*[a-z0-9])?", r"[^a-z0-9-]+", lowercase=True, first="a-z")
+# RFC 1123 labels that also start with a letter (RFC 1035): valid for Services too. The id
+# names the Service; Jobs are {app_id}-{role} and pod hostnames {job}-{index}, all DNS labels
+# of at most 63 characters, so the id leaves room for a role and an index.
+KUBERNETES = AppIdRules("kubernetes", 40, r"[a-z]([a-z0-9-]*[a-z0-9])?", r"[^a-z0-9-]+", lowercase=True, first="a-z")
 
 
 def new_app_id(name: str, rules: AppIdRules, suffix: str | None = None) -> str:

@@ -79,5 +79,12 @@ def write_error_file(path: str | os.PathLike[str], report: ErrorReport, *, repla
         os.replace(temporary, path)  # readers see the old report or the new, never half
     except OSError:
         Path(temporary).unlink(missing_ok=True)
-        return False
+        # A file mounted in place (Kubernetes' /dev/termination-log) cannot be replaced, and
+        # its directory may not be writable: it is written over instead.
+        try:
+            with open(path, "r+") as file:
+                file.write(report.to_json())
+                file.truncate()
+        except OSError:
+            return False
     return True

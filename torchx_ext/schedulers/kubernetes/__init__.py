@@ -1,0 +1,17 @@
+"""kubernetes: a headless Service and one Indexed ``batch/v1`` Job per role, no CRDs needed.
+
+``manifests.py`` is the pure dry-run (AppDef -> Service and Jobs, NUMA-aligned pods),
+``names.py`` the DNS-1123 names and our labels, ``tracking.py`` the pure reading of an app's
+state from its Jobs and pods, ``client.py`` the thin layer over the official client,
+``logs.py`` pod logs as timed lines and ``scheduler.py`` the torchx Scheduler.
+"""
+
+from typing import Any
+
+
+def create_scheduler(session_name: str, **kwargs: Any) -> Any:
+    # torchx loads this entry point for every command: the kubernetes client is imported only
+    # when a kubernetes scheduler is actually made.
+    from torchx_ext.schedulers.kubernetes.scheduler import create_scheduler as create
+
+    return create(session_name, **kwargs)

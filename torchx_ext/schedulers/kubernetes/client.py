@@ -1,0 +1,188 @@
+"""The thin step: the official ``kubernetes`` client, raw JSON in and out, one-line errors.
+
+Reads use ``_preload_content=False`` and ``json.loads``: turning a 1000-pod list into the
+client's model objects costs more than the request itself, and the models drop fields a
+client older than the server does not know.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from torchx_ext.errors import KubernetesError
+from torchx_ext.schedulers.kubernetes.manifests import AppManifests
+
+_PLURAL = {"Job": "jobs.batch", "Service": "services", "Pod": "pods"}
+
+
+@dataclass
+class Connection:
+    api: Any
+    """kubernetes.client.ApiClient"""
+    server: str
+    namespace: str
+    """The kubeconfig context's namespace, else ``default``."""
+
+
+def connect() -> Connection:
+    """A client for the kubeconfig's current context (``KUBECONFIG``, ``~/.kube/config``), or
+    the pod's service account when running in a cluster."""
+    from kubernetes import client, config
+
+    configuration = client.Configuration()
+    namespace = "default"
+    try:
+        config.load_kube_config(client_configuration=configuration)
+        _, active = config.list_kube_config_contexts()
+        namespace = (active or {}).get("context", {}).get("namespace") or "default"
+    except (config.ConfigException, OSError, TypeError) as kube_error:
+        try:
+            config.load_incluster_config(client_configuration=configuration)
+        except config.ConfigException:
+            raise KubernetesError(
+                f"no Kubernetes configuration: {kube_error}; point KUBECONFIG at a kubeconfig (or ~/.kube/config) "
+                "whose current context is the cluster to use"
+            ) from None
+        try:
+            with open("/var/run/secrets/kubernetes.io/serviceaccount/namespace") as file:
+                namespace = file.read().strip() or namespace
+        except OSError:
+            pass
+    # One quick retry: an unreachable server should say so in seconds, not after urllib3's
+    # default backoff.
+    configuration.retries = 1
+    return Connection(client.ApiClient(configuration), configuration.host, namespace)
+
+
+class Cluster:
+    def __init__(self, connection: Connection) -> None:
+        from kubernetes import client
+
+        self.connection = connection
+        self.core = client.CoreV1Api(connection.api)
+        self.batch = client.BatchV1Api(connection.api)
+
+    def create_app(self, manifests: AppManifests) -> None:
+        """The Service, then the Jobs; all or nothing: what was created is deleted again when
+        a later object is refused."""
+        namespace = manifests.namespace
+        created: list[tuple[str, str]] = []
+        try:
+            self._call("create", "Service", manifests.app_id, namespace,
+                       lambda: self.core.create_namespaced_service(namespace, manifests.service, _preload_content=False))
+            created.append(("Service", manifests.app_id))
+            for job in manifests.jobs:
+                name = job["metadata"]["name"]
+                self._call("create", "Job", name, namespace,
+                           lambda job=job: self.batch.create_namespaced_job(namespace, job, _preload_content=False))
+                created.append(("Job", name))
+        except KubernetesError:
+            for kind, name in reversed(created):
+                self.delete(kind, name, namespace)
+            raise
+
+    def jobs(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        return self._items("list", "Job", namespace, lambda: self.batch.list_namespaced_job(
+            namespace, label_selector=selector, _preload_content=False))
+
+    def pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        return self._items("list", "Pod", namespace, lambda: self.core.list_namespaced_pod(
+            namespace, label_selector=selector, _preload_content=False))
+
+    def patch_job(self, name: str, namespace: str, patch: dict[str, Any]) -> None:
+        self._call("update", "Job", name, namespace,
+                   lambda: self.batch.patch_namespaced_job(name, namespace, patch, _preload_content=False))
+
+    def delete(self, kind: str, name: str, namespace: str) -> bool:
+        """Deletes ``name``; dependents (a Job's pods) in the background, never orphaned.
+        False when it was already gone."""
+        from kubernetes.client import V1DeleteOptions
+
+        options = V1DeleteOptions(propagation_policy="Background")
+        call = self.batch.delete_namespaced_job if kind == "Job" else self.core.delete_namespaced_service
+        try:
+            self._call("delete", kind, name, namespace, lambda: call(name, namespace, body=options,
+                                                                     _preload_content=False))
+        except KubernetesError as error:
+            if "(404)" in str(error) and "namespace" not in str(error).split("(404)")[0]:
+                return False
+            raise
+        return True
+
+    def pod_log(self, pod: str, namespace: str, container: str | None, *, follow: bool,
+                since_seconds: int | None) -> Any:
+        """The pod's log as a streaming HTTP response, each line prefixed by its timestamp."""
+        kwargs: dict[str, Any] = {"follow": follow, "timestamps": True, "_preload_content": False}
+        if container:
+            kwargs["container"] = container
+        if since_seconds is not None:
+            kwargs["since_seconds"] = since_seconds
+        return self._call("read logs of", "Pod", pod, namespace,
+                          lambda: self.core.read_namespaced_pod_log(pod, namespace, **kwargs))
+
+    def _items(self, verb: str, kind: str, namespace: str, call: Any) -> list[dict[str, Any]]:
+        response = self._call(verb, kind, "", namespace, call)
+        items: list[dict[str, Any]] = json.loads(response.data)["items"] or []
+        return items
+
+    def _call(self, verb: str, kind: str, name: str, namespace: str, call: Any) -> Any:
+        from kubernetes.client.rest import ApiException
+        from urllib3.exceptions import HTTPError
+
+        try:
+            return call()
+        except ApiException as error:
+            raise KubernetesError(api_error_message(verb, kind, name, namespace, error.status, error.body)) from None
+        except HTTPError as error:
+            raise KubernetesError(
+                f"cannot reach the Kubernetes API server at {self.connection.server} ({type(error).__name__}: "
+                f"{getattr(error, 'reason', None) or error}): check the kubeconfig's server and that the cluster is up"
+            ) from None
+
+
+def api_error_message(verb: str, kind: str, name: str, namespace: str, status: int, body: object) -> str:
+    """One line for an API error: what was refused, the server's words, what to do."""
+    try:
+        detail = str(json.loads(body or "{}").get("message") or "")  # type: ignore[arg-type]
+    except (ValueError, AttributeError):
+        detail = str(body or "")
+    what = f"{kind} {name!r}" if name else _PLURAL.get(kind, kind)
+    where = f"in namespace {namespace!r}"
+    prefix = f"cannot {verb} {what} {where} ({status})"
+    if status == 404 and "namespaces" in detail:
+        return (f"{prefix}: namespace {namespace!r} does not exist: create it (kubectl create namespace "
+                f"{namespace}) or give another with -cfg namespace=NAME")
+    if status == 404:
+        return f"{prefix}: not found: {detail}; `torchx list -s kubernetes` shows the apps there"
+    if status == 403:
+        return (f"{prefix}: forbidden: {detail}; ask the cluster's admin for access (RBAC) to Jobs, Services "
+                f"and pods there, or give another namespace with -cfg namespace=NAME")
+    if status == 401:
+        return f"{prefix}: unauthorized: {detail}; renew the kubeconfig's credentials"
+    if status == 409:
+        return f"{prefix}: already exists: {detail}; delete it (torchx delete) or submit again for a new app id"
+    if status == 422:
+        return f"{prefix}: the API server refused it as invalid: {detail}"
+    return f"{prefix}: the API server failed: {detail or 'no detail'}; try again, or ask the cluster's admin"
+
+
+def lines_of(response: Any, chunk_bytes: int = 1 << 16) -> Iterator[bytes]:
+    """The response body's lines (with their ``\\n``), whole whatever the chunks' boundaries."""
+    pending = b""
+    try:
+        for chunk in response.stream(chunk_bytes, decode_content=False):
+            if not chunk:
+                continue
+            pending += chunk
+            if b"\n" not in chunk:
+                continue
+            *whole, pending = pending.split(b"\n")
+            for line in whole:
+                yield line + b"\n"
+        if pending:
+            yield pending
+    finally:
+        response.release_conn()

@@ -1,0 +1,75 @@
+"""Object names, label keys and label values: every one valid for the API, every one readable.
+
+Kubernetes refuses a Job whose name is not a DNS-1123 label of at most 63 characters (it
+becomes a label value on its pods), a Service not an RFC 1035 label, and a pod hostname
+({job}-{index}) over 63 characters. The app id (``common.app_ids.KUBERNETES``, at most 40)
+names the Service and leaves room for ``-{role}-{index}`` in the rest.
+"""
+
+from __future__ import annotations
+
+import re
+
+from torchx_ext.errors import InvalidArgumentError
+
+NAME_MAX = 63
+DNS_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+LABEL_VALUE_MAX = 63
+
+PREFIX = "torchx-ext/"
+LABEL_APP_ID = PREFIX + "app-id"
+LABEL_APP_NAME = PREFIX + "app-name"
+LABEL_ROLE = PREFIX + "role"
+ANNOTATION_APP_NAME = PREFIX + "app-name"
+ANNOTATION_ROLE_NAME = PREFIX + "role-name"
+ANNOTATION_MIN_REPLICAS = PREFIX + "min-replicas"
+ANNOTATION_PULL_TIMEOUT = PREFIX + "image-pull-timeout"
+ANNOTATION_END = PREFIX + "end"
+"""Set on every Job of an app that was cancelled, or ended by us (an image that never pulls)."""
+# Set by the Job controller on every pod it creates; its value is the replica id.
+LABEL_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+LABEL_KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
+
+
+def label_value(text: str) -> str:
+    """``text`` as a label value (at most 63 of ``[A-Za-z0-9_.-]``, alphanumeric at both ends)."""
+    cleaned = re.sub(r"[^A-Za-z0-9_.-]+", "-", text)[:LABEL_VALUE_MAX]
+    return re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", cleaned)
+
+
+def job_names(app_id: str, roles: list[tuple[str, int]]) -> dict[str, str]:
+    """role name -> Job name, for ``roles`` as (name, replicas): ``{app_id}-{role}`` cut so
+    that the last pod's hostname ``{job}-{replicas - 1}`` is a DNS label of at most 63."""
+    names: dict[str, str] = {}
+    for role, replicas in roles:
+        slug = re.sub(r"[^a-z0-9-]+", "-", role.lower()).strip("-") or "role"
+        room = NAME_MAX - len(app_id) - 1 - 1 - len(str(max(replicas - 1, 0)))
+        if room < 1:
+            raise InvalidArgumentError(
+                f"role {role!r} has {replicas} replicas: hostnames {app_id}-{{role}}-{{index}} cannot be made "
+                f"{NAME_MAX}-character DNS labels; give the app a shorter name or the role fewer replicas"
+            )
+        name = f"{app_id}-{slug[:room].rstrip('-') or 'r'}"
+        if name in names.values():
+            other = next(key for key, value in names.items() if value == name)
+            raise InvalidArgumentError(
+                f"roles {other!r} and {role!r} both become Job name {name!r} (role names are cut to "
+                f"[a-z0-9-] and to fit {NAME_MAX}-character hostnames): give roles names that differ in their "
+                "first letters or digits"
+            )
+        names[role] = name
+    return names
+
+
+def pod_hostname(job_name: str, index: int) -> str:
+    """The hostname the Job controller gives an Indexed Job's pod."""
+    return f"{job_name}-{index}"
+
+
+def check_dns_label(name: str, what: str) -> str:
+    if len(name) > NAME_MAX or not DNS_LABEL.fullmatch(name):
+        raise InvalidArgumentError(
+            f"invalid {what} {name!r}: expected a DNS label, at most {NAME_MAX} of a-z, 0-9 and '-', "
+            "starting with a letter and ending with a letter or digit"
+        )
+    return name

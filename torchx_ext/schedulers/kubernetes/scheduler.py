@@ -1,0 +1,272 @@
+"""kubernetes: torchx's Scheduler over a Service and Indexed Jobs (see ``manifests.py``).
+
+App ids are ``{namespace}:{name}``, as torchx's builtin writes them. Every command reads the
+API (two label-selected lists for ``describe``, whatever the job's size), so any process can
+track any job. ``cancel`` records the cancel on the Jobs and suspends them: the Job
+controller stops their pods (whose logs go with them, unless the cluster ships logs
+elsewhere), and the Jobs stay, CANCELLED, until ``delete`` removes them and their Service.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any, Dict, List, Optional, TypedDict
+
+from torchx.schedulers.api import DescribeAppResponse, ListAppResponse, Scheduler, Stream
+from torchx.specs import AppDef, AppDryRunInfo, ReplicaStatus, Role, RoleStatus, runopts
+
+from torchx_ext.errors import InvalidArgumentError
+from torchx_ext.schedulers.common.app_ids import KUBERNETES, new_app_id
+from torchx_ext.schedulers.common.error_file import ErrorReport
+from torchx_ext.schedulers.common.states import State, app_state
+from torchx_ext.schedulers.kubernetes import names
+from torchx_ext.schedulers.kubernetes.client import Cluster, connect
+from torchx_ext.schedulers.kubernetes.manifests import AppManifests, KubernetesOptions, build_manifests
+from torchx_ext.schedulers.kubernetes.tracking import PULL_FAILURES, AppView, JobEnd, read_app
+
+SCHEDULER = "kubernetes"
+
+
+class KubernetesOpts(TypedDict, total=False):
+    namespace: Optional[str]
+    queue: Optional[str]
+    service_account: Optional[str]
+    priority_class: Optional[str]
+    node_selector: Optional[Dict[str, str]]
+    tolerations: Optional[List[str]]
+    image_pull_secrets: Optional[List[str]]
+    image_pull_policy: Optional[str]
+    shm_size: Optional[str]
+    numa_aligned: Optional[bool]
+    image_pull_timeout: Optional[int]
+    cancel_grace: Optional[int]
+
+
+class KubernetesScheduler(Scheduler[KubernetesOpts]):
+    def __init__(self, session_name: str) -> None:
+        super().__init__(SCHEDULER, session_name)
+        self._cluster: Cluster | None = None
+
+    @property
+    def cluster(self) -> Cluster:
+        if self._cluster is None:
+            self._cluster = Cluster(connect())
+        return self._cluster
+
+    def _run_opts(self) -> runopts:
+        opts = runopts()
+        opts.add("namespace", type_=str, default=None,
+                 help="namespace of the Jobs (default: the kubeconfig context's, else 'default')")
+        opts.add("queue", type_=str, default=None,
+                 help="Kueue LocalQueue: the Jobs are created suspended and start when Kueue admits them")
+        opts.add("service_account", type_=str, default=None, help="service account the pods run as")
+        opts.add("priority_class", type_=str, default=None, help="PriorityClass of the pods")
+        opts.add("node_selector", type_=Dict[str, str], default=None,
+                 help="node labels the pods require, as key:value,key2:value2")
+        opts.add("tolerations", type_=List[str], default=None,
+                 help="taints the pods tolerate: KEY=VALUE:EFFECT, KEY:EFFECT or KEY=VALUE, comma-separated")
+        opts.add("image_pull_secrets", type_=List[str], default=None,
+                 help="Secrets (in the namespace) to pull the image with, comma-separated")
+        opts.add("image_pull_policy", type_=str, default=None, help="Always, IfNotPresent or Never")
+        opts.add("shm_size", type_=str, default="auto",
+                 help="/dev/shm of each pod (memory-backed, counted in its memory limit): 'auto' (half the "
+                 "role's memMB, 2Gi without one) or a size such as 8Gi")
+        opts.add("numa_aligned", type_=bool, default=None,
+                 help="integer CPU and memory requests equal to limits (Guaranteed pods, which a kubelet with "
+                 "the static CPU manager and a Topology Manager pins to NUMA nodes); default: when the named "
+                 "resource (-h) describes a NUMA host")
+        opts.add("image_pull_timeout", type_=int, default=300,
+                 help="seconds a pod's image may fail to pull before the job is stopped as FAILED")
+        opts.add("cancel_grace", type_=int, default=30,
+                 help="seconds between SIGTERM and SIGKILL when pods are stopped (terminationGracePeriodSeconds)")
+        return opts
+
+    def _validate(self, app: AppDef, scheduler: str, cfg: Optional[Mapping[str, Any]] = None) -> None:
+        for role in app.roles:
+            if not role.image:
+                raise InvalidArgumentError(f"role {role.name!r} has no image: give one with --image (a registry "
+                                           "image the cluster's nodes can pull)")
+
+    def _submit_dryrun(self, app: AppDef, cfg: KubernetesOpts) -> AppDryRunInfo:
+        manifests = build_manifests(app, app_id=new_app_id(app.name, KUBERNETES), options=_options(cfg))
+        return AppDryRunInfo(manifests, AppManifests.to_yaml)
+
+    def schedule(self, dryrun_info: AppDryRunInfo[Any]) -> str:
+        manifests: AppManifests = dryrun_info.request
+        self.cluster.create_app(manifests)
+        return f"{manifests.namespace}:{manifests.app_id}"
+
+    def describe(self, app_id: str) -> Optional[DescribeAppResponse]:
+        """The app as its Jobs and pods are now (two list requests); an app whose image has not
+        pulled for ``image_pull_timeout`` seconds is stopped here, FAILED, by whoever looks."""
+        namespace, name = self._split(app_id)
+        view = self._view(namespace, name)
+        if view.state is None:
+            return None
+        if view.pull_stuck_since is not None and time.time() - view.pull_stuck_since > (view.pull_timeout_s or 300):
+            stuck = next(replica for replica in view.replicas if replica.reason.split(":")[0] in PULL_FAILURES)
+            self._end(namespace, view, JobEnd(State.FAILED, time.time(), (
+                f"replica {stuck.key} (pod {stuck.pod}): its image did not pull within {view.pull_timeout_s} s "
+                f"({stuck.reason}); the job was stopped: check the image name, the registry and "
+                "-cfg image_pull_secrets")))
+            view = self._view(namespace, name)
+        return _response(app_id, view)
+
+    def list(self, cfg: Optional[Mapping[str, Any]] = None) -> List[ListAppResponse]:
+        """The apps in the namespace (``cfg``'s on torchx-nightly, else the kubeconfig's), from
+        one list of their Jobs."""
+        namespace = (cfg or {}).get("namespace") or self.cluster.connection.namespace
+        by_app: dict[str, list[dict[str, Any]]] = {}
+        for job in self.cluster.jobs(namespace, names.LABEL_APP_ID):
+            by_app.setdefault(job["metadata"]["labels"][names.LABEL_APP_ID], []).append(job)
+        return [ListAppResponse(app_id=f"{namespace}:{app}", state=app_state(read_app(app, jobs, []).state))
+                for app, jobs in sorted(by_app.items())]
+
+    def log_iter(
+        self,
+        app_id: str,
+        role_name: str,
+        k: int = 0,
+        regex: Optional[str] = None,
+        since: Optional[datetime.datetime] = None,
+        until: Optional[datetime.datetime] = None,
+        should_tail: bool = False,
+        streams: Optional[Stream] = None,
+    ) -> Iterable[str]:
+        from torchx_ext.schedulers.common.logs import LogQuery
+        from torchx_ext.schedulers.kubernetes.client import lines_of
+        from torchx_ext.schedulers.kubernetes.logs import since_seconds, timed_lines
+
+        query = LogQuery.of(regex=regex, since=since, until=until, streams=streams, should_tail=should_tail)
+        if query.stream != "combined":
+            raise InvalidArgumentError(f"streams={query.stream!r}: Kubernetes keeps a pod's stdout and stderr as one "
+                                       "log; leave streams out (combined)")
+        namespace, name = self._split(app_id)
+        view = self._view(namespace, name)
+        if view.state is None:
+            raise InvalidArgumentError(f"unknown kubernetes app {app_id!r}: `torchx list -s kubernetes` shows the "
+                                       "known ones")
+        replica = next((found for found in view.replicas if (found.role, found.replica_id) == (role_name, k)), None)
+        if replica is None:
+            known = ", ".join(found.key for found in view.replicas)
+            raise InvalidArgumentError(f"app {app_id} has no replica {role_name}/{k}: it has {known}")
+        if not replica.pod:
+            raise InvalidArgumentError(f"replica {replica.key} of {app_id} has no pod ({replica.state}): "
+                                       "nothing to read yet, or its pods were removed")
+        response = self.cluster.pod_log(replica.pod, namespace, None, follow=should_tail,
+                                        since_seconds=since_seconds(query))
+        return query.select(timed_lines(lines_of(response), query.until))
+
+    def _cancel_existing(self, app_id: str) -> None:
+        namespace, name = self._split(app_id)
+        view = self._view(namespace, name)
+        if view.state is None or view.state.terminal:
+            return
+        self._end(namespace, view, JobEnd(State.CANCELLED, time.time(), "cancelled by request"))
+
+    def delete(self, app_id: str) -> None:
+        """Removes the app's Jobs (their pods with them, never orphaned) and its Service
+        (torchx-nightly's ``torchx delete``; ours on torchx 0.7.0)."""
+        self._delete_existing(app_id)
+
+    def _delete_existing(self, app_id: str) -> None:
+        namespace, name = self._split(app_id)
+        found = False
+        for job in self.cluster.jobs(namespace, f"{names.LABEL_APP_ID}={name}"):
+            found |= self.cluster.delete("Job", job["metadata"]["name"], namespace)
+        found |= self.cluster.delete("Service", name, namespace)
+        if not found:
+            raise InvalidArgumentError(f"unknown kubernetes app {app_id!r}: `torchx list -s kubernetes` shows the "
+                                       "known ones")
+
+    def close(self) -> None:
+        # Jobs belong to the cluster, not this process: they outlive the CLI that started them.
+        if self._cluster is not None:
+            self._cluster.connection.api.close()
+            self._cluster = None
+
+    def _split(self, app_id: str) -> tuple[str, str]:
+        namespace, separator, name = app_id.rpartition(":")
+        return (namespace if separator and namespace else self.cluster.connection.namespace), name
+
+    def _view(self, namespace: str, name: str) -> AppView:
+        selector = f"{names.LABEL_APP_ID}={name}"
+        jobs = self.cluster.jobs(namespace, selector)
+        pods = self.cluster.pods(namespace, selector) if jobs else []
+        return read_app(name, jobs, pods)
+
+    def _end(self, namespace: str, view: AppView, end: JobEnd) -> None:
+        # Suspending a Job makes its controller stop the pods and start no others; the
+        # annotation makes the end ours whatever the stopped pods exit with.
+        patch = {"metadata": {"annotations": {names.ANNOTATION_END: end.to_annotation()}}, "spec": {"suspend": True}}
+        for role in view.roles:
+            self.cluster.patch_job(role.job, namespace, patch)
+
+
+def create_scheduler(session_name: str, **kwargs: Any) -> KubernetesScheduler:
+    return KubernetesScheduler(session_name)
+
+
+def _options(cfg: Mapping[str, Any]) -> KubernetesOptions:
+    namespace = cfg.get("namespace") or _context_namespace()
+    seconds = {"image_pull_timeout": 300, "cancel_grace": 30}
+    for key in seconds:
+        value = cfg.get(key)
+        if value is not None and (not isinstance(value, int) or value < 0):
+            raise InvalidArgumentError(f"invalid {key} {value!r}: expected seconds, 0 or more")
+        seconds[key] = seconds[key] if value is None else value
+    return KubernetesOptions(
+        namespace=namespace,
+        queue=cfg.get("queue") or None,
+        service_account=cfg.get("service_account") or None,
+        priority_class=cfg.get("priority_class") or None,
+        node_selector=dict(cfg.get("node_selector") or {}),
+        tolerations=tuple(cfg.get("tolerations") or ()),
+        image_pull_secrets=tuple(cfg.get("image_pull_secrets") or ()),
+        image_pull_policy=cfg.get("image_pull_policy") or None,
+        shm_size=cfg.get("shm_size") or "auto",
+        numa_aligned=cfg.get("numa_aligned"),
+        image_pull_timeout_s=seconds["image_pull_timeout"],
+        cancel_grace_s=seconds["cancel_grace"],
+    )
+
+
+def _context_namespace() -> str:
+    # The dry-run needs no server, only the kubeconfig's current context (if any).
+    try:
+        from kubernetes import config
+
+        _, active = config.list_kube_config_contexts()
+        return str((active or {}).get("context", {}).get("namespace") or "default")
+    except Exception:  # no kubeconfig, or one the client cannot read: the API's default
+        return "default"
+
+
+def _response(app_id: str, view: AppView) -> DescribeAppResponse:
+    failing = view.failing
+    error = None
+    if failing is not None and view.state is State.FAILED:
+        error = ErrorReport(message=failing.root_cause or failing.reason or view.message,
+                            error_code=failing.exit_code, timestamp=int(failing.finished_at or time.time())).to_json()
+    roles_statuses = []
+    for role in view.roles:
+        replicas = [
+            ReplicaStatus(id=replica.replica_id, state=app_state(replica.state), role=role.name,
+                          hostname=f"{replica.hostname}.{view.app_id}",
+                          structured_error_msg=error if error and replica is failing else "<NONE>")
+            for replica in view.replicas if replica.role == role.name
+        ]
+        roles_statuses.append(RoleStatus(role.name, replicas))
+    response = DescribeAppResponse(
+        app_id=app_id,
+        state=app_state(view.state),
+        num_restarts=view.restarts,
+        msg=view.message,
+        roles=[Role(name=role.name, image=role.image, num_replicas=role.replicas) for role in view.roles],
+        roles_statuses=roles_statuses,
+    )
+    if error:
+        response.structured_error_msg = error
+    return response

@@ -1,0 +1,306 @@
+"""An app as its Jobs and pods say it is, read purely from the API's JSON.
+
+``read_app`` takes what two label-selected lists return (the app's Jobs, its pods) and gives
+the job's state, each replica's, and a message that says why a job is stuck or failed:
+Job conditions first (FailureTarget/Failed, SuccessCriteriaMet/Complete, Suspended), then the
+pods (an image that does not pull, a pod no node can take, a kubelet that refused it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from torchx_ext.schedulers.common.error_file import ErrorReport
+from torchx_ext.schedulers.common.states import State
+from torchx_ext.schedulers.kubernetes import names
+
+PULL_FAILURES = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
+STUCK_REASONS = PULL_FAILURES | {"CreateContainerConfigError", "CreateContainerError", "RunContainerError"}
+# Pods a kubelet refused at admission end Failed with one of these reasons.
+KUBELET_REJECTIONS = re.compile(r"TopologyAffinityError|OutOf\w+|UnexpectedAdmissionError|NodeAffinity|Evicted")
+
+
+@dataclass(frozen=True)
+class JobEnd:
+    """Our own end of an app (cancel, an image that never pulls), kept on its Jobs."""
+
+    state: State
+    at: float
+    message: str
+
+    def to_annotation(self) -> str:
+        return json.dumps({"state": self.state.value, "at": self.at, "message": self.message})
+
+    @staticmethod
+    def from_annotations(annotations: Mapping[str, str]) -> "JobEnd | None":
+        try:
+            data = json.loads(annotations[names.ANNOTATION_END])
+            return JobEnd(State(data["state"]), float(data["at"]), str(data.get("message", "")))
+        except (KeyError, ValueError, TypeError):
+            return None
+
+
+@dataclass(frozen=True)
+class ReplicaView:
+    role: str
+    replica_id: int
+    state: State
+    pod: str
+    """The pod's name; empty when the replica has no pod (yet, or any more)."""
+    hostname: str
+    exit_code: int | None = None
+    finished_at: float | None = None
+    reason: str = ""
+    """Why it is stuck or how it ended, in the API's words."""
+    termination_message: str = ""
+    pods: int = 0
+    """Pods this replica has had (so restarts are pods - 1)."""
+
+    @property
+    def key(self) -> str:
+        return f"{self.role}/{self.replica_id}"
+
+    @property
+    def root_cause(self) -> str:
+        report = parse_report(self.termination_message)
+        if report is not None and report.message:
+            return report.message
+        return self.termination_message.strip().splitlines()[-1] if self.termination_message.strip() else ""
+
+
+@dataclass(frozen=True)
+class RoleView:
+    name: str
+    job: str
+    image: str
+    replicas: int
+    min_replicas: int
+
+
+@dataclass(frozen=True)
+class AppView:
+    app_id: str
+    state: State | None
+    """None: the app has no Job (it does not exist, or was deleted)."""
+    message: str
+    roles: tuple[RoleView, ...]
+    replicas: tuple[ReplicaView, ...]
+    failing: ReplicaView | None = None
+    end: JobEnd | None = None
+    pull_stuck_since: float | None = None
+    """The earliest creation time of a pod whose image does not pull, for the pull timeout."""
+    pull_timeout_s: int | None = None
+
+    @property
+    def restarts(self) -> int:
+        return max((replica.pods - 1 for replica in self.replicas), default=0)
+
+
+def read_app(app_id: str, jobs: list[dict[str, Any]], pods: list[dict[str, Any]]) -> AppView:
+    if not jobs:
+        return AppView(app_id, None, "", (), ())
+    jobs = sorted(jobs, key=lambda job: job["metadata"].get("creationTimestamp") or "")
+    end = next((found for job in jobs if (found := JobEnd.from_annotations(_annotations(job)))), None)
+    roles = tuple(_role(job) for job in jobs)
+    by_job = {role.job: role for role in roles}
+    newest: dict[tuple[str, int], dict[str, Any]] = {}
+    counts: dict[tuple[str, int], int] = {}
+    for pod in pods:
+        labels = pod["metadata"].get("labels") or {}
+        role = by_job.get(labels.get("batch.kubernetes.io/job-name", labels.get("job-name", "")))
+        index = labels.get(names.LABEL_COMPLETION_INDEX, "")
+        if role is None or not index.isdigit():
+            continue
+        key = (role.name, int(index))
+        counts[key] = counts.get(key, 0) + 1
+        if key not in newest or _created(pod) >= _created(newest[key]):
+            newest[key] = pod
+    job_states = [(_job_state(job), job) for job in jobs]
+    replicas = []
+    for role in roles:
+        for index in range(role.replicas):
+            replicas.append(_replica(role, index, newest.get((role.name, index)), counts.get((role.name, index), 0)))
+    failing = _failing(replicas) if end is None else None
+    replicas = [_stopped_by_end(replica, failing, end) for replica in replicas]
+    if failing is not None:
+        failing = next(replica for replica in replicas if replica.key == failing.key)
+    state, message = _app_state(job_states, replicas, end, failing)
+    stuck = [replica for replica in replicas if replica.reason.split(":")[0] in PULL_FAILURES]
+    stuck_since = min((_created(newest[(replica.role, replica.replica_id)]) for replica in stuck), default=None)
+    timeout = next((int(value) for job in jobs if (value := _annotations(job).get(names.ANNOTATION_PULL_TIMEOUT, ""))
+                    .isdigit()), None)
+    return AppView(app_id, state, message, roles, tuple(replicas), failing, end,
+                   stuck_since if state in (State.PENDING, State.RUNNING) else None, timeout)
+
+
+def parse_report(text: str) -> ErrorReport | None:
+    """The launcher's error report in a termination message (the kubelet cuts those at 4 KiB:
+    the message comes first in the report, so it survives a cut traceback)."""
+    if not text.strip().startswith("{"):
+        return None
+    try:
+        return ErrorReport.from_data(json.loads(text))
+    except ValueError:
+        match = re.search(r'"message": \{"message": ("(?:[^"\\]|\\.)*")', text)
+        return ErrorReport(message=json.loads(match[1])) if match else None
+
+
+def rfc3339(text: object) -> float | None:
+    if not isinstance(text, str) or not text:
+        return None
+    main, _, fraction = text.rstrip("Z").partition(".")
+    moment = datetime.datetime.fromisoformat(main).replace(tzinfo=datetime.timezone.utc)
+    return moment.timestamp() + (float(f"0.{fraction}") if fraction.isdigit() else 0.0)
+
+
+def _annotations(obj: dict[str, Any]) -> dict[str, str]:
+    return obj["metadata"].get("annotations") or {}
+
+
+def _created(pod: dict[str, Any]) -> float:
+    return rfc3339(pod["metadata"].get("creationTimestamp")) or 0.0
+
+
+def _role(job: dict[str, Any]) -> RoleView:
+    annotations = _annotations(job)
+    spec = job.get("spec") or {}
+    replicas = int(spec.get("completions") or spec.get("parallelism") or 1)
+    min_text = annotations.get(names.ANNOTATION_MIN_REPLICAS, "")
+    containers = ((spec.get("template") or {}).get("spec") or {}).get("containers") or [{}]
+    return RoleView(
+        name=annotations.get(names.ANNOTATION_ROLE_NAME) or job["metadata"]["name"],
+        job=job["metadata"]["name"],
+        image=str(containers[0].get("image", "")),
+        replicas=replicas,
+        min_replicas=int(min_text) if min_text.isdigit() else replicas,
+    )
+
+
+def _condition(job: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    for condition in (job.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == kind and condition.get("status") == "True":
+            return dict(condition)
+    return None
+
+
+def _job_state(job: dict[str, Any]) -> tuple[State, str]:
+    for kind in ("Failed", "FailureTarget"):
+        if found := _condition(job, kind):
+            return State.FAILED, f"{found.get('reason', kind)}: {found.get('message', '')}".rstrip(": ")
+    for kind in ("Complete", "SuccessCriteriaMet"):
+        if _condition(job, kind):
+            return State.SUCCEEDED, ""
+    status = job.get("status") or {}
+    if (job.get("spec") or {}).get("suspend"):
+        queue = (job["metadata"].get("labels") or {}).get(names.LABEL_KUEUE_QUEUE)
+        waiting = f"waiting for admission by Kueue's LocalQueue {queue!r}" if queue else "suspended"
+        return State.PENDING, f"Job {job['metadata']['name']} is {waiting}"
+    if int(status.get("ready") or 0) > 0:
+        return State.RUNNING, ""
+    return State.PENDING, ""
+
+
+def _replica(role: RoleView, index: int, pod: dict[str, Any] | None, count: int) -> ReplicaView:
+    hostname = names.pod_hostname(role.job, index)
+    if pod is None:
+        return ReplicaView(role.name, index, State.PENDING, "", hostname, pods=count)
+    status = pod.get("status") or {}
+    phase = status.get("phase", "Pending")
+    terminated = _terminated(status)
+    exit_code = terminated.get("exitCode") if terminated else None
+    finished = rfc3339(terminated.get("finishedAt")) if terminated else None
+    message = str(terminated.get("message") or "") if terminated else ""
+    name = pod["metadata"]["name"]
+    reason = _stuck_reason(pod)
+    if phase == "Succeeded":
+        state = State.SUCCEEDED
+    elif phase == "Failed":
+        state = State.FAILED
+        if not terminated:
+            reason = f"{status.get('reason', 'Failed')}: {status.get('message', '')}".rstrip(": ")
+    elif pod["metadata"].get("deletionTimestamp"):
+        state = State.CANCELLED
+    elif phase == "Running":
+        state = State.RUNNING
+    else:
+        state = State.PENDING
+    return ReplicaView(role.name, index, state, name, hostname, exit_code, finished, reason, message, count)
+
+
+def _terminated(status: dict[str, Any]) -> dict[str, Any]:
+    for container in status.get("containerStatuses") or []:
+        terminated = (container.get("state") or {}).get("terminated")
+        if terminated:
+            return dict(terminated)
+    return {}
+
+
+def _stuck_reason(pod: dict[str, Any]) -> str:
+    status = pod.get("status") or {}
+    for container in status.get("containerStatuses") or []:
+        waiting = (container.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in STUCK_REASONS:
+            return f"{waiting['reason']}: {waiting.get('message', '')}".rstrip(": ")
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+            return f"{condition.get('reason', 'Unschedulable')}: {condition.get('message', '')}".rstrip(": ")
+    if KUBELET_REJECTIONS.fullmatch(str(status.get("reason", ""))):
+        return f"{status['reason']}: {status.get('message', '')}".rstrip(": ")
+    return ""
+
+
+def _failing(replicas: list[ReplicaView]) -> ReplicaView | None:
+    failed = [replica for replica in replicas if replica.state is State.FAILED]
+    return min(failed, key=lambda replica: (replica.finished_at or float("inf"), replica.key), default=None)
+
+
+def _stopped_by_end(replica: ReplicaView, failing: ReplicaView | None, end: JobEnd | None) -> ReplicaView:
+    # Pods stopped because the job was ending (a peer failed, or a cancel) did not fail themselves.
+    if replica.state is State.SUCCEEDED:
+        return replica
+    if end is not None and end.state is State.CANCELLED:
+        return dataclasses.replace(replica, state=State.CANCELLED)
+    if failing is not None and replica.key != failing.key and replica.state in (State.FAILED, State.CANCELLED):
+        if replica.finished_at is None or failing.finished_at is None or replica.finished_at >= failing.finished_at:
+            return dataclasses.replace(replica, state=State.CANCELLED)
+    return replica
+
+
+def _app_state(
+    job_states: list[tuple[tuple[State, str], dict[str, Any]]],
+    replicas: list[ReplicaView],
+    end: JobEnd | None,
+    failing: ReplicaView | None,
+) -> tuple[State, str]:
+    if end is not None:
+        return end.state, end.message
+    states = [state for (state, _), _ in job_states]
+    if State.FAILED in states:
+        job_message = next(message for (state, message), _ in job_states if state is State.FAILED)
+        if failing is not None:
+            return State.FAILED, failure_message(failing) + f" (Job: {job_message})"
+        return State.FAILED, job_message
+    if all(state is State.SUCCEEDED for state in states):
+        return State.SUCCEEDED, ""
+    stuck = [replica for replica in replicas if replica.reason and replica.state in (State.PENDING, State.FAILED)]
+    detail = "; ".join(f"replica {replica.key} ({replica.pod or replica.hostname}): {replica.reason}"
+                       for replica in stuck[:3])
+    if len(stuck) > 3:
+        detail += f"; and {len(stuck) - 3} more"
+    waiting = "; ".join(message for (_, message), _ in job_states if message)
+    message = "; ".join(text for text in (waiting, detail) if text)
+    if State.RUNNING in states or any(replica.state is State.RUNNING for replica in replicas):
+        return State.RUNNING, message
+    return State.PENDING, message
+
+
+def failure_message(replica: ReplicaView) -> str:
+    how = f"exited with code {replica.exit_code}" if replica.exit_code is not None else "failed"
+    cause = replica.root_cause or replica.reason
+    return f"replica {replica.key} (pod {replica.pod}) {how}" + (f": {cause}" if cause else "")
