@@ -1,0 +1,119 @@
+"""Reading an app's state from its Jobs and pods as the API returns them (JSON)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from torchx_ext.schedulers.common.states import State
+from torchx_ext.schedulers.kubernetes.tracking import JobEnd, parse_report, read_app
+
+APP = "train-abc12345"
+
+
+def job(conditions: list[tuple[str, str]] = (), replicas: int = 2, ready: int = 0, suspend: bool = False,
+        annotations: dict[str, str] | None = None, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "metadata": {"name": f"{APP}-train", "creationTimestamp": "2026-11-22T10:00:00Z",
+                     "labels": {"torchx-ext/app-id": APP, **(labels or {})},
+                     "annotations": {"torchx-ext/role-name": "train", "torchx-ext/image-pull-timeout": "60",
+                                     **(annotations or {})}},
+        "spec": {"completions": replicas, "parallelism": replicas, "suspend": suspend,
+                 "template": {"spec": {"containers": [{"image": "img:1"}]}}},
+        "status": {"ready": ready, "conditions": [{"type": kind, "status": "True", "reason": reason,
+                                                    "message": f"{reason} happened"} for kind, reason in conditions]},
+    }
+
+
+def pod(index: int, phase: str, *, exit_code: int | None = None, finished: str = "2026-11-22T10:05:00Z",
+        message: str = "", waiting: str | None = None, created: str = "2026-11-22T10:00:01Z",
+        deleting: bool = False, status_reason: str | None = None, unschedulable: str | None = None) -> dict[str, Any]:
+    state: dict[str, Any] = {}
+    if exit_code is not None:
+        state = {"terminated": {"exitCode": exit_code, "finishedAt": finished, "message": message}}
+    elif waiting:
+        state = {"waiting": {"reason": waiting, "message": f"Back-off pulling image \"img:1\""}}
+    status: dict[str, Any] = {"phase": phase, "containerStatuses": [{"name": "train", "state": state}]}
+    if status_reason:
+        status.update(reason=status_reason, message="Resources cannot be allocated with Topology locality")
+    if unschedulable:
+        status["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                 "message": unschedulable}]
+    metadata: dict[str, Any] = {
+        "name": f"{APP}-train-{index}-x{index}y", "creationTimestamp": created,
+        "labels": {"batch.kubernetes.io/job-name": f"{APP}-train", "batch.kubernetes.io/job-completion-index": str(index)},
+    }
+    if deleting:
+        metadata["deletionTimestamp"] = "2026-11-22T10:05:01Z"
+    return {"metadata": metadata, "status": status}
+
+
+def test_no_job_is_an_unknown_app() -> None:
+    assert read_app(APP, [], []).state is None
+
+
+def test_running_and_succeeded_from_conditions_and_pods() -> None:
+    running = read_app(APP, [job(ready=2)], [pod(0, "Running"), pod(1, "Running")])
+    assert running.state is State.RUNNING
+    assert [replica.state for replica in running.replicas] == [State.RUNNING, State.RUNNING]
+    assert running.replicas[0].hostname == f"{APP}-train-0"
+
+    done = read_app(APP, [job([("SuccessCriteriaMet", "CompletionsReached"), ("Complete", "CompletionsReached")])],
+                    [pod(0, "Succeeded", exit_code=0), pod(1, "Succeeded", exit_code=0)])
+    assert done.state is State.SUCCEEDED
+
+
+def test_a_failed_job_names_the_first_failed_replica_its_code_and_the_launchers_report() -> None:
+    report = json.dumps({"message": {"message": "rank 3 (local rank 1) exited with code 7",
+                                     "extraInfo": {"timestamp": "1"}, "errorCode": 7}})
+    view = read_app(APP, [job([("FailureTarget", "PodFailurePolicy")])], [
+        pod(0, "Failed", exit_code=143, finished="2026-11-22T10:05:02Z", deleting=True),
+        pod(1, "Failed", exit_code=1, finished="2026-11-22T10:05:00Z", message=report),
+    ])
+
+    assert view.state is State.FAILED
+    assert "replica train/1" in view.message and "exited with code 1" in view.message
+    assert "rank 3 (local rank 1) exited with code 7" in view.message
+    assert [replica.state for replica in view.replicas] == [State.CANCELLED, State.FAILED]
+
+
+def test_a_cut_termination_message_still_gives_the_reports_message() -> None:
+    report = json.dumps({"message": {"message": "loss is nan", "extraInfo": {"py_callstack": "x" * 5000}}})
+    parsed = parse_report(report[:4096])
+    assert parsed is not None and parsed.message == "loss is nan"
+
+
+def test_a_cancelled_app_is_cancelled_whatever_its_pods_exited_with() -> None:
+    end = JobEnd(State.CANCELLED, 1.0, "cancelled by request").to_annotation()
+    view = read_app(APP, [job([("Suspended", "JobSuspended")], suspend=True, annotations={"torchx-ext/end": end})],
+                    [pod(0, "Failed", exit_code=143), pod(1, "Succeeded", exit_code=0)])
+    assert view.state is State.CANCELLED
+    assert [replica.state for replica in view.replicas] == [State.CANCELLED, State.SUCCEEDED]
+
+
+def test_a_queued_job_is_pending_and_says_it_waits_for_kueue() -> None:
+    view = read_app(APP, [job(suspend=True, labels={"kueue.x-k8s.io/queue-name": "team"})], [])
+    assert view.state is State.PENDING and "Kueue's LocalQueue 'team'" in view.message
+
+
+def test_a_stuck_job_says_why() -> None:
+    pulling = read_app(APP, [job()], [pod(0, "Pending", waiting="ImagePullBackOff"), pod(1, "Pending")])
+    assert pulling.state is State.PENDING
+    assert "replica train/0" in pulling.message and "ImagePullBackOff" in pulling.message
+    assert pulling.pull_stuck_since is not None and pulling.pull_timeout_s == 60
+
+    unschedulable = read_app(APP, [job()], [pod(0, "Pending", unschedulable="0/3 nodes are available: 3 Insufficient cpu.")])
+    assert "Unschedulable: 0/3 nodes are available: 3 Insufficient cpu." in unschedulable.message
+
+    rejected = read_app(APP, [job(ready=1)], [pod(0, "Failed", status_reason="TopologyAffinityError"), pod(1, "Running")])
+    assert "TopologyAffinityError: Resources cannot be allocated with Topology locality" in rejected.message
+
+
+def test_a_replaced_pod_counts_as_a_restart_and_the_newest_pod_is_the_replica() -> None:
+    view = read_app(APP, [job(ready=2)], [
+        pod(0, "Failed", exit_code=1, created="2026-11-22T10:00:01Z"),
+        pod(0, "Running", created="2026-11-22T10:01:00Z"),
+        pod(1, "Running"),
+    ])
+    assert view.state is State.RUNNING and view.restarts == 1
+    assert view.replicas[0].state is State.RUNNING
