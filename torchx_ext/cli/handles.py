@@ -93,8 +93,28 @@ class CheckedRun(CmdRun):
     def run(self, args: argparse.Namespace) -> None:
         # Our errors name the bad value and the valid forms already; a traceback adds nothing.
         try:
+            _check_cfg_keys(args)
             super().run(args)
         except InvalidArgumentError as error:
             fail(str(error), exit_codes.BAD_INPUT)
         except TorchxExtError as error:
             fail(str(error), exit_codes.FAILED)
+
+
+def _check_cfg_keys(args: argparse.Namespace) -> None:
+    # torchx-nightly refuses a -cfg key its scheduler does not have; torchx 0.7.0 drops it
+    # silently, so a misspelt namespace or queue would submit somewhere unintended.
+    text = getattr(args, "scheduler_args", None)
+    scheduler = getattr(args, "scheduler", None)
+    if not isinstance(text, str) or not text.strip() or not scheduler:
+        return
+    from torchx.util.types import to_dict
+
+    with get_runner() as runner:
+        opts = runner.scheduler_run_opts(scheduler)
+    unknown = [key for key in to_dict(text) if opts.get(key) is None]
+    if unknown:
+        valid = ", ".join(sorted(name for name, _ in opts))
+        raise InvalidArgumentError(
+            f"unknown -cfg option{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))} for scheduler "
+            f"{scheduler}: its options are {valid}")

@@ -1,0 +1,79 @@
+"""What a user sees from `torchx ... -s kubernetes` when there is no cluster to talk to."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+TORCHX = str(Path(sys.executable).with_name("torchx"))
+
+
+def kubeconfig(path: Path, server: str) -> Path:
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "test",
+        "clusters": [{"name": "test", "cluster": {"server": server}}],
+        "users": [{"name": "test", "user": {"token": "test"}}],
+        "contexts": [{"name": "test", "context": {"cluster": "test", "user": "test", "namespace": "team-a"}}],
+    }))
+    return path
+
+
+def closed_port() -> int:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        return int(listener.getsockname()[1])
+
+
+def torchx(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([TORCHX, *args], env={**os.environ, **env}, cwd=cwd, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_an_unreachable_api_server_is_one_line_naming_it(tmp_path: Path) -> None:
+    server = f"http://127.0.0.1:{closed_port()}"
+    env = {"KUBECONFIG": str(kubeconfig(tmp_path / "config", server))}
+
+    run = torchx("run", "-s", "kubernetes", "dist.ddp", "-j", "1x1", "--image", "img:1", "--script", "train.py",
+                 env=env, cwd=tmp_path)
+    status = torchx("status", "kubernetes://torchx/team-a:train-abc12345", env=env, cwd=tmp_path)
+
+    for result in (run, status):
+        assert result.returncode != 0
+        errors = [line for line in result.stderr.splitlines() if "error" in line.lower()]
+        assert errors == [f"torchx: error: cannot list jobs.batch in namespace 'team-a' (...)"] or any(
+            f"cannot reach the Kubernetes API server at {server}" in line for line in errors), result.stderr
+        assert "Traceback" not in result.stderr, result.stderr
+
+
+def test_no_kubeconfig_says_how_to_give_one(tmp_path: Path) -> None:
+    env = {"KUBECONFIG": str(tmp_path / "missing"), "HOME": str(tmp_path)}
+
+    result = torchx("status", "kubernetes://torchx/default:train-abc12345", env=env, cwd=tmp_path)
+
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
+    assert "torchx: error: no Kubernetes configuration" in result.stderr and "KUBECONFIG" in result.stderr
+
+
+def test_the_dry_run_needs_no_cluster_and_takes_the_contexts_namespace(tmp_path: Path) -> None:
+    env = {"KUBECONFIG": str(kubeconfig(tmp_path / "config", f"http://127.0.0.1:{closed_port()}"))}
+
+    result = torchx("run", "-s", "kubernetes", "--dryrun", "dist.ddp", "-j", "2x1", "--image", "img:1",
+                    "--script", "train.py", env=env, cwd=tmp_path)
+
+    assert result.returncode == 0, result.stderr
+    assert "kind: Job" in result.stdout and "namespace: team-a" in result.stdout
+
+
+def test_unknown_runopts_are_refused_listing_the_valid_ones(tmp_path: Path) -> None:
+    env = {"KUBECONFIG": str(kubeconfig(tmp_path / "config", f"http://127.0.0.1:{closed_port()}"))}
+
+    result = torchx("run", "-s", "kubernetes", "-cfg", "namespce=x", "--dryrun", "dist.ddp", "-j", "1x1",
+                    "--image", "img:1", "--script", "train.py", env=env, cwd=tmp_path)
+
+    assert result.returncode != 0
+    assert "namespce" in result.stderr and "numa_aligned" in result.stderr, result.stderr
