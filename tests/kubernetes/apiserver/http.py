@@ -1,0 +1,181 @@
+"""The HTTP front: routes Kubernetes REST paths to the store's verbs and answers Status bodies on
+errors. HTTP/1.1 keep-alive (the client pools connections); pod logs are streamed chunked."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, urlsplit
+
+from tests.kubernetes.apiserver import api, errors
+from tests.kubernetes.apiserver.logs import flag
+from tests.kubernetes.apiserver.resources import JOBS, NAMESPACES, PODS, SERVICES, Obj, ResourceType
+
+if TYPE_CHECKING:
+    from tests.kubernetes.apiserver.server import TestCluster
+
+_NAME = r"([^/]+)"
+ROUTES: list[tuple[re.Pattern[str], ResourceType, bool]] = [
+    # (path, resource type, whether the path carries a namespace)
+    (re.compile(r"^/api/v1/namespaces(?:/([^/]+))?$"), NAMESPACES, False),
+    (re.compile(rf"^/api/v1/namespaces/{_NAME}/pods(?:/{_NAME})?(?:/(log|status))?$"), PODS, True),
+    (re.compile(rf"^/api/v1/namespaces/{_NAME}/services(?:/{_NAME})?(?:/(status))?$"), SERVICES, True),
+    (re.compile(rf"^/apis/batch/v1/namespaces/{_NAME}/jobs(?:/{_NAME})?(?:/(status))?$"), JOBS, True),
+    (re.compile(r"^/api/v1/pods$"), PODS, False),
+    (re.compile(r"^/api/v1/services$"), SERVICES, False),
+    (re.compile(r"^/apis/batch/v1/jobs$"), JOBS, False),
+]
+VERBS = {"GET": "get", "POST": "create", "DELETE": "delete", "PATCH": "patch", "PUT": "update"}
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: "ApiHttpServer"
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet: pytest captures stderr
+        pass
+
+    def do_GET(self) -> None:
+        self._serve()
+
+    do_POST = do_DELETE = do_PATCH = do_PUT = do_GET
+
+    def _serve(self) -> None:
+        url = urlsplit(self.path)
+        query = {key: values[-1] for key, values in parse_qs(url.query).items()}
+        cluster = self.server.cluster
+        cluster.request_log.append((self.command, url.path))
+        body = self._read_body()
+        try:
+            injected = cluster.take_injected_failure()
+            if injected is not None:
+                raise errors.injected(injected)
+            self._route(url.path, query, body)
+        except errors.ApiError as error:
+            self._send_json(error.code, error.status())
+        except Exception as error:  # a bug in the fake: tell the client as the real server would
+            self._send_json(500, errors.ApiError(500, "InternalError", f"fake API server: {error!r}").status())
+
+    def _read_body(self) -> Any:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        if not raw:
+            return None
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return raw
+
+    def _route(self, path: str, query: dict[str, str], body: Any) -> None:
+        if path in ("/version", "/version/"):
+            self._send_json(200, {"major": "1", "minor": "33", "gitVersion": "v1.33.0-fake", "platform": "linux/amd64"})
+            return
+        for pattern, rtype, namespaced in ROUTES:
+            match = pattern.match(path)
+            if match:
+                groups = match.groups()
+                if rtype is NAMESPACES:
+                    namespace, name, sub = "", groups[0], None
+                elif namespaced:
+                    namespace, name, sub = groups[0], groups[1], groups[2]
+                else:
+                    namespace, name, sub = "", None, None
+                self._dispatch(rtype, namespace if namespaced else None, name, sub, query, body)
+                return
+        raise errors.ApiError(404, "NotFound", "the server could not find the requested resource", {})
+
+    def _dispatch(self, rtype: ResourceType, namespace: str | None, name: str | None, sub: str | None,
+                  query: dict[str, str], body: Any) -> None:
+        cluster, store = self.server.cluster, self.server.cluster.store
+        verb = VERBS.get(self.command)
+        if verb is None:
+            raise errors.ApiError(405, "MethodNotAllowed", f"the server does not allow this method on the requested resource")
+        if verb == "get" and name is None:
+            verb = "list"
+        forbidden_ns = namespace if namespace is not None else (name if rtype is NAMESPACES else None)
+        if forbidden_ns is not None and forbidden_ns in cluster.forbidden_namespaces:
+            raise errors.forbidden(rtype.plural, rtype.group, verb, forbidden_ns, name or "")
+        ns = namespace or ""
+        if sub == "log":
+            if verb != "get":
+                raise errors.ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+            self._send_log(ns, str(name), query)
+            return
+        if verb == "list":
+            items, version = store.list(rtype, namespace, query.get("labelSelector"))
+            self._send_json(200, {"kind": f"{rtype.kind}List", "apiVersion": rtype.api_version,
+                                  "metadata": {"resourceVersion": version}, "items": items})
+        elif verb == "create":
+            if name is not None or not isinstance(body, dict):
+                raise errors.bad_request("the body of the request was in an unknown format")
+            if rtype.namespaced and not store.namespace_exists(ns):
+                raise errors.not_found("namespaces", "", ns)
+            if query.get("dryRun"):
+                self._send_json(201, body)
+                return
+            self._send_json(201, store.create(rtype, ns, body))
+        elif verb == "get":
+            self._send_json(200, store.get(rtype, ns, str(name)))
+        elif verb == "delete":
+            options = dict(body) if isinstance(body, dict) else {}
+            for key in ("propagationPolicy", "gracePeriodSeconds", "orphanDependents"):
+                if key in query:
+                    options[key] = int(query[key]) if key == "gracePeriodSeconds" else (
+                        flag(query, key) if key == "orphanDependents" else query[key])
+            self._send_json(200, api.delete(store, rtype, ns, str(name), options))
+        elif verb == "patch":
+            self._send_json(200, api.patch(store, rtype, ns, str(name), self.headers.get("Content-Type", ""), body))
+        elif verb == "update":
+            if not isinstance(body, dict):
+                raise errors.bad_request("the body of the request was in an unknown format")
+            self._send_json(200, api.replace(store, rtype, ns, str(name), body))
+
+    def _send_log(self, namespace: str, name: str, query: dict[str, str]) -> None:
+        # Resolving the container first lets a waiting one answer 400 before any byte is streamed.
+        chunks = self.server.cluster.kubelet.pod_logs(namespace, name, query)
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        try:
+            for chunk in chunks:
+                if chunk:
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True  # the client stopped reading (e.g. closed a follow stream)
+        finally:
+            close = getattr(chunks, "close", None)
+            if close is not None:
+                close()
+
+    def _send_json(self, code: int, payload: Obj) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+class ApiHttpServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, cluster: "TestCluster", port: int = 0) -> None:
+        self.cluster = cluster
+        super().__init__(("127.0.0.1", port), Handler)
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.1},
+                                        name="fake-kube-apiserver", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.shutdown()
+        self.server_close()

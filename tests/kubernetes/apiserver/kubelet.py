@@ -1,0 +1,455 @@
+"""The kubelet stand-in: schedules pods onto the one node, admits them (exclusive CPUs), runs each pod
+container as a Docker container, reports their states, and carries out graceful pod deletion.
+
+One loop, woken by store changes and otherwise every 100 ms, lists this cluster's containers with a
+single Docker call; the slow parts (starting and stopping containers) run on a thread pool so that
+one pod's 30 s grace period does not stall the others."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.kubernetes.apiserver import errors
+from tests.kubernetes.apiserver.containers import (CLUSTER_LABEL, UID_LABEL, aliases, environment, host_config_args,
+                                                    labels, network_name)
+from tests.kubernetes.apiserver.logs import stream_logs
+from tests.kubernetes.apiserver.node import NODE_NAME, Node, TopologyError, exclusive_cpu_count
+from tests.kubernetes.apiserver.resources import PODS, SERVICES, Obj
+from tests.kubernetes.apiserver.selectors import parse_selector
+from tests.kubernetes.apiserver.store import Store, now_rfc3339
+
+log = logging.getLogger(__name__)
+TERMINAL = ("Succeeded", "Failed")
+MESSAGE_LIMIT, FALLBACK_LINES, FALLBACK_LIMIT = 4096, 80, 2048
+
+
+@dataclass
+class Runtime:
+    """What the kubelet knows of a pod it admitted."""
+    directory: Path
+    container_ids: dict[str, str] = field(default_factory=dict)
+    message_files: dict[str, Path] = field(default_factory=dict)
+    started: bool = False
+    finished: dict[str, dict[str, Any]] = field(default_factory=dict)  # container -> state.terminated
+    restarts: dict[str, int] = field(default_factory=dict)
+
+
+def _docker_time(text: str) -> str:
+    """Docker's nanosecond timestamps as the API's second-precision RFC 3339."""
+    return text[:19] + "Z" if text and not text.startswith("0001") else now_rfc3339()
+
+
+def _condition(kind: str, status: bool, reason: str | None = None, message: str | None = None) -> dict[str, Any]:
+    condition: dict[str, Any] = {"type": kind, "status": "True" if status else "False", "lastProbeTime": None,
+                                 "lastTransitionTime": now_rfc3339()}
+    if reason:
+        condition["reason"] = reason
+    if message:
+        condition["message"] = message
+    return condition
+
+
+def _set_condition(status: dict[str, Any], new: dict[str, Any]) -> None:
+    """Replace the condition of that type, keeping its transition time if nothing but time changed."""
+    conditions = status.setdefault("conditions", [])
+    for i, old in enumerate(conditions):
+        if old["type"] == new["type"]:
+            if all(old.get(k) == new.get(k) for k in ("status", "reason", "message")):
+                return
+            conditions[i] = new
+            return
+    conditions.append(new)
+
+
+class Kubelet:
+    def __init__(self, store: Store, docker_client: Any, node: Node, cluster_id: str, work_dir: Path,
+                 node_mounts: tuple[str, ...] = ()) -> None:
+        self._store, self._docker, self._api = store, docker_client, docker_client.api
+        self.node, self._id, self._work_dir, self._node_mounts = node, cluster_id, work_dir, node_mounts
+        self._runtimes: dict[str, Runtime] = {}
+        self._busy: set[str] = set()  # pod uids with a start or stop in flight on the pool
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="fake-kubelet")
+        self._holds: list[Callable[[Mapping[str, str]], bool]] = []
+        self._known_images: set[str] = set()
+        self._pull_attempts: dict[str, int] = {}
+        self._networks: dict[str, str] = {}
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="fake-kubelet-loop", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join(10)
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        for container in self._api.containers(all=True, filters={"label": f"{CLUSTER_LABEL}={self._id}"}):
+            self._remove_container(container["Id"])
+        for network in self._api.networks(filters={"label": f"{CLUSTER_LABEL}={self._id}"}):
+            try:
+                self._api.remove_network(network["Id"])
+            except Exception as error:  # an engine error must not hide the others' cleanup
+                log.warning("could not remove network %s: %s", network.get("Name"), error)
+        shutil.rmtree(self._work_dir, ignore_errors=True)
+
+    def hold(self, selector: str) -> None:
+        self._holds.append(parse_selector(selector))
+
+    def release(self) -> None:
+        self._holds.clear()
+
+    def _loop(self) -> None:
+        while not self._stopping.is_set():
+            version = self._store.resource_version
+            try:
+                self._sync()
+            except Exception:  # keep the node alive; the test sees the symptom, the log says why
+                log.exception("fake kubelet sync failed")
+            self._store.wait_for_change(version, 0.1)
+
+    def _submit(self, uid: str, work: Callable[[], None]) -> None:
+        with self._lock:
+            if uid in self._busy:
+                return
+            self._busy.add(uid)
+
+        def run() -> None:
+            try:
+                work()
+            except Exception:
+                log.exception("fake kubelet pod work failed")
+            finally:
+                with self._lock:
+                    self._busy.discard(uid)
+        self._pool.submit(run)
+
+    # -- the loop -----------------------------------------------------------------------------------
+
+    def _sync(self) -> None:
+        pods, _ = self._store.list(PODS)
+        listing = self._api.containers(all=True, filters={"label": f"{CLUSTER_LABEL}={self._id}"})
+        states = {c["Id"]: c["State"] for c in listing}
+        on_node = [p for p in pods if p["spec"].get("nodeName") and p["status"].get("phase") not in TERMINAL]
+        live = {p["metadata"]["uid"] for p in pods}
+        for pod in pods:
+            uid = pod["metadata"]["uid"]
+            with self._lock:
+                if uid in self._busy:
+                    continue
+            if pod["metadata"].get("deletionTimestamp"):
+                self._submit(uid, lambda pod=pod: self._delete(pod))
+            elif not pod["spec"].get("nodeName"):
+                if self._schedule(pod, on_node):
+                    on_node.append(pod)
+            elif pod["status"].get("phase") not in TERMINAL:
+                runtime = self._runtimes.get(uid)
+                if runtime is None:
+                    self._admit(pod)
+                elif runtime.started:
+                    self._check_exits(pod, runtime, states)
+        # Pods removed without going through a graceful deletion (or containers of earlier runs).
+        for uid in [uid for uid in self._runtimes if uid not in live]:
+            self._submit(uid, lambda uid=uid: self._cleanup(uid))
+        for container in listing:
+            uid = container["Labels"].get(UID_LABEL, "")
+            if uid not in live and uid not in self._runtimes:
+                self._submit(uid, lambda cid=container["Id"]: self._remove_container(cid))
+
+    def _write_status(self, pod: Obj, change: Callable[[dict[str, Any]], None]) -> None:
+        meta = pod["metadata"]
+
+        def apply(current: Obj) -> None:
+            if current["metadata"]["uid"] == meta["uid"]:
+                change(current.setdefault("status", {}))
+        try:
+            self._store.update(PODS, meta["namespace"], meta["name"], apply)
+        except errors.ApiError:
+            pass  # deleted meanwhile
+
+    def _schedule(self, pod: Obj, on_node: list[Obj]) -> bool:
+        labels_ = pod["metadata"].get("labels") or {}
+        if any(hold(labels_) for hold in self._holds):
+            reason: str | None = "0/1 nodes are available: 1 node(s) were held by the test (TestCluster.hold_pods)."
+        else:
+            reason = self.node.unschedulable_reason(pod, on_node)
+        if reason is not None:
+            self._write_status(pod, lambda status: _set_condition(
+                status, _condition("PodScheduled", False, "Unschedulable", reason)))
+            return False
+
+        def bind(current: Obj) -> None:
+            if current["metadata"]["uid"] == pod["metadata"]["uid"]:
+                current["spec"]["nodeName"] = NODE_NAME
+                _set_condition(current.setdefault("status", {}), _condition("PodScheduled", True))
+        try:
+            self._store.update(PODS, pod["metadata"]["namespace"], pod["metadata"]["name"], bind)
+        except errors.ApiError:
+            return False
+        return True
+
+    def _image_present(self, image: str) -> bool:
+        if image not in self._known_images:
+            try:
+                self._api.inspect_image(image)
+            except Exception:
+                return False
+            self._known_images.add(image)
+        return True
+
+    def _admit(self, pod: Obj) -> None:
+        uid = pod["metadata"]["uid"]
+        count = exclusive_cpu_count(pod)
+        if count:
+            try:
+                self.node.allocate(uid, count)
+            except TopologyError as error:
+                reason = "TopologyAffinityError" if "Topology" in str(error) else "UnexpectedAdmissionError"
+                self._write_status(pod, lambda status: status.update(
+                    phase="Failed", reason=reason, message=str(error), startTime=now_rfc3339()))
+                return
+        missing = [c for c in pod["spec"]["containers"] if not self._image_present(c["image"])]
+        if missing:
+            attempts = self._pull_attempts[uid] = self._pull_attempts.get(uid, 0) + 1
+            self._write_status(pod, lambda status: self._pulling(status, pod, missing, attempts))
+            return
+        runtime = self._runtimes[uid] = Runtime(self._work_dir / uid)
+        self._submit(uid, lambda: self._start(pod, runtime))
+
+    @staticmethod
+    def _pulling(status: dict[str, Any], pod: Obj, missing: list[Obj], attempts: int) -> None:
+        failing = {c["name"]: c["image"] for c in missing}
+        statuses = []
+        for container in pod["spec"]["containers"]:
+            if container["name"] in failing:
+                image = failing[container["name"]]
+                waiting = ({"reason": "ErrImagePull", "message": f'failed to pull and unpack image "{image}": '
+                            "no registry is reachable from the test cluster"} if attempts == 1 else
+                           {"reason": "ImagePullBackOff", "message": f'Back-off pulling image "{image}"'})
+            else:
+                waiting = {"reason": "ContainerCreating"}
+            statuses.append({"name": container["name"], "image": container["image"], "imageID": "", "ready": False,
+                             "started": False, "restartCount": 0, "state": {"waiting": waiting}})
+        status.update(phase="Pending", containerStatuses=statuses, hostIP="127.0.0.1")
+        status.setdefault("startTime", now_rfc3339())
+        _set_condition(status, _condition("Ready", False, "ContainersNotReady",
+                                          f"containers with unready status: [{' '.join(failing)}]"))
+
+    # -- starting -----------------------------------------------------------------------------------
+
+    def _network(self, namespace: str) -> str:
+        name = network_name(namespace)
+        with self._lock:
+            if namespace not in self._networks:
+                existing = self._api.networks(names=[name])
+                if existing:
+                    self._networks[namespace] = existing[0]["Id"]
+                else:
+                    self._networks[namespace] = self._api.create_network(
+                        name, driver="bridge", labels={CLUSTER_LABEL: self._id})["Id"]
+            return name
+
+    def _start(self, pod: Obj, runtime: Runtime) -> None:
+        meta, spec = pod["metadata"], pod["spec"]
+        uid, namespace = meta["uid"], meta["namespace"]
+        cpus = self.node.cpus_of(uid)
+        try:
+            network = self._network(namespace)
+            services = {s["metadata"]["name"] for s in self._store.list(SERVICES, namespace)[0]}
+            first: str | None = None
+            for container in spec["containers"]:
+                args, message_file = host_config_args(pod, container, runtime.directory, cpus,
+                                                      self.node.numa_of(cpus), self._node_mounts)
+                create: dict[str, Any] = {}
+                if first is None:
+                    args["network_mode"] = network
+                    create["networking_config"] = self._api.create_networking_config(
+                        {network: self._api.create_endpoint_config(aliases=aliases(pod, services))})
+                    create["hostname"] = spec.get("hostname") or meta["name"]
+                else:
+                    args["network_mode"] = f"container:{first}"  # one network namespace per pod
+                created = self._api.create_container(
+                    container["image"], command=container.get("args"), entrypoint=container.get("command"),
+                    environment=environment(pod, container), working_dir=container.get("workingDir"),
+                    labels=labels(pod, container, self._id), host_config=self._api.create_host_config(**args),
+                    name=f"k8s_{container['name']}_{meta['name']}_{namespace}_{uid[:8]}", **create)
+                runtime.container_ids[container["name"]] = created["Id"]
+                runtime.message_files[container["name"]] = message_file
+                first = first or created["Id"]
+            for container_id in runtime.container_ids.values():
+                self._api.start(container_id)
+        except Exception as error:  # the engine refused: as a kubelet's StartError
+            self._start_failed(pod, runtime, str(error))
+            return
+        assert first is not None
+        address = self._api.inspect_container(first)["NetworkSettings"]["Networks"][network]["IPAddress"]
+        started = now_rfc3339()
+
+        def running(status: dict[str, Any]) -> None:
+            status.update(phase="Running", hostIP="127.0.0.1", podIP=address, podIPs=[{"ip": address}])
+            status.setdefault("startTime", started)
+            status["containerStatuses"] = [
+                {"name": c["name"], "image": c["image"], "imageID": f"docker-pullable://{c['image']}",
+                 "containerID": f"docker://{runtime.container_ids[c['name']]}", "ready": True, "started": True,
+                 "restartCount": 0, "state": {"running": {"startedAt": started}}} for c in spec["containers"]]
+            for kind in ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady"):
+                _set_condition(status, _condition(kind, True))
+        self._write_status(pod, running)
+        runtime.started = True
+
+    def _start_failed(self, pod: Obj, runtime: Runtime, message: str) -> None:
+        finished = now_rfc3339()
+        for container in pod["spec"]["containers"]:
+            runtime.finished[container["name"]] = {"exitCode": 128, "reason": "StartError", "message": message[:4096],
+                                                   "startedAt": finished, "finishedAt": finished}
+        runtime.started = True
+        self._write_status(pod, lambda status: self._terminal(status, pod, runtime))
+
+    # -- running ------------------------------------------------------------------------------------
+
+    def _check_exits(self, pod: Obj, runtime: Runtime, states: dict[str, str]) -> None:
+        changed = False
+        policy = pod["spec"].get("restartPolicy", "Always")
+        for name, container_id in runtime.container_ids.items():
+            # A container missing from the listing was created after it: not an exit.
+            if name in runtime.finished or states.get(container_id) not in ("exited", "dead"):
+                continue
+            terminated = self._terminated_state(pod, name, container_id, runtime)
+            if policy == "Always" or (policy == "OnFailure" and terminated["exitCode"] != 0):
+                runtime.restarts[name] = runtime.restarts.get(name, 0) + 1
+                self._api.start(container_id)  # logs of every run stay in one container, as --previous would
+                self._write_status(pod, lambda status, name=name, t=terminated: self._restarted(status, name, t,
+                                                                                             runtime.restarts[name]))
+                continue
+            runtime.finished[name] = terminated
+            changed = True
+        if not changed:
+            return
+        if len(runtime.finished) == len(runtime.container_ids):
+            self.node.release(pod["metadata"]["uid"])
+            self._write_status(pod, lambda status: self._terminal(status, pod, runtime))
+        else:
+            self._write_status(pod, lambda status: self._update_finished(status, runtime))
+
+    def _terminated_state(self, pod: Obj, name: str, container_id: str, runtime: Runtime) -> dict[str, Any]:
+        try:
+            state = self._api.inspect_container(container_id)["State"]
+        except Exception:
+            now = now_rfc3339()
+            return {"exitCode": 137, "reason": "Error", "message": "container vanished", "startedAt": now,
+                    "finishedAt": now}
+        code = int(state.get("ExitCode", 0))
+        reason = "OOMKilled" if state.get("OOMKilled") else "Completed" if code == 0 else "Error"
+        terminated: dict[str, Any] = {"exitCode": code, "reason": reason, "startedAt": _docker_time(state["StartedAt"]),
+                                      "finishedAt": _docker_time(state["FinishedAt"]),
+                                      "containerID": f"docker://{container_id}"}
+        message_file = runtime.message_files.get(name)
+        message = message_file.read_bytes()[:MESSAGE_LIMIT] if message_file and message_file.exists() else b""
+        spec = next(c for c in pod["spec"]["containers"] if c["name"] == name)
+        if not message and code != 0 and spec.get("terminationMessagePolicy") == "FallbackToLogsOnError":
+            message = self._api.logs(container_id, stdout=True, stderr=True, tail=FALLBACK_LINES)[-FALLBACK_LIMIT:]
+        if message:
+            terminated["message"] = message.decode(errors="replace")
+        return terminated
+
+    @staticmethod
+    def _restarted(status: dict[str, Any], name: str, terminated: dict[str, Any], count: int) -> None:
+        for entry in status.get("containerStatuses") or []:
+            if entry["name"] == name:
+                entry.update(restartCount=count, lastState={"terminated": terminated},
+                             state={"running": {"startedAt": now_rfc3339()}})
+
+    @staticmethod
+    def _update_finished(status: dict[str, Any], runtime: Runtime) -> None:
+        for entry in status.get("containerStatuses") or []:
+            if entry["name"] in runtime.finished:
+                entry.update(ready=False, started=False, state={"terminated": runtime.finished[entry["name"]]})
+        _set_condition(status, _condition("Ready", False, "ContainersNotReady"))
+        _set_condition(status, _condition("ContainersReady", False, "ContainersNotReady"))
+
+    def _terminal(self, status: dict[str, Any], pod: Obj, runtime: Runtime) -> None:
+        self._update_finished(status, runtime)
+        codes = [t["exitCode"] for t in runtime.finished.values()]
+        status["phase"] = "Succeeded" if codes and all(code == 0 for code in codes) else "Failed"
+        _set_condition(status, _condition("Ready", False, "PodCompleted"))
+        _set_condition(status, _condition("ContainersReady", False, "PodCompleted"))
+        _set_condition(status, _condition("PodReadyToStartContainers", False))
+
+    # -- deleting -----------------------------------------------------------------------------------
+
+    def _delete(self, pod: Obj) -> None:
+        meta = pod["metadata"]
+        uid, grace = meta["uid"], int(meta.get("deletionGracePeriodSeconds") or 0)
+        runtime = self._runtimes.get(uid)
+        if runtime is not None and pod["status"].get("phase") not in TERMINAL:
+            for container_id in runtime.container_ids.values():
+                try:
+                    self._api.stop(container_id, timeout=grace)  # SIGTERM, SIGKILL after the grace period
+                except Exception:
+                    pass  # already gone
+            for name, container_id in runtime.container_ids.items():
+                runtime.finished.setdefault(name, self._terminated_state(pod, name, container_id, runtime))
+            if runtime.container_ids:
+                # The real kubelet reports the terminal phase before the object goes away.
+                self._write_status(pod, lambda status: self._terminal(status, pod, runtime))
+        current = self._store.find(PODS, meta["namespace"], meta["name"])
+        if current is not None and current["metadata"]["uid"] == uid:
+            self._store.remove(PODS, meta["namespace"], meta["name"])
+        self._cleanup(uid)
+
+    def _cleanup(self, uid: str) -> None:
+        runtime = self._runtimes.pop(uid, None)
+        self._pull_attempts.pop(uid, None)
+        self.node.release(uid)
+        if runtime is not None:
+            for container_id in runtime.container_ids.values():
+                self._remove_container(container_id)
+            shutil.rmtree(runtime.directory, ignore_errors=True)
+
+    def _remove_container(self, container_id: str) -> None:
+        try:
+            self._api.remove_container(container_id, force=True)
+        except Exception:
+            pass  # removed already
+
+    # -- logs ---------------------------------------------------------------------------------------
+
+    def pod_logs(self, namespace: str, name: str, query: dict[str, str]) -> Iterator[bytes]:
+        pod = self._store.get(PODS, namespace, name)
+        names = [c["name"] for c in pod["spec"]["containers"]]
+        container = query.get("container")
+        if not container:
+            if len(names) != 1:
+                raise errors.bad_request(f"a container name must be specified for pod {name}, "
+                                         f"choose one of: [{' '.join(names)}]")
+            container = names[0]
+        if container not in names:
+            raise errors.bad_request(f"container {container} is not valid for pod {name}")
+        runtime = self._runtimes.get(pod["metadata"]["uid"])
+        container_id = runtime.container_ids.get(container) if runtime is not None and runtime.started else None
+        if container_id is None:
+            waiting = "ContainerCreating"
+            for entry in pod["status"].get("containerStatuses") or []:
+                if entry["name"] == container and "waiting" in (entry.get("state") or {}):
+                    waiting = entry["state"]["waiting"].get("reason", waiting)
+            raise errors.bad_request(f'container "{container}" in pod "{name}" is waiting to start: {waiting}')
+        return self._safe(stream_logs(self._api, container_id, query, follow_allowed=True))
+
+    @staticmethod
+    def _safe(chunks: Iterator[bytes]) -> Iterator[bytes]:
+        """A container removed mid-stream (pod deleted) ends the log, as the real stream ends."""
+        try:
+            yield from chunks
+        except Exception as error:
+            log.debug("log stream ended: %s", error)
