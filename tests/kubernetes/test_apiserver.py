@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any, TypeVar
 
 import pytest
@@ -21,7 +22,7 @@ T = TypeVar("T")
 
 
 @pytest.fixture
-def apis(kube_cluster: TestCluster) -> tuple[Any, Any]:
+def apis(kube_cluster: TestCluster) -> Iterator[tuple[Any, Any]]:
     api_client = config.new_client_from_config()  # from KUBECONFIG, which the fixture set
     yield client.CoreV1Api(api_client), client.BatchV1Api(api_client)
     api_client.close()
@@ -319,7 +320,7 @@ def test_missing_image_and_termination_message(apis: tuple[Any, Any], test_image
     core.create_namespaced_pod(kube_namespace, _pod(
         "message", test_image.name, "open('/dev/termination-log', 'w').write('why'); raise SystemExit(2)"))
     for name, message in (("fallback", "boom\n"), ("message", "why")):
-        wait_for(lambda name=name: core.read_namespaced_pod(name, kube_namespace).status.phase == "Failed",
+        wait_for(partial(lambda pod: core.read_namespaced_pod(pod, kube_namespace).status.phase == "Failed", name),
                  what=f"{name} to fail")
         terminated = core.read_namespaced_pod(name, kube_namespace).status.container_statuses[0].state.terminated
         assert terminated.message == message and terminated.reason == "Error"

@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -149,7 +150,7 @@ class Kubelet:
                 if uid in self._busy:
                     continue
             if pod["metadata"].get("deletionTimestamp"):
-                self._submit(uid, lambda pod=pod: self._delete(pod))
+                self._submit(uid, partial(self._delete, pod))
             elif not pod["spec"].get("nodeName"):
                 if self._schedule(pod, on_node):
                     on_node.append(pod)
@@ -161,11 +162,11 @@ class Kubelet:
                     self._check_exits(pod, runtime, states)
         # Pods removed without going through a graceful deletion (or containers of earlier runs).
         for uid in [uid for uid in self._runtimes if uid not in live]:
-            self._submit(uid, lambda uid=uid: self._cleanup(uid))
+            self._submit(uid, partial(self._cleanup, uid))
         for container in listing:
             uid = container["Labels"].get(UID_LABEL, "")
             if uid not in live and uid not in self._runtimes:
-                self._submit(uid, lambda cid=container["Id"]: self._remove_container(cid))
+                self._submit(uid, partial(self._remove_container, container["Id"]))
 
     def _write_status(self, pod: Obj, change: Callable[[dict[str, Any]], None]) -> None:
         meta = pod["metadata"]
@@ -329,8 +330,8 @@ class Kubelet:
             if policy == "Always" or (policy == "OnFailure" and terminated["exitCode"] != 0):
                 runtime.restarts[name] = runtime.restarts.get(name, 0) + 1
                 self._api.start(container_id)  # logs of every run stay in one container, as --previous would
-                self._write_status(pod, lambda status, name=name, t=terminated: self._restarted(status, name, t,
-                                                                                             runtime.restarts[name]))
+                self._write_status(pod, partial(self._restarted, name=name, terminated=terminated,
+                                                count=runtime.restarts[name]))
                 continue
             runtime.finished[name] = terminated
             changed = True

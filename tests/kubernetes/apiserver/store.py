@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import threading
 import uuid
+from functools import partial
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from typing import Any
@@ -16,6 +17,7 @@ from tests.kubernetes.apiserver import errors
 from tests.kubernetes.apiserver.resources import BY_PLURAL, JOBS, NAMESPACES, Obj, ResourceType, add_job_selector
 from tests.kubernetes.apiserver.selectors import parse_selector
 
+ObjList = list[Obj]
 Key = tuple[str, str]  # (namespace, name); namespace "" for cluster-scoped objects
 
 
@@ -57,7 +59,7 @@ class Store:
             return None
 
     def list(self, rtype: ResourceType, namespace: str | None = None,
-             selector: str | None = None) -> tuple[list[Obj], str]:
+             selector: str | None = None) -> tuple[ObjList, str]:
         """Objects in ``namespace`` (all when None) matching the label selector, and the list's version."""
         matches = parse_selector(selector)
         with self._lock:
@@ -74,7 +76,7 @@ class Store:
         with self._lock:
             return any(obj["metadata"]["uid"] == uid for objects in self._objects.values() for obj in objects.values())
 
-    def owned_by(self, rtype: ResourceType, owner_uid: str) -> list[Obj]:
+    def owned_by(self, rtype: ResourceType, owner_uid: str) -> ObjList:
         with self._lock:
             return [copy.deepcopy(obj) for obj in self._objects[rtype.plural].values()
                     if any(ref.get("uid") == owner_uid for ref in obj["metadata"].get("ownerReferences") or [])]
@@ -161,8 +163,7 @@ class Store:
                     refs = obj["metadata"].get("ownerReferences") or []
                     if any(ref.get("uid") == owner_uid for ref in refs):
                         kept = [ref for ref in refs if ref.get("uid") != owner_uid]
-                        self.update(BY_PLURAL[plural], key[0], key[1],
-                                    lambda o, kept=kept: _set_owners(o, kept))
+                        self.update(BY_PLURAL[plural], key[0], key[1], partial(_set_owners, refs=kept))
 
     def wait_for_change(self, since: str, timeout: float) -> None:
         """Block until the store's version differs from ``since`` or the timeout passes."""
