@@ -372,3 +372,63 @@ def test_hold_pods(apis: tuple[Any, Any], kube_cluster: TestCluster, test_image:
     assert not core.read_namespaced_pod("held", kube_namespace).spec.node_name
     kube_cluster.release_pods()
     wait_for(lambda: core.read_namespaced_pod("held", kube_namespace).status.phase == "Succeeded", what="run")
+
+
+def test_max_failed_indexes_and_backoff_limit(apis: tuple[Any, Any], test_image: TestImage,
+                                              kube_namespace: str) -> None:
+    _, batch = apis
+    code = "import os, sys, time; sys.exit(1) if os.environ['JOB_COMPLETION_INDEX'] == '1' else time.sleep(60)"
+    batch.create_namespaced_job(kube_namespace, python_job("maxfailed", test_image, code, completions=3,
+                                                           backoffLimitPerIndex=0, maxFailedIndexes=0))
+    plain = python_job("plain", test_image, "raise SystemExit(1)", backoffLimit=1)
+    plain["spec"].update(completionMode="NonIndexed", completions=1, parallelism=1)
+    batch.create_namespaced_job(kube_namespace, plain)
+    job = finished(batch, kube_namespace, "maxfailed", "Failed")
+    assert condition(job, "FailureTarget").reason == "MaxFailedIndexesExceeded"
+    assert condition(job, "Failed").reason == "MaxFailedIndexesExceeded" and job.status.failed_indexes == "1"
+    job = finished(batch, kube_namespace, "plain", "Failed")
+    assert condition(job, "Failed").reason == "BackoffLimitExceeded" and job.status.failed == 2
+
+
+def test_foreground_deletion_waits_for_pods(apis: tuple[Any, Any], test_image: TestImage,
+                                            kube_namespace: str) -> None:
+    core, batch = apis
+    batch.create_namespaced_job(kube_namespace, python_job("fg", test_image, "import time; time.sleep(60)"))
+    wait_for(lambda: [p for p in core.list_namespaced_pod(kube_namespace).items if p.status.phase == "Running"],
+             what="a running pod")
+    # The job itself comes back (not a Status): it stays, with a finalizer, until its pods are gone.
+    answer = json.loads(batch.delete_namespaced_job("fg", kube_namespace, propagation_policy="Foreground",
+                                                    _preload_content=False).data)
+    assert answer["metadata"]["deletionTimestamp"] and answer["metadata"]["finalizers"] == ["foregroundDeletion"]
+
+    def gone() -> bool:
+        try:
+            batch.read_namespaced_job("fg", kube_namespace)
+        except ApiException as error:
+            return bool(error.status == 404)
+        return False
+    wait_for(gone, 15, "the job to go after its pods")
+    assert not core.list_namespaced_pod(kube_namespace).items
+
+
+def test_multi_container_pod_and_follow_ending_on_deletion(apis: tuple[Any, Any], test_image: TestImage,
+                                                           kube_namespace: str) -> None:
+    core, _ = apis
+    pod = _pod("pair", test_image.name, "import time; print('one', flush=True); time.sleep(60)")
+    pod["spec"]["containers"].append({"name": "side", "image": test_image.name,
+                                      "command": ["python", "-c", "print('two')"]})
+    core.create_namespaced_pod(kube_namespace, pod)
+    wait_for(lambda: core.read_namespaced_pod("pair", kube_namespace).status.phase == "Running", what="running")
+    with pytest.raises(ApiException) as ambiguous:
+        core.read_namespaced_pod_log("pair", kube_namespace)
+    assert body(ambiguous.value)["message"] == "a container name must be specified for pod pair, choose one of: [main side]"
+    wait_for(lambda: core.read_namespaced_pod_log("pair", kube_namespace, container="side",
+                                                  _preload_content=False).data == b"two\n", 5, "side's log")
+    stream = core.read_namespaced_pod_log("pair", kube_namespace, container="main", follow=True,
+                                          _preload_content=False)
+    first = next(stream.stream(1024))
+    assert first == b"one\n"
+    started = time.monotonic()
+    core.delete_namespaced_pod("pair", kube_namespace, grace_period_seconds=1)
+    rest = b"".join(stream.stream(1024))  # ends when the container is stopped and removed
+    assert rest == b"" and time.monotonic() - started < 10
