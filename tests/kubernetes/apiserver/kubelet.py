@@ -161,7 +161,7 @@ class Kubelet:
                 elif runtime.started:
                     self._check_exits(pod, runtime, states)
         # Pods removed without going through a graceful deletion (or containers of earlier runs).
-        for uid in [uid for uid in self._runtimes if uid not in live]:
+        for uid in [uid for uid in list(self._runtimes) if uid not in live]:  # the pool pops from it
             self._submit(uid, partial(self._cleanup, uid))
         for container in listing:
             uid = container["Labels"].get(UID_LABEL, "")
@@ -290,11 +290,11 @@ class Kubelet:
                 first = first or created["Id"]
             for container_id in runtime.container_ids.values():
                 self._api.start(container_id)
+            assert first is not None
+            address = self._api.inspect_container(first)["NetworkSettings"]["Networks"][network]["IPAddress"]
         except Exception as error:  # the engine refused: as a kubelet's StartError
             self._start_failed(pod, runtime, str(error))
             return
-        assert first is not None
-        address = self._api.inspect_container(first)["NetworkSettings"]["Networks"][network]["IPAddress"]
         started = now_rfc3339()
 
         def running(status: dict[str, Any]) -> None:
