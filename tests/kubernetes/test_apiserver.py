@@ -86,6 +86,9 @@ def test_crud_and_errors(apis: tuple[Any, Any], kube_namespace: str) -> None:
         core.create_namespaced_service("nope", {"metadata": {"name": "svc"}})
     assert body(no_namespace.value)["message"] == 'namespaces "nope" not found'
     core.delete_namespaced_service("svc", kube_namespace)
+    created_namespace = core.create_namespace({"metadata": {"name": f"{kube_namespace}-x"}})
+    assert core.read_namespace(f"{kube_namespace}-x").metadata.uid == created_namespace.metadata.uid
+    assert "default" in [n.metadata.name for n in core.list_namespace().items]
     with pytest.raises(ApiException):
         core.read_namespaced_service("svc", kube_namespace)
 
