@@ -11,8 +11,9 @@ from tests.fixtures.fake_sysfs import write_sysfs
 from torchx_ext.numa.topology import ALL_ONLINE, Topology, read_topology
 
 MachineRoot = Callable[[str], Path]
-# docker_client and test_image, for tests/docker and the conformance suite's local_docker.
-pytest_plugins = ["tests.fixtures.docker_engine"]
+# docker_client and test_image, for tests/docker and the conformance suite's local_docker;
+# kube_cluster (the fake Kubernetes API server) for tests/kubernetes and its kubernetes.
+pytest_plugins = ["tests.fixtures.docker_engine", "tests.fixtures.kube_api"]
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -2,7 +2,8 @@
 
 Each entry says how to submit to it (scheduler name and cfg) and what of a job is still alive
 after it ended. local_docker runs on the test engine (tests/fixtures/docker_engine.py) with the
-offline test image; the Kubernetes adapter adds itself here when it arrives.
+offline test image; kubernetes on the fake API server of tests/kubernetes/apiserver (the real
+client over HTTP), whose kubelet runs the pods on that engine, in the kubeconfig's namespace.
 """
 
 from __future__ import annotations
@@ -75,7 +76,26 @@ def _docker_leftovers(client: Any) -> Callable[[str], list[str]]:
     return leftovers
 
 
-@pytest.fixture(params=["local_cwd", "local_docker"])
+def _kube_leftovers(client: Any) -> Callable[[str], list[str]]:
+    def leftovers(app_id: str) -> list[str]:
+        # The pods' containers still running on the test engine (the kubelet stand-in names each
+        # by its pod, {namespace}/{job}-{index}-{suffix}, and the job by the app id).
+        name = app_id.rpartition(":")[2]
+
+        def found() -> list[str]:
+            running = client.containers.list(filters={"label": "torchx-ext-test.kube/cluster"})
+            return [f"container of pod {pod}: {container.status}" for container in running
+                    if (pod := container.labels.get("torchx-ext-test.kube/pod", "")).split("/", 1)[-1].startswith(name)]
+
+        deadline = time.monotonic() + 15  # the kubelet stops pods with their grace period (5 s here)
+        while (what := found()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        return what
+
+    return leftovers
+
+
+@pytest.fixture(params=["local_cwd", "local_docker", "kubernetes"])
 def scheduler(
     request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[SchedulerUnderTest]:
@@ -99,6 +119,22 @@ def scheduler(
         for app_id in made - {None}:
             docker_scheduler.delete(app_id)
         docker_scheduler.close()
+    elif request.param == "kubernetes":
+        client = request.getfixturevalue("docker_client")
+        request.getfixturevalue("kube_cluster")  # KUBECONFIG points at it
+        image = request.getfixturevalue("test_image")  # the node mounts what its containers need
+        from torchx.schedulers import get_scheduler_factories
+
+        kube_scheduler = get_scheduler_factories()["kubernetes"]("conformance")
+        before = {item.app_id for item in kube_scheduler.list()}
+        # One CPU per replica: the fake's node is this 2-CPU machine, and pods request what they
+        # ask for (two replicas asking for 2 CPUs each would not both fit, as on a real node).
+        yield SchedulerUnderTest("kubernetes", {"cancel_grace": 5}, _kube_leftovers(client),
+                                 component_args={"image": image.name, "cpu": 1})
+        # Jobs stay until deleted: delete what this test made (their pods go with them).
+        for app_id in {item.app_id for item in kube_scheduler.list()} - before:
+            kube_scheduler.delete(app_id)
+        kube_scheduler.close()
     else:
         raise AssertionError(request.param)
 

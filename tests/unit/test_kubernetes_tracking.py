@@ -11,7 +11,7 @@ from torchx_ext.schedulers.kubernetes.tracking import JobEnd, parse_report, read
 APP = "train-abc12345"
 
 
-def job(conditions: list[tuple[str, str]] = (), replicas: int = 2, ready: int = 0, suspend: bool = False,
+def job(conditions: tuple[tuple[str, str], ...] | list[tuple[str, str]] = (), replicas: int = 2, ready: int = 0, suspend: bool = False,
         annotations: dict[str, str] | None = None, labels: dict[str, str] | None = None) -> dict[str, Any]:
     return {
         "metadata": {"name": f"{APP}-train", "creationTimestamp": "2026-11-22T10:00:00Z",

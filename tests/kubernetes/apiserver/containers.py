@@ -37,13 +37,46 @@ def field_value(pod: Obj, path: str, pod_ip: str) -> str:
 
 
 def environment(pod: Obj, container: Obj, pod_ip: str = "") -> dict[str, str]:
+    """The container's env as the kubelet makes it: a value may refer to variables defined
+    before it as ``$(NAME)`` (``$$`` is a literal ``$``)."""
     env: dict[str, str] = {}
     for variable in container.get("env") or []:
         if "value" in variable:
-            env[variable["name"]] = str(variable["value"])
+            env[variable["name"]] = expand(str(variable["value"]), env)
         elif field_ref := (variable.get("valueFrom") or {}).get("fieldRef"):
             env[variable["name"]] = field_value(pod, field_ref.get("fieldPath", ""), pod_ip)
     return env
+
+
+def argv(container: Obj, env: dict[str, str]) -> tuple[list[str] | None, list[str] | None]:
+    """``command`` and ``args`` with ``$(NAME)`` references to the container's env expanded."""
+    command, args = container.get("command"), container.get("args")
+    return ([expand(item, env) for item in command] if command is not None else None,
+            [expand(item, env) for item in args] if args is not None else None)
+
+
+def expand(text: str, env: dict[str, str]) -> str:
+    """Kubernetes' dependent-variable expansion: ``$$`` -> ``$``; ``$(NAME)`` -> its value when
+    NAME is defined, else left as written; any other ``$`` as is."""
+    out: list[str] = []
+    position = 0
+    while position < len(text):
+        char = text[position]
+        if char == "$" and position + 1 < len(text):
+            following = text[position + 1]
+            if following == "$":
+                out.append("$")
+                position += 2
+                continue
+            if following == "(":
+                close = text.find(")", position + 2)
+                if close != -1 and text[position + 2:close] in env:
+                    out.append(env[text[position + 2:close]])
+                    position = close + 1
+                    continue
+        out.append(char)
+        position += 1
+    return "".join(out)
 
 
 def aliases(pod: Obj, service_names: set[str]) -> list[str]:

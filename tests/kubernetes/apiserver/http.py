@@ -179,3 +179,11 @@ class ApiHttpServer(ThreadingHTTPServer):
     def stop(self) -> None:
         self.shutdown()
         self.server_close()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that closes its connection (a log reader that stopped early, a pooled
+        # connection dropped) is routine, not an error worth a traceback.
+        import sys
+
+        if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            super().handle_error(request, client_address)

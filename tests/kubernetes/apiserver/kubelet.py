@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.kubernetes.apiserver import errors
-from tests.kubernetes.apiserver.containers import (CLUSTER_LABEL, UID_LABEL, aliases, environment, host_config_args,
+from tests.kubernetes.apiserver.containers import (argv, CLUSTER_LABEL, UID_LABEL, aliases, environment, host_config_args,
                                                     labels, network_name)
 from tests.kubernetes.apiserver.logs import stream_logs
 from tests.kubernetes.apiserver.node import NODE_NAME, Node, TopologyError, exclusive_cpu_count
@@ -280,9 +280,11 @@ class Kubelet:
                     create["hostname"] = spec.get("hostname") or meta["name"]
                 else:
                     args["network_mode"] = f"container:{first}"  # one network namespace per pod
+                env = environment(pod, container)
+                entrypoint, command = argv(container, env)
                 created = self._api.create_container(
-                    container["image"], command=container.get("args"), entrypoint=container.get("command"),
-                    environment=environment(pod, container), working_dir=container.get("workingDir"),
+                    container["image"], command=command, entrypoint=entrypoint,
+                    environment=env, working_dir=container.get("workingDir"),
                     labels=labels(pod, container, self._id), host_config=self._api.create_host_config(**args),
                     name=f"k8s_{container['name']}_{meta['name']}_{namespace}_{uid[:8]}", **create)
                 runtime.container_ids[container["name"]] = created["Id"]

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import datetime
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Dict, List, Optional, TypedDict
 
 from torchx.schedulers.api import DescribeAppResponse, ListAppResponse, Scheduler, Stream
 from torchx.specs import AppDef, AppDryRunInfo, ReplicaStatus, Role, RoleStatus, runopts
 
-from torchx_ext.errors import InvalidArgumentError
+from torchx_ext.errors import InvalidArgumentError, KubernetesError
 from torchx_ext.schedulers.common.app_ids import KUBERNETES, new_app_id
 from torchx_ext.schedulers.common.error_file import ErrorReport
 from torchx_ext.schedulers.common.states import State, app_state
@@ -152,12 +152,34 @@ class KubernetesScheduler(Scheduler[KubernetesOpts]):
         if replica is None:
             known = ", ".join(found.key for found in view.replicas)
             raise InvalidArgumentError(f"app {app_id} has no replica {role_name}/{k}: it has {known}")
-        if not replica.pod:
+        if not replica.pod and replica.state is not State.PENDING:
             raise InvalidArgumentError(f"replica {replica.key} of {app_id} has no pod ({replica.state}): "
-                                       "nothing to read yet, or its pods were removed")
-        response = self.cluster.pod_log(replica.pod, namespace, None, follow=should_tail,
-                                        since_seconds=since_seconds(query))
-        return query.select(timed_lines(lines_of(response), query.until))
+                                       "its pods were removed, and their logs with them")
+
+        def lines() -> Iterator[tuple[float, str]]:
+            # A pod that has not started has no log yet: nothing to show, or, when following,
+            # its log from the moment it starts.
+            pod = replica.pod
+            while True:
+                if pod:
+                    try:
+                        response = self.cluster.pod_log(pod, namespace, None, follow=should_tail,
+                                                        since_seconds=since_seconds(query))
+                        yield from timed_lines(lines_of(response), query.until)
+                        return
+                    except KubernetesError as error:
+                        if "(400)" not in str(error) or "waiting to start" not in str(error):
+                            raise
+                if not should_tail:
+                    return
+                time.sleep(1)
+                current = self._view(namespace, name)
+                found = next((item for item in current.replicas if item.key == replica.key), None)
+                if current.state is None or found is None:
+                    return
+                pod = found.pod
+
+        return query.select(lines())
 
     def _cancel_existing(self, app_id: str) -> None:
         namespace, name = self._split(app_id)
