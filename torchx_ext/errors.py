@@ -56,3 +56,10 @@ class EngineError(TorchxExtError):
 class KubernetesError(TorchxExtError):
     """The Kubernetes API server could not be reached, or refused a request; the message says
     which server or object and what to do about it."""
+
+    def __init__(self, message: str, status: int | None = None, reason: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+        """The HTTP status of the API's answer; None when there was none."""
+        self.reason = reason
+        """The API's machine-readable reason (NotFound, AlreadyExists, ...)."""

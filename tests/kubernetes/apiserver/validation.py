@@ -105,6 +105,10 @@ def pod_spec_errors(spec: Any, path: str) -> list[FieldError]:
     for key in ("hostname", "subdomain"):
         if spec.get(key):
             errors += name_errors(spec[key], "label1123", f"{path}.{key}")
+    for key in ("serviceAccountName", "priorityClassName"):
+        if spec.get(key):
+            errors += name_errors(spec[key], "subdomain", f"{path}.{key}")
+    errors += label_errors(spec.get("nodeSelector"), f"{path}.nodeSelector")
     return errors
 
 

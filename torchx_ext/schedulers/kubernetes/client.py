@@ -107,7 +107,7 @@ class Cluster:
             self._call("delete", kind, name, namespace, lambda: call(name, namespace, body=options,
                                                                      _preload_content=False))
         except KubernetesError as error:
-            if "(404)" in str(error) and "namespace" not in str(error).split("(404)")[0]:
+            if error.status == 404:  # gone already (or its whole namespace is)
                 return False
             raise
         return True
@@ -135,7 +135,8 @@ class Cluster:
         try:
             return call()
         except ApiException as error:
-            raise KubernetesError(api_error_message(verb, kind, name, namespace, error.status, error.body)) from None
+            raise KubernetesError(api_error_message(verb, kind, name, namespace, error.status, error.body),
+                                  error.status, _reason(error.body)) from None
         except HTTPError as error:
             raise KubernetesError(
                 f"cannot reach the Kubernetes API server at {self.connection.server} ({type(error).__name__}: "
@@ -167,6 +168,13 @@ def api_error_message(verb: str, kind: str, name: str, namespace: str, status: i
     if status == 422:
         return f"{prefix}: the API server refused it as invalid: {detail}"
     return f"{prefix}: the API server failed: {detail or 'no detail'}; try again, or ask the cluster's admin"
+
+
+def _reason(body: object) -> str:
+    try:
+        return str(json.loads(body or "{}").get("reason") or "")  # type: ignore[arg-type]
+    except (ValueError, AttributeError):
+        return ""
 
 
 def lines_of(response: Any, chunk_bytes: int = 1 << 16) -> Iterator[bytes]:

@@ -168,7 +168,7 @@ class KubernetesScheduler(Scheduler[KubernetesOpts]):
                         yield from timed_lines(lines_of(response), query.until)
                         return
                     except KubernetesError as error:
-                        if "(400)" not in str(error) or "waiting to start" not in str(error):
+                        if error.status != 400 or "waiting to start" not in str(error):
                             raise
                 if not should_tail:
                     return
