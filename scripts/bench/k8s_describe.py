@@ -1,0 +1,78 @@
+"""`describe` of a 1000-replica kubernetes job against the test API server: time and requests.
+
+Starts the fake API server of the test suite (tests/kubernetes/apiserver) on loopback, submits
+``dist.ddp -j 1000x1`` through our scheduler with the pods held unscheduled (1000 pod objects,
+no containers), waits for the Job controller to create every pod, then times ``describe`` and
+counts the HTTP requests each one makes. Targets: under 1 s, and the same number of requests
+whatever the replica count (it also measures 10 replicas to show that). torchx's builtin
+describe reads a Volcano Job, which the test server does not serve: no baseline here.
+Needs a Docker engine (DOCKER_HOST or the test engine's socket) only for the fake's kubelet.
+
+    .venv/bin/python scripts/bench/k8s_describe.py [--replicas 1000] [--runs 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+from tests.fixtures.docker_engine import PRIVATE_SOCKET  # noqa: E402
+from tests.kubernetes.apiserver import TestCluster  # noqa: E402
+from tests.kubernetes.apiserver.resources import PODS  # noqa: E402
+
+TARGET_S = 1.0
+
+
+def measure(cluster: TestCluster, replicas: int, runs: int) -> tuple[float, int]:
+    from torchx_ext.components.dist import ddp
+    from torchx_ext.schedulers.kubernetes.scheduler import KubernetesScheduler
+
+    scheduler = KubernetesScheduler("bench")
+    app = ddp(script="train.py", j=f"{replicas}x1", cpu=1, image="bench:1")
+    app_id = scheduler.schedule(scheduler.submit_dryrun(app, cfg={"namespace": "default"}))
+    deadline = time.monotonic() + 120
+    while len(cluster.store.list(PODS, "default")[0]) < replicas and time.monotonic() < deadline:
+        time.sleep(0.2)
+    times, requests = [], 0
+    for _ in range(runs):
+        before = cluster.requests()
+        started = time.perf_counter()
+        described = scheduler.describe(app_id)
+        times.append(time.perf_counter() - started)
+        requests = cluster.requests() - before
+        assert described is not None and len(described.roles_statuses[0].replicas) == replicas
+    scheduler.delete(app_id)
+    scheduler.close()
+    return statistics.median(times), requests
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--replicas", type=int, default=1000)
+    parser.add_argument("--runs", type=int, default=7)
+    args = parser.parse_args()
+    os.environ.setdefault("DOCKER_HOST", PRIVATE_SOCKET)
+    import docker
+
+    client = docker.from_env()
+    with TestCluster(client) as cluster, tempfile.TemporaryDirectory() as directory:
+        os.environ["KUBECONFIG"] = str(cluster.write_kubeconfig(Path(directory) / "config"))
+        cluster.hold_pods("torchx-ext/app-id")
+        small_s, small_requests = measure(cluster, 10, args.runs)
+        large_s, large_requests = measure(cluster, args.replicas, args.runs)
+    print(f"describe, median of {args.runs}:")
+    print(f"  {10:>5} replicas: {small_s * 1000:7.1f} ms, {small_requests} requests")
+    print(f"  {args.replicas:>5} replicas: {large_s * 1000:7.1f} ms, {large_requests} requests")
+    print(f"target < {TARGET_S:.0f} s: {'met' if large_s < TARGET_S else 'NOT met'}; "
+          f"constant requests: {'met' if large_requests == small_requests else 'NOT met'}")
+
+
+if __name__ == "__main__":
+    main()
