@@ -166,7 +166,8 @@ def api_error_message(verb: str, kind: str, name: str, namespace: str, status: i
     if status == 409:
         return f"{prefix}: already exists: {detail}; delete it (torchx delete) or submit again for a new app id"
     if status == 422:
-        return f"{prefix}: the API server refused it as invalid: {detail}"
+        return (f"{prefix}: the API server refused it as invalid: {detail}; fix the value it names (a -cfg option "
+                "or the component's arguments; --dryrun prints what would be sent)")
     return f"{prefix}: the API server failed: {detail or 'no detail'}; try again, or ask the cluster's admin"
 
 
