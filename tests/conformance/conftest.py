@@ -65,7 +65,7 @@ def _docker_leftovers(client: Any) -> Callable[[str], list[str]]:
         # Containers of the job still running, and host processes naming it (its watcher; the
         # containers' processes too, which the host sees and whose launcher names the job).
         def found() -> list[str]:
-            running = client.containers.list(filters={"label": f"torchx_ext.app_id={app_id}"})
+            running = client.containers.list(filters={"label": f"torchx_ext.app_id={app_id}"}, ignore_removed=True)
             return [f"container {container.name}: {container.status}" for container in running] + _local_processes(app_id)
 
         deadline = time.monotonic() + 5
@@ -83,7 +83,8 @@ def _kube_leftovers(client: Any) -> Callable[[str], list[str]]:
         name = app_id.rpartition(":")[2]
 
         def found() -> list[str]:
-            running = client.containers.list(filters={"label": "torchx-ext-test.kube/cluster"})
+            # ignore_removed: a pod's container may go between the listing and its inspection.
+            running = client.containers.list(filters={"label": "torchx-ext-test.kube/cluster"}, ignore_removed=True)
             return [f"container of pod {pod}: {container.status}" for container in running
                     if (pod := container.labels.get("torchx-ext-test.kube/pod", "")).split("/", 1)[-1].startswith(name)]
 

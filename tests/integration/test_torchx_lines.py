@@ -97,7 +97,7 @@ def test_nightly_finds_our_plugins_in_its_own_namespace_with_entry_points_off() 
 
 @pytest.mark.parametrize("scheduler", ["local_docker", "kubernetes"])
 def test_torchx_own_schedulers_dry_run_its_components(scheduler: str) -> None:
-    cfg = ["-cfg", "queue=default,validate_spec=False" if ON_NIGHTLY else "queue=default"] if scheduler == "kubernetes" else []
+    cfg = ["-cfg", "namespace=default"] if scheduler == "kubernetes" else []
     result = torchx("run", "--workspace", "", "--dryrun", "-s", scheduler, *cfg, "utils.echo", "--msg", "hi")
     assert result.returncode == 0, result.stderr[-2000:]
     assert "echo" in result.stdout

@@ -176,8 +176,9 @@ def test_patch_content_types(apis: tuple[Any, Any], test_image: TestImage, kube_
 def test_indexed_job_runs_to_complete(apis: tuple[Any, Any], test_image: TestImage, kube_namespace: str) -> None:
     core, batch = apis
     core.create_namespaced_service(kube_namespace, {"metadata": {"name": "app"}, "spec": {"clusterIP": "None"}})
-    code = ("import os, socket; print(os.environ['JOB_COMPLETION_INDEX'], socket.gethostname(), "
-            f"socket.gethostbyname('app-0.app.{kube_namespace}.svc.cluster.local') != '')")
+    # Each pod resolves its own name under the Service: a peer's may be gone once it has exited.
+    code = ("import os, socket; index = os.environ['JOB_COMPLETION_INDEX']; print(index, socket.gethostname(), "
+            f"socket.gethostbyname(f'app-{{index}}.app.{kube_namespace}.svc.cluster.local') != '')")
     job = batch.create_namespaced_job(kube_namespace, python_job("app", test_image, code, completions=2,
                                                                  pod={"subdomain": "app"}))
     done = finished(batch, kube_namespace, "app")
