@@ -5,6 +5,7 @@ suite covers the common behaviour; these are what only Kubernetes has."""
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -263,3 +264,53 @@ def test_log_follows_a_running_pod_to_its_end_with_regex_and_since(
 
     future = datetime.datetime.now() + datetime.timedelta(hours=1)
     assert list(runner.log_lines(handle, "lines", 0, since=future)) == []
+
+
+def _python_role(name: str, code: str, image: str, replicas: int = 1, min_replicas: int | None = None) -> Any:
+    from torchx.specs import Resource, Role
+
+    return Role(name=name, image=image, entrypoint=sys.executable, args=["-c", code], num_replicas=replicas,
+                min_replicas=min_replicas, resource=Resource(cpu=1, gpu=0, memMB=256))
+
+
+def test_a_failed_role_stops_the_apps_other_roles_and_names_the_failing_replica(
+    runner: Runner, kube_namespace: str, test_image: TestImage, docker_client: Any
+) -> None:
+    from torchx.specs import AppDef
+
+    app = AppDef("two-roles", roles=[
+        _python_role("trainer", "import time, sys; time.sleep(1); sys.exit(3)", test_image.name),
+        _python_role("reader", "import time; time.sleep(300)", test_image.name),
+    ])
+    handle = runner.run(app, "kubernetes", cfg={"namespace": kube_namespace, "cancel_grace": 2})
+
+    assert wait(runner, handle, timeout_s=60) == AppState.FAILED
+    status = runner.status(handle)
+    assert status is not None
+    assert "replica trainer/0" in status.msg and "exited with code 3" in status.msg
+    states = {(role.role, replica.id): replica.state for role in status.roles for replica in role.replicas}
+    assert states == {("trainer", 0): AppState.FAILED, ("reader", 0): AppState.CANCELLED}
+    # The reader's Job was stopped too: none of the app's containers runs on.
+    namespace, name = ours(handle)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and [
+        container for container in docker_client.containers.list(filters={"label": "torchx-ext-test.kube/pod"})
+        if container.labels["torchx-ext-test.kube/pod"].startswith(f"{namespace}/{name}-")
+    ]:
+        time.sleep(0.3)
+    assert not [container for container in docker_client.containers.list(filters={"label": "torchx-ext-test.kube/pod"})
+                if container.labels["torchx-ext-test.kube/pod"].startswith(f"{namespace}/{name}-")]
+
+
+def test_an_elastic_role_runs_on_while_min_replicas_remain_and_index_0_decides_success(
+    runner: Runner, kube_namespace: str, test_image: TestImage
+) -> None:
+    from torchx.specs import AppDef
+
+    # -j 1:2: index 1 fails for good at once, index 0 finishes its work afterwards.
+    code = ("import os, sys, time; index = int(os.environ['JOB_COMPLETION_INDEX']); "
+            "sys.exit(5) if index == 1 else time.sleep(3)")
+    app = AppDef("elastic", roles=[_python_role("worker", code, test_image.name, replicas=2, min_replicas=1)])
+    handle = runner.run(app, "kubernetes", cfg={"namespace": kube_namespace})
+
+    assert wait(runner, handle, timeout_s=60) == AppState.SUCCEEDED

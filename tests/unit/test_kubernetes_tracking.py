@@ -6,17 +6,19 @@ import json
 from typing import Any
 
 from torchx_ext.schedulers.common.states import State
-from torchx_ext.schedulers.kubernetes.tracking import JobEnd, parse_report, read_app
+from torchx_ext.schedulers.kubernetes.tracking import JobEnd, end_due, parse_report, read_app
 
 APP = "train-abc12345"
+WAITING_MESSAGES = {"CreateContainerConfigError": 'secret "creds" not found'}
 
 
 def job(conditions: tuple[tuple[str, str], ...] | list[tuple[str, str]] = (), replicas: int = 2, ready: int = 0, suspend: bool = False,
-        annotations: dict[str, str] | None = None, labels: dict[str, str] | None = None) -> dict[str, Any]:
+        annotations: dict[str, str] | None = None, labels: dict[str, str] | None = None,
+        role: str = "train") -> dict[str, Any]:
     return {
-        "metadata": {"name": f"{APP}-train", "creationTimestamp": "2026-11-22T10:00:00Z",
+        "metadata": {"name": f"{APP}-{role}", "creationTimestamp": "2026-11-22T10:00:00Z",
                      "labels": {"torchx-ext/app-id": APP, **(labels or {})},
-                     "annotations": {"torchx-ext/role-name": "train", "torchx-ext/image-pull-timeout": "60",
+                     "annotations": {"torchx-ext/role-name": role, "torchx-ext/image-pull-timeout": "60",
                                      **(annotations or {})}},
         "spec": {"completions": replicas, "parallelism": replicas, "suspend": suspend,
                  "template": {"spec": {"containers": [{"image": "img:1"}]}}},
@@ -27,21 +29,25 @@ def job(conditions: tuple[tuple[str, str], ...] | list[tuple[str, str]] = (), re
 
 def pod(index: int, phase: str, *, exit_code: int | None = None, finished: str = "2026-11-22T10:05:00Z",
         message: str = "", waiting: str | None = None, created: str = "2026-11-22T10:00:01Z",
-        deleting: bool = False, status_reason: str | None = None, unschedulable: str | None = None) -> dict[str, Any]:
+        deleting: bool = False, status_reason: str | None = None, unschedulable: str | None = None,
+        role: str = "train") -> dict[str, Any]:
     state: dict[str, Any] = {}
     if exit_code is not None:
         state = {"terminated": {"exitCode": exit_code, "finishedAt": finished, "message": message}}
     elif waiting:
-        state = {"waiting": {"reason": waiting, "message": f"Back-off pulling image \"img:1\""}}
+        state = {"waiting": {"reason": waiting, "message": WAITING_MESSAGES.get(waiting, 'Back-off pulling image "img:1"')}}
     status: dict[str, Any] = {"phase": phase, "containerStatuses": [{"name": "train", "state": state}]}
     if status_reason:
-        status.update(reason=status_reason, message="Resources cannot be allocated with Topology locality")
+        status.update(reason=status_reason, message={
+            "TopologyAffinityError": "Resources cannot be allocated with Topology locality",
+            "OutOfnvidia.com/gpu": "Node didn't have enough resource: nvidia.com/gpu, requested: 8, used: 8, capacity: 8",
+        }[status_reason])
     if unschedulable:
         status["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
                                  "message": unschedulable}]
     metadata: dict[str, Any] = {
-        "name": f"{APP}-train-{index}-x{index}y", "creationTimestamp": created,
-        "labels": {"batch.kubernetes.io/job-name": f"{APP}-train", "batch.kubernetes.io/job-completion-index": str(index)},
+        "name": f"{APP}-{role}-{index}-x{index}y", "creationTimestamp": created,
+        "labels": {"batch.kubernetes.io/job-name": f"{APP}-{role}", "batch.kubernetes.io/job-completion-index": str(index)},
     }
     if deleting:
         metadata["deletionTimestamp"] = "2026-11-22T10:05:01Z"
@@ -117,3 +123,64 @@ def test_a_replaced_pod_counts_as_a_restart_and_the_newest_pod_is_the_replica() 
     ])
     assert view.state is State.RUNNING and view.restarts == 1
     assert view.replicas[0].state is State.RUNNING
+
+
+def test_a_stuck_job_names_a_missing_secret_and_a_kubelet_out_of_devices() -> None:
+    config = read_app(APP, [job()], [pod(0, "Pending", waiting="CreateContainerConfigError"), pod(1, "Pending")])
+    assert config.state is State.PENDING
+    assert 'replica train/0' in config.message and 'CreateContainerConfigError: secret "creds" not found' in config.message
+    assert end_due(config, now=1e10) is None  # not an image: no timeout ends it
+
+    out = read_app(APP, [job(ready=1)], [pod(0, "Failed", status_reason="OutOfnvidia.com/gpu"), pod(1, "Running")])
+    assert "replica train/0" in out.message and "OutOfnvidia.com/gpu: Node didn't have enough resource" in out.message
+
+
+def test_an_image_that_never_pulls_ends_the_app_after_its_timeout_even_a_zero_one() -> None:
+    created = "2026-11-22T10:00:01Z"
+    stuck_at = 1795341601.0  # created, as a POSIX time
+    jobs = [job(annotations={"torchx-ext/image-pull-timeout": "0"})]
+    view = read_app(APP, jobs, [pod(0, "Pending", waiting="ErrImagePull", created=created), pod(1, "Running")])
+    assert view.pull_stuck_since == stuck_at
+
+    assert end_due(view, now=stuck_at) is None
+    end = end_due(view, now=stuck_at + 0.5)
+    assert end is not None and end.state is State.FAILED and end.replica == "train/0"
+    assert "did not pull within 0 s" in end.message
+
+    # Once ended (the annotation on the suspended Job, its pods deleted): the stuck replica is the
+    # failed one, the other was stopped.
+    ended = read_app(APP, [job(suspend=True, annotations={"torchx-ext/end": end.to_annotation()})], [])
+    assert ended.state is State.FAILED and "did not pull within 0 s" in ended.message
+    assert [replica.state for replica in ended.replicas] == [State.FAILED, State.CANCELLED]
+    assert ended.failing is not None and ended.failing.key == "train/0"
+    assert end_due(ended, now=stuck_at + 100) is None
+
+
+def test_a_failed_role_ends_the_roles_still_running_and_keeps_its_failing_replica() -> None:
+    jobs = [job([("Failed", "PodFailurePolicy")], role="trainer"), job(ready=2, role="reader")]
+    pods = [pod(0, "Failed", exit_code=3, role="trainer"), pod(1, "Failed", exit_code=143, deleting=True, role="trainer",
+                                                                  finished="2026-11-22T10:05:03Z"),
+            pod(0, "Running", role="reader"), pod(1, "Running", role="reader")]
+    view = read_app(APP, jobs, pods)
+    assert view.state is State.FAILED and "replica trainer/0" in view.message
+    assert [role.ended for role in view.roles] == [True, False]
+
+    end = end_due(view, now=2e9)
+    assert end is not None and end.state is State.FAILED and end.replica == "trainer/0"
+    assert "exited with code 3" in end.message
+
+    # The reader's pods stopped by that end exit 143; the app stays FAILED for trainer/0's reason.
+    ended_jobs = [job([("Failed", "PodFailurePolicy")], role="trainer", annotations={"torchx-ext/end": end.to_annotation()}),
+                  job(suspend=True, role="reader", annotations={"torchx-ext/end": end.to_annotation()})]
+    stopped = [pod(index, "Failed", exit_code=143, role="reader", finished="2026-11-22T10:05:09Z") for index in (0, 1)]
+    ended = read_app(APP, ended_jobs, pods[:2] + stopped)
+    assert ended.state is State.FAILED and ended.message == end.message
+    assert {replica.key: replica.state for replica in ended.replicas} == {
+        "trainer/0": State.FAILED, "trainer/1": State.CANCELLED, "reader/0": State.CANCELLED, "reader/1": State.CANCELLED}
+    assert ended.failing is not None and ended.failing.exit_code == 3
+    assert end_due(ended, now=2e9) is None
+
+
+def test_a_failed_single_role_app_needs_no_end_from_us() -> None:
+    view = read_app(APP, [job([("Failed", "BackoffLimitExceeded")])], [pod(0, "Failed", exit_code=1), pod(1, "Succeeded", exit_code=0)])
+    assert view.state is State.FAILED and end_due(view, now=2e9) is None

@@ -24,7 +24,7 @@ from torchx_ext.schedulers.common.states import State, app_state
 from torchx_ext.schedulers.kubernetes import names
 from torchx_ext.schedulers.kubernetes.client import Cluster, connect
 from torchx_ext.schedulers.kubernetes.manifests import AppManifests, KubernetesOptions, build_manifests
-from torchx_ext.schedulers.kubernetes.tracking import PULL_FAILURES, AppView, JobEnd, read_app
+from torchx_ext.schedulers.kubernetes.tracking import AppView, JobEnd, end_due, read_app
 
 SCHEDULER = "kubernetes"
 
@@ -99,18 +99,16 @@ class KubernetesScheduler(Scheduler[KubernetesOpts]):
         return f"{manifests.namespace}:{manifests.app_id}"
 
     def describe(self, app_id: str) -> Optional[DescribeAppResponse]:
-        """The app as its Jobs and pods are now (two list requests); an app whose image has not
-        pulled for ``image_pull_timeout`` seconds is stopped here, FAILED, by whoever looks."""
+        """The app as its Jobs and pods are now (two list requests). Whoever looks ends an app
+        that needs it (``tracking.end_due``): an image that has not pulled for
+        ``image_pull_timeout`` seconds, a failed role whose app still runs other roles."""
         namespace, name = self._split(app_id)
         view = self._view(namespace, name)
         if view.state is None:
             return None
-        if view.pull_stuck_since is not None and time.time() - view.pull_stuck_since > (view.pull_timeout_s or 300):
-            stuck = next(replica for replica in view.replicas if replica.reason.split(":")[0] in PULL_FAILURES)
-            self._end(namespace, view, JobEnd(State.FAILED, time.time(), (
-                f"replica {stuck.key} (pod {stuck.pod}): its image did not pull within {view.pull_timeout_s} s "
-                f"({stuck.reason}); the job was stopped: check the image name, the registry and "
-                "-cfg image_pull_secrets")))
+        end = end_due(view, time.time())
+        if end is not None:
+            self._end(namespace, view, end)
             view = self._view(namespace, name)
         return _response(app_id, view)
 
@@ -222,8 +220,10 @@ class KubernetesScheduler(Scheduler[KubernetesOpts]):
     def _end(self, namespace: str, view: AppView, end: JobEnd) -> None:
         # Suspending a Job makes its controller stop the pods and start no others; the
         # annotation makes the end ours whatever the stopped pods exit with.
-        patch = {"metadata": {"annotations": {names.ANNOTATION_END: end.to_annotation()}}, "spec": {"suspend": True}}
+        annotation = {"metadata": {"annotations": {names.ANNOTATION_END: end.to_annotation()}}}
         for role in view.roles:
+            # A finished Job has no pods to stop: it only records the end.
+            patch = annotation if role.ended else {**annotation, "spec": {"suspend": True}}
             self.cluster.patch_job(role.job, namespace, patch)
 
 

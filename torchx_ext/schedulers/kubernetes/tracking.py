@@ -33,15 +33,21 @@ class JobEnd:
     state: State
     at: float
     message: str
+    replica: str = ""
+    """The replica (``role/index``) whose failure ended the app, if one did."""
 
     def to_annotation(self) -> str:
-        return json.dumps({"state": self.state.value, "at": self.at, "message": self.message})
+        data = {"state": self.state.value, "at": self.at, "message": self.message}
+        if self.replica:
+            data["replica"] = self.replica
+        return json.dumps(data)
 
     @staticmethod
     def from_annotations(annotations: Mapping[str, str]) -> "JobEnd | None":
         try:
             data = json.loads(annotations[names.ANNOTATION_END])
-            return JobEnd(State(data["state"]), float(data["at"]), str(data.get("message", "")))
+            return JobEnd(State(data["state"]), float(data["at"]), str(data.get("message", "")),
+                          str(data.get("replica", "")))
         except (KeyError, ValueError, TypeError):
             return None
 
@@ -81,6 +87,8 @@ class RoleView:
     image: str
     replicas: int
     min_replicas: int
+    ended: bool = False
+    """The Job has finished (a Complete or Failed condition): its controller stopped its pods."""
 
 
 @dataclass(frozen=True)
@@ -107,6 +115,7 @@ def read_app(app_id: str, jobs: list[dict[str, Any]], pods: list[dict[str, Any]]
         return AppView(app_id, None, "", (), ())
     jobs = sorted(jobs, key=lambda job: job["metadata"].get("creationTimestamp") or "")
     end = next((found for job in jobs if (found := JobEnd.from_annotations(_annotations(job)))), None)
+    job_states = [(_job_state(job), job) for job in jobs]
     roles = tuple(_role(job) for job in jobs)
     by_job = {role.job: role for role in roles}
     newest: dict[tuple[str, int], dict[str, Any]] = {}
@@ -121,12 +130,11 @@ def read_app(app_id: str, jobs: list[dict[str, Any]], pods: list[dict[str, Any]]
         counts[key] = counts.get(key, 0) + 1
         if key not in newest or _created(pod) >= _created(newest[key]):
             newest[key] = pod
-    job_states = [(_job_state(job), job) for job in jobs]
     replicas = []
     for role in roles:
         for index in range(role.replicas):
             replicas.append(_replica(role, index, newest.get((role.name, index)), counts.get((role.name, index), 0)))
-    failing = _failing(replicas) if end is None else None
+    failing = _failing(replicas, end)
     replicas = [_stopped_by_end(replica, failing, end) for replica in replicas]
     if failing is not None:
         failing = next(replica for replica in replicas if replica.key == failing.key)
@@ -137,6 +145,23 @@ def read_app(app_id: str, jobs: list[dict[str, Any]], pods: list[dict[str, Any]]
                     .isdigit()), None)
     return AppView(app_id, state, message, roles, tuple(replicas), failing, end,
                    stuck_since if state in (State.PENDING, State.RUNNING) else None, timeout)
+
+
+def end_due(view: AppView, now: float) -> JobEnd | None:
+    """The end an app needs from us now, if any: an image that has not pulled within the
+    timeout, or a failed app whose other roles' Jobs still run (their controllers only stop
+    their own Job's pods)."""
+    if view.state is None or view.end is not None:
+        return None
+    timeout = 300 if view.pull_timeout_s is None else view.pull_timeout_s
+    if view.pull_stuck_since is not None and now - view.pull_stuck_since > timeout:
+        stuck = next(replica for replica in view.replicas if replica.reason.split(":")[0] in PULL_FAILURES)
+        return JobEnd(State.FAILED, now, (
+            f"replica {stuck.key} (pod {stuck.pod}): its image did not pull within {timeout} s ({stuck.reason}); "
+            "the job was stopped: check the image name, the registry and -cfg image_pull_secrets"), stuck.key)
+    if view.state is State.FAILED and any(not role.ended for role in view.roles):
+        return JobEnd(State.FAILED, now, view.message, view.failing.key if view.failing else "")
+    return None
 
 
 def parse_report(text: str) -> ErrorReport | None:
@@ -179,6 +204,7 @@ def _role(job: dict[str, Any]) -> RoleView:
         image=str(containers[0].get("image", "")),
         replicas=replicas,
         min_replicas=int(min_text) if min_text.isdigit() else replicas,
+        ended=bool(_condition(job, "Failed") or _condition(job, "Complete")),
     )
 
 
@@ -255,7 +281,15 @@ def _stuck_reason(pod: dict[str, Any]) -> str:
     return ""
 
 
-def _failing(replicas: list[ReplicaView]) -> ReplicaView | None:
+def _failing(replicas: list[ReplicaView], end: JobEnd | None) -> ReplicaView | None:
+    if end is not None and end.state is State.CANCELLED:
+        return None
+    if end is not None and end.replica:
+        # Ended by us for this replica (an image that never pulled, a failure in another role):
+        # its pod may be gone since, so it is the one whatever its state now.
+        named = next((replica for replica in replicas if replica.key == end.replica), None)
+        if named is not None:
+            return named if named.state is State.FAILED else dataclasses.replace(named, state=State.FAILED)
     failed = [replica for replica in replicas if replica.state is State.FAILED]
     return min(failed, key=lambda replica: (replica.finished_at or float("inf"), replica.key), default=None)
 
@@ -264,7 +298,9 @@ def _stopped_by_end(replica: ReplicaView, failing: ReplicaView | None, end: JobE
     # Pods stopped because the job was ending (a peer failed, or a cancel) did not fail themselves.
     if replica.state is State.SUCCEEDED:
         return replica
-    if end is not None and end.state is State.CANCELLED:
+    if failing is not None and replica.key == failing.key:
+        return failing
+    if end is not None:
         return dataclasses.replace(replica, state=State.CANCELLED)
     if failing is not None and replica.key != failing.key and replica.state in (State.FAILED, State.CANCELLED):
         if replica.finished_at is None or failing.finished_at is None or replica.finished_at >= failing.finished_at:
