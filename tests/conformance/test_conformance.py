@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import time
 from collections import Counter
+from pathlib import Path
 
-import pytest
 from torchx.runner import Runner
 from torchx.specs import AppDef, AppState, parse_app_handle
 
 from tests.conformance.conftest import JOBS, SchedulerUnderTest
-from tests.conformance.jobs_api import wait, wait_for_line
+from tests.conformance.jobs_api import TORCHX, wait, wait_for_line
 from torchx_ext.components.dist import ddp
 
 LINES_PER_RANK = 100_000
+TRAIN = Path(__file__).parents[2] / "examples" / "train.py"
 
 
 def submit(runner: Runner, scheduler: SchedulerUnderTest, app: AppDef) -> str:
@@ -44,6 +46,25 @@ def test_2x2_job_succeeds_and_its_logs_hold_every_line_once(runner: Runner, sche
         assert sorted(lines) == list(range(LINES_PER_RANK)), f"rank {rank}: {len(lines)} distinct lines"
     duplicated = {key: count for key, count in seen.items() if count > 1}
     assert not duplicated, f"{len(duplicated)} lines appear more than once, e.g. {next(iter(duplicated))}"
+
+
+def test_2x2_gloo_training_through_the_torchx_cli_succeeds(runner: Runner, scheduler: SchedulerUnderTest) -> None:
+    # As a user types it: ranks on two replicas meet at replica 0's host (a process's own
+    # host, a container's or a pod's DNS name) and all-reduce with gloo.
+    cfg = ",".join(f"{key}={value}" for key, value in scheduler.cfg.items())
+    options = [f"--{key}={','.join(value) if isinstance(value, list) else value}"
+               for key, value in scheduler.component_args.items()]
+    # No workspace: local_docker would build the checkout (and its environments) into an image.
+    command = [*TORCHX, "run", "-s", scheduler.name, "-cfg", cfg, "--workspace", "", "--wait",
+               "dist.ddp", "-j", "2x2", *options, "--script", str(TRAIN), "--", "--steps", "5"]
+    ran = subprocess.run(command, capture_output=True, text=True, timeout=180)
+
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    handle = next(line for line in ran.stdout.splitlines() if line.startswith(f"{scheduler.name}://"))
+    status = runner.status(handle)
+    assert status is not None and status.state == AppState.SUCCEEDED
+    lines = [line for line in runner.log_lines(handle, "train", 0) if "train.py: 4 ranks finished 5 steps" in line]
+    assert len(lines) == 1 and "all-reduce of ranks 1..4 = 10 (expected 10), weights in sync" in lines[0], lines
 
 
 def test_a_rank_that_exits_7_fails_the_job_within_30_s_naming_replica_and_code(
@@ -103,15 +124,15 @@ def test_list_shows_submitted_jobs(runner: Runner, scheduler: SchedulerUnderTest
     assert {app_id(handle): AppState.SUCCEEDED for handle in handles}.items() <= listed.items()
 
 
-@pytest.mark.parametrize(
-    "value",
-    ["plain", "two words", "it's \"quoted\"", "$HOME ${app_id} $$ `id`", "line one\nline two", "--flag=value", ""],
-)
-def test_arguments_and_env_values_reach_the_worker_exactly(
-    runner: Runner, scheduler: SchedulerUnderTest, value: str
-) -> None:
-    app = ddp(value, "--", value, script=str(JOBS / "echo.py"), j="1x1", env={"ECHO_VALUE": value},
-              **scheduler.component_args)
+VALUES = ["plain", "two words", "it's \"quoted\"", "$HOME ${app_id} $$ `id`", "line one\nline two", "--flag=value", ""]
+
+
+def test_arguments_and_env_values_reach_the_worker_exactly(runner: Runner, scheduler: SchedulerUnderTest) -> None:
+    # One job for every awkward value: each one an argument (before and after a "--") and an
+    # environment value of its own.
+    argv = [*VALUES, "--", *VALUES]
+    env = {f"ECHO_VALUE_{position}": value for position, value in enumerate(VALUES)}
+    app = ddp(*argv, script=str(JOBS / "echo.py"), j="1x1", env=env, **scheduler.component_args)
     handle = submit(runner, scheduler, app)
     assert wait(runner, handle) == AppState.SUCCEEDED
 
@@ -119,4 +140,4 @@ def test_arguments_and_env_values_reach_the_worker_exactly(
 
     assert len(lines) == 1, lines
     echoed = json.loads(lines[0].split("ECHO ", 1)[1])
-    assert echoed == {"argv": [value, "--", value], "env": {"ECHO_VALUE": value}}
+    assert echoed == {"argv": argv, "env": env}

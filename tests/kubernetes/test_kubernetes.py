@@ -18,7 +18,7 @@ from torchx.runner import Runner, get_runner
 from torchx.schedulers import get_scheduler_factories
 from torchx.specs import AppState
 
-from tests.conformance.jobs_api import wait
+from tests.conformance.jobs_api import wait, wait_for_line
 from tests.fixtures.docker_engine import TestImage
 from tests.kubernetes.apiserver import TestCluster
 from torchx_ext.components.dist import ddp
@@ -314,3 +314,43 @@ def test_an_elastic_role_runs_on_while_min_replicas_remain_and_index_0_decides_s
     handle = runner.run(app, "kubernetes", cfg={"namespace": kube_namespace})
 
     assert wait(runner, handle, timeout_s=60) == AppState.SUCCEEDED
+
+
+def _kueue_keeps_admitted(api: Any, namespace: str, seconds: float) -> None:
+    """What Kueue's reconciler does for an admitted workload: a Job of it found suspended is
+    un-suspended again (for ``seconds``)."""
+    batch = kube.BatchV1Api(api)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for job in batch.list_namespaced_job(namespace, label_selector="kueue.x-k8s.io/queue-name").items:
+            finished = any(c.type in ("Failed", "Complete") and c.status == "True" for c in job.status.conditions or [])
+            if job.spec.suspend and not finished:
+                batch.patch_namespaced_job(job.metadata.name, namespace, {"spec": {"suspend": False}})
+        time.sleep(0.2)
+
+
+@pytest.mark.parametrize("admitted_before_cancel", [True, False])
+def test_a_cancelled_queued_job_stays_stopped_when_kueue_admits_it(
+    runner: Runner, kube_namespace: str, test_image: TestImage, api: Any, docker_client: Any,
+    admitted_before_cancel: bool
+) -> None:
+    app = ddp(script=str(JOBS / "sleeper.py"), j="1x1", cpu=1, image=test_image.name)
+    handle = runner.run(app, "kubernetes", cfg={"namespace": kube_namespace, "queue": "team-a", "cancel_grace": 2})
+    if admitted_before_cancel:
+        _kueue_keeps_admitted(api, kube_namespace, seconds=0.5)
+        wait_for_line(runner, handle, "sleeper", 0, r"running rank 0")
+
+    runner.cancel(handle)
+    _kueue_keeps_admitted(api, kube_namespace, seconds=6)
+
+    status = runner.status(handle)
+    assert status is not None and status.state == AppState.CANCELLED
+    namespace, name = ours(handle)
+    deadline = time.monotonic() + 20
+    while objects(api, kube_namespace)["pods"] and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert objects(api, kube_namespace)["pods"] == []
+    assert not [container for container in docker_client.containers.list(filters={"label": "torchx-ext-test.kube/pod"})
+                if container.labels["torchx-ext-test.kube/pod"].startswith(f"{namespace}/{name}-")]
+    runner_status = runner.status(handle)
+    assert runner_status is not None and runner_status.state == AppState.CANCELLED

@@ -2,9 +2,10 @@
 
 App ids are ``{namespace}:{name}``, as torchx's builtin writes them. Every command reads the
 API (two label-selected lists for ``describe``, whatever the job's size), so any process can
-track any job. ``cancel`` records the cancel on the Jobs and suspends them: the Job
-controller stops their pods (whose logs go with them, unless the cluster ships logs
-elsewhere), and the Jobs stay, CANCELLED, until ``delete`` removes them and their Service.
+track any job. ``cancel`` records the cancel on the Jobs and stops them (suspended, or past an
+active deadline when Kueue admits them): the Job controller stops their pods (whose logs go
+with them, unless the cluster ships logs elsewhere), and the Jobs stay, CANCELLED, until
+``delete`` removes them and their Service.
 """
 
 from __future__ import annotations
@@ -218,12 +219,20 @@ class KubernetesScheduler(Scheduler[KubernetesOpts]):
         return read_app(name, jobs, pods)
 
     def _end(self, namespace: str, view: AppView, end: JobEnd) -> None:
-        # Suspending a Job makes its controller stop the pods and start no others; the
-        # annotation makes the end ours whatever the stopped pods exit with.
-        annotation = {"metadata": {"annotations": {names.ANNOTATION_END: end.to_annotation()}}}
+        # The annotation makes the end ours whatever the stopped pods exit with. Suspending a
+        # Job makes its controller stop the pods and start no others; but Kueue un-suspends a
+        # Job it has admitted, so a queued Job is given an active deadline it is already past
+        # instead: its controller fails it and stops its pods, and Kueue never restarts a
+        # failed Job (one still waiting for admission fails a second after it is admitted).
+        annotation: dict[str, Any] = {"metadata": {"annotations": {names.ANNOTATION_END: end.to_annotation()}}}
         for role in view.roles:
-            # A finished Job has no pods to stop: it only records the end.
-            patch = annotation if role.ended else {**annotation, "spec": {"suspend": True}}
+            patch: dict[str, Any]
+            if role.ended:  # no pods left to stop
+                patch = annotation
+            elif role.queue:
+                patch = {**annotation, "spec": {"activeDeadlineSeconds": 1}}
+            else:
+                patch = {**annotation, "spec": {"suspend": True}}
             self.cluster.patch_job(role.job, namespace, patch)
 
 

@@ -89,6 +89,8 @@ class RoleView:
     min_replicas: int
     ended: bool = False
     """The Job has finished (a Complete or Failed condition): its controller stopped its pods."""
+    queue: str = ""
+    """The Kueue LocalQueue that admits the Job, if any."""
 
 
 @dataclass(frozen=True)
@@ -205,6 +207,7 @@ def _role(job: dict[str, Any]) -> RoleView:
         replicas=replicas,
         min_replicas=int(min_text) if min_text.isdigit() else replicas,
         ended=bool(_condition(job, "Failed") or _condition(job, "Complete")),
+        queue=(job["metadata"].get("labels") or {}).get(names.LABEL_KUEUE_QUEUE, ""),
     )
 
 
