@@ -175,12 +175,26 @@ def test_patch_content_types(apis: tuple[Any, Any], test_image: TestImage, kube_
 
 def test_indexed_job_runs_to_complete(apis: tuple[Any, Any], test_image: TestImage, kube_namespace: str) -> None:
     core, batch = apis
-    core.create_namespaced_service(kube_namespace, {"metadata": {"name": "app"}, "spec": {"clusterIP": "None"}})
-    # Each pod resolves its own name under the Service: a peer's may be gone once it has exited.
-    code = ("import os, socket; index = os.environ['JOB_COMPLETION_INDEX']; print(index, socket.gethostname(), "
-            f"socket.gethostbyname(f'app-{{index}}.app.{kube_namespace}.svc.cluster.local') != '')")
-    job = batch.create_namespaced_job(kube_namespace, python_job("app", test_image, code, completions=2,
-                                                                 pod={"subdomain": "app"}))
+    headless = {"clusterIP": "None", "publishNotReadyAddresses": True}
+    core.create_namespaced_service(kube_namespace, {"metadata": {"name": "app"},
+                                                    "spec": {**headless, "selector": {"job-name": "app"}}})
+    core.create_namespaced_service(kube_namespace, {"metadata": {"name": "other"},
+                                                    "spec": {**headless, "selector": {"job-name": "nobody"}}})
+    # Each pod resolves its own name under the Service (a peer's may be gone once it has exited);
+    # a pod under a headless Service that does not select it has no such name.
+    code = ("import os, socket\n"
+            "def resolves(name):\n"
+            "    try:\n        return socket.gethostbyname(name) != ''\n"
+            "    except OSError:\n        return False\n"
+            "index, subdomain = os.environ['JOB_COMPLETION_INDEX'], os.environ['SUBDOMAIN']\n"
+            "print(index, socket.gethostname(), "
+            f"resolves(f'{{socket.gethostname()}}.{{subdomain}}.{kube_namespace}.svc.cluster.local'))")
+    lost = python_job("lost", test_image, code, pod={"subdomain": "other"})
+    lost["spec"]["template"]["spec"]["containers"][0]["env"] = [{"name": "SUBDOMAIN", "value": "other"}]
+    batch.create_namespaced_job(kube_namespace, lost)
+    app = python_job("app", test_image, code, completions=2, pod={"subdomain": "app"})
+    app["spec"]["template"]["spec"]["containers"][0]["env"] = [{"name": "SUBDOMAIN", "value": "app"}]
+    job = batch.create_namespaced_job(kube_namespace, app)
     done = finished(batch, kube_namespace, "app")
     assert done.status.succeeded == 2 and done.status.completed_indexes == "0-1" and done.status.completion_time
     assert condition(done, "SuccessCriteriaMet").reason == "CompletionsReached"
@@ -194,6 +208,10 @@ def test_indexed_job_runs_to_complete(apis: tuple[Any, Any], test_image: TestIma
         assert pod.status.container_statuses[0].state.terminated.reason == "Completed"
         logs = core.read_namespaced_pod_log(pod.metadata.name, kube_namespace, _preload_content=False).data
         assert logs == f"{index} app-{index} True\n".encode()
+    finished(batch, kube_namespace, "lost")
+    lost_pod = core.list_namespaced_pod(kube_namespace, label_selector="job-name=lost").items[0]
+    assert core.read_namespaced_pod_log(lost_pod.metadata.name, kube_namespace, _preload_content=False).data == \
+        b"0 lost-0 False\n"
 
 
 def test_backoff_limit_per_index(apis: tuple[Any, Any], test_image: TestImage, kube_namespace: str) -> None:

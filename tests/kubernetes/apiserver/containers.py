@@ -79,12 +79,21 @@ def expand(text: str, env: dict[str, str]) -> str:
     return "".join(out)
 
 
-def aliases(pod: Obj, service_names: set[str]) -> list[str]:
+def aliases(pod: Obj, services: dict[str, Obj]) -> list[str]:
+    """The pod's DNS names: its hostname, and under its subdomain when a headless Service of
+    that name selects it (the cluster DNS answers from that Service's endpoints; the pod is
+    not ready when its container starts, so only a Service publishing not-ready addresses counts)."""
     spec, namespace = pod["spec"], pod["metadata"].get("namespace", "default")
     hostname = spec.get("hostname") or pod["metadata"]["name"]
     names = [hostname]
     subdomain = spec.get("subdomain")
-    if subdomain and subdomain in service_names:
+    service = services.get(subdomain or "")
+    service_spec = (service or {}).get("spec") or {}
+    selector = service_spec.get("selector") or {}
+    labels = pod["metadata"].get("labels") or {}
+    if (service is not None and service_spec.get("clusterIP") == "None" and selector
+            and service_spec.get("publishNotReadyAddresses")
+            and all(labels.get(key) == value for key, value in selector.items())):
         names += [f"{hostname}.{subdomain}", f"{hostname}.{subdomain}.{namespace}",
                   f"{hostname}.{subdomain}.{namespace}.svc", f"{hostname}.{subdomain}.{namespace}.svc.cluster.local"]
     return names

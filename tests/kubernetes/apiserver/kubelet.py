@@ -267,7 +267,7 @@ class Kubelet:
         cpus = self.node.cpus_of(uid)
         try:
             network = self._network(namespace)
-            services = {s["metadata"]["name"] for s in self._store.list(SERVICES, namespace)[0]}
+            services = {s["metadata"]["name"]: s for s in self._store.list(SERVICES, namespace)[0]}
             first: str | None = None
             for container in spec["containers"]:
                 args, message_file = host_config_args(pod, container, runtime.directory, cpus,
