@@ -57,7 +57,7 @@ def test_2x2_gloo_training_through_the_torchx_cli_succeeds(runner: Runner, sched
     # No workspace: local_docker would build the checkout (and its environments) into an image.
     command = [*TORCHX, "run", "-s", scheduler.name, "-cfg", cfg, "--workspace", "", "--wait",
                "dist.ddp", "-j", "2x2", *options, "--script", str(TRAIN), "--", "--steps", "5"]
-    ran = subprocess.run(command, capture_output=True, text=True, timeout=180)
+    ran = subprocess.run(command, capture_output=True, text=True, timeout=300)
 
     assert ran.returncode == 0, ran.stdout + ran.stderr
     handle = next(line for line in ran.stdout.splitlines() if line.startswith(f"{scheduler.name}://"))

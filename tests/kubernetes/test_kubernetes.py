@@ -352,5 +352,9 @@ def test_a_cancelled_queued_job_stays_stopped_when_kueue_admits_it(
     assert objects(api, kube_namespace)["pods"] == []
     assert not [container for container in docker_client.containers.list(filters={"label": "torchx-ext-test.kube/pod"})
                 if container.labels["torchx-ext-test.kube/pod"].startswith(f"{namespace}/{name}-")]
+    # Stopped by its deadline once running (Kueue's un-suspending did happen, and did not matter).
+    job = kube.BatchV1Api(api).list_namespaced_job(kube_namespace).items[0]
+    failed = [c for c in job.status.conditions or [] if c.type == "Failed" and c.status == "True"]
+    assert [c.reason for c in failed] == ["DeadlineExceeded"], job.status
     runner_status = runner.status(handle)
     assert runner_status is not None and runner_status.state == AppState.CANCELLED

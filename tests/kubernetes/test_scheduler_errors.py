@@ -31,8 +31,9 @@ def closed_port() -> int:
 
 
 def torchx(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([TORCHX, *args], env={**os.environ, **env}, cwd=cwd, capture_output=True, text=True,
-                          timeout=120)
+    # Warnings of the libraries (urllib3, the client) are not what a user's error looks like.
+    return subprocess.run([TORCHX, *args], env={**os.environ, "PYTHONWARNINGS": "ignore", **env}, cwd=cwd,
+                          capture_output=True, text=True, timeout=120)
 
 
 def test_an_unreachable_api_server_is_one_line_naming_it(tmp_path: Path) -> None:

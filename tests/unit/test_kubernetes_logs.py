@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from torchx_ext.schedulers.kubernetes.client import lines_of
@@ -40,6 +40,7 @@ def split(body: bytes, cuts: list[int]) -> list[bytes]:
 LINE = st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="\n\r"), max_size=30)
 
 
+@settings(deadline=None)  # timing is not what this checks (CI machines are busy)
 @given(lines=st.lists(LINE, min_size=1, max_size=20), cuts=st.lists(st.integers(0, 2000), max_size=30),
        empties=st.booleans())
 def test_every_line_comes_back_whole_with_its_time_and_newline(lines: list[str], cuts: list[int], empties: bool) -> None:
@@ -65,5 +66,6 @@ def test_a_last_line_without_newline_keeps_one_and_until_ends_a_followed_stream(
 
 def test_a_line_that_is_not_timestamped_is_kept_whole() -> None:
     body = b"2026-11-24T10:00:00Z one\nunable to retrieve container logs\n"
-    assert [text for _, text in timed_lines(lines_of(ChunkedBody([body])))] == [
-        "one\n", "unable to retrieve container logs\n"]
+    timed = list(timed_lines(lines_of(ChunkedBody([body]))))
+    assert [text for _, text in timed] == ["one\n", "unable to retrieve container logs\n"]
+    assert timed[1][0] == timed[0][0]  # the previous line's time: since/until treat it alike

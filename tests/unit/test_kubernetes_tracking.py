@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from torchx_ext.schedulers.common.states import State
 from torchx_ext.schedulers.kubernetes.tracking import JobEnd, end_due, parse_report, read_app
 
@@ -181,6 +183,23 @@ def test_a_failed_role_ends_the_roles_still_running_and_keeps_its_failing_replic
     assert end_due(ended, now=2e9) is None
 
 
-def test_a_failed_single_role_app_needs_no_end_from_us() -> None:
-    view = read_app(APP, [job([("Failed", "BackoffLimitExceeded")])], [pod(0, "Failed", exit_code=1), pod(1, "Succeeded", exit_code=0)])
+@pytest.mark.parametrize("condition", ["FailureTarget", "Failed"])
+def test_a_failed_single_role_app_needs_no_end_from_us(condition: str) -> None:
+    # FailureTarget: the Job controller is stopping the other pods already.
+    pods = [pod(0, "Failed", exit_code=1), pod(1, "Running" if condition == "FailureTarget" else "Succeeded")]
+    view = read_app(APP, [job([(condition, "BackoffLimitExceeded")])], pods)
     assert view.state is State.FAILED and end_due(view, now=2e9) is None
+
+
+def test_an_end_that_reached_only_some_jobs_is_due_again_and_the_earliest_end_wins() -> None:
+    cancel = JobEnd(State.CANCELLED, 100.0, "cancelled by request")
+    later = JobEnd(State.FAILED, 200.0, "replica b/0 failed", "b/0")
+    jobs = [job(ready=2, role="a", annotations={"torchx-ext/end": later.to_annotation()}, suspend=True),
+            job(ready=2, role="b"), job(ready=2, role="c", annotations={"torchx-ext/end": cancel.to_annotation()})]
+    view = read_app(APP, jobs, [pod(0, "Running", role="b"), pod(1, "Running", role="b")])
+
+    assert view.state is State.CANCELLED and view.end == cancel
+    assert end_due(view, now=300.0) == cancel  # role b was never stopped
+
+    jobs[1] = job(role="b", annotations={"torchx-ext/end": cancel.to_annotation()}, suspend=True)
+    assert end_due(read_app(APP, jobs, []), now=300.0) is None

@@ -24,11 +24,13 @@ def since_seconds(query: LogQuery) -> int | None:
 def timed_lines(lines: Iterable[bytes], until: float | None = None) -> Iterator[tuple[float, str]]:
     """(time, line) for each ``TIMESTAMP line`` of the stream; stops at the first line after
     ``until`` (a followed log would otherwise never end)."""
+    previous = 0.0
     for raw in lines:
         stamp, separator, payload = raw.partition(b" ")
         moment = _time(stamp) if separator else None
-        if moment is None:  # not a timestamped line: keep it whole, with the previous time
-            moment, payload = 0.0, raw
+        if moment is None:  # not a timestamped line: keep it whole, with the previous line's time
+            moment, payload = previous, raw
+        previous = moment
         if until is not None and moment > until:
             return
         text = payload.decode(errors="replace")

@@ -183,9 +183,13 @@ class KubernetesScheduler(Scheduler[KubernetesOpts]):
     def _cancel_existing(self, app_id: str) -> None:
         namespace, name = self._split(app_id)
         view = self._view(namespace, name)
-        if view.state is None or view.state.terminal:
+        if view.state is None:
             return
-        self._end(namespace, view, JobEnd(State.CANCELLED, time.time(), "cancelled by request"))
+        # An app that ended already keeps its end (finished where it was not yet).
+        end = end_due(view, time.time()) if view.state.terminal else JobEnd(State.CANCELLED, time.time(),
+                                                                             "cancelled by request")
+        if end is not None:
+            self._end(namespace, view, end)
 
     def delete(self, app_id: str) -> None:
         """Removes the app's Jobs (their pods with them, never orphaned) and its Service

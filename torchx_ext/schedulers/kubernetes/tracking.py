@@ -88,7 +88,10 @@ class RoleView:
     replicas: int
     min_replicas: int
     ended: bool = False
-    """The Job has finished (a Complete or Failed condition): its controller stopped its pods."""
+    """The Job has finished or is finishing (Complete/SuccessCriteriaMet, Failed/FailureTarget):
+    its controller stops its pods."""
+    marked: bool = False
+    """The Job carries our end (written with what stops it, in one patch)."""
     queue: str = ""
     """The Kueue LocalQueue that admits the Job, if any."""
 
@@ -116,7 +119,10 @@ def read_app(app_id: str, jobs: list[dict[str, Any]], pods: list[dict[str, Any]]
     if not jobs:
         return AppView(app_id, None, "", (), ())
     jobs = sorted(jobs, key=lambda job: job["metadata"].get("creationTimestamp") or "")
-    end = next((found for job in jobs if (found := JobEnd.from_annotations(_annotations(job)))), None)
+    # Two ends written at once (a cancel, a describe ending a failure) may each reach some Jobs:
+    # the earlier one is the app's, on every reader.
+    end = min((found for job in jobs if (found := JobEnd.from_annotations(_annotations(job)))),
+              key=lambda found: found.at, default=None)
     job_states = [(_job_state(job), job) for job in jobs]
     roles = tuple(_role(job) for job in jobs)
     by_job = {role.job: role for role in roles}
@@ -153,8 +159,11 @@ def end_due(view: AppView, now: float) -> JobEnd | None:
     """The end an app needs from us now, if any: an image that has not pulled within the
     timeout, or a failed app whose other roles' Jobs still run (their controllers only stop
     their own Job's pods)."""
-    if view.state is None or view.end is not None:
+    if view.state is None:
         return None
+    if view.end is not None:
+        # An end whose patches did not all land (the writer died, the API failed): again.
+        return view.end if any(not role.ended and not role.marked for role in view.roles) else None
     timeout = 300 if view.pull_timeout_s is None else view.pull_timeout_s
     if view.pull_stuck_since is not None and now - view.pull_stuck_since > timeout:
         stuck = next(replica for replica in view.replicas if replica.reason.split(":")[0] in PULL_FAILURES)
@@ -206,7 +215,8 @@ def _role(job: dict[str, Any]) -> RoleView:
         image=str(containers[0].get("image", "")),
         replicas=replicas,
         min_replicas=int(min_text) if min_text.isdigit() else replicas,
-        ended=bool(_condition(job, "Failed") or _condition(job, "Complete")),
+        ended=any(_condition(job, kind) for kind in ("Failed", "FailureTarget", "Complete", "SuccessCriteriaMet")),
+        marked=names.ANNOTATION_END in annotations,
         queue=(job["metadata"].get("labels") or {}).get(names.LABEL_KUEUE_QUEUE, ""),
     )
 
@@ -298,14 +308,15 @@ def _failing(replicas: list[ReplicaView], end: JobEnd | None) -> ReplicaView | N
 
 
 def _stopped_by_end(replica: ReplicaView, failing: ReplicaView | None, end: JobEnd | None) -> ReplicaView:
-    # Pods stopped because the job was ending (a peer failed, or a cancel) did not fail themselves.
+    # Pods stopped because the job was ending (a peer failed, a cancel, an end of ours) did not
+    # fail themselves.
     if replica.state is State.SUCCEEDED:
         return replica
     if failing is not None and replica.key == failing.key:
         return failing
     if end is not None:
         return dataclasses.replace(replica, state=State.CANCELLED)
-    if failing is not None and replica.key != failing.key and replica.state in (State.FAILED, State.CANCELLED):
+    if failing is not None and replica.state in (State.FAILED, State.CANCELLED):
         if replica.finished_at is None or failing.finished_at is None or replica.finished_at >= failing.finished_at:
             return dataclasses.replace(replica, state=State.CANCELLED)
     return replica
