@@ -76,7 +76,7 @@ def _docker_leftovers(client: Any) -> Callable[[str], list[str]]:
     return leftovers
 
 
-def _kube_leftovers(client: Any) -> Callable[[str], list[str]]:
+def kube_leftovers(client: Any) -> Callable[[str], list[str]]:
     def leftovers(app_id: str) -> list[str]:
         # The pods' containers still running on the test engine (the kubelet stand-in names each
         # by its pod, {namespace}/{job}-{index}-{suffix}, and the job by the app id).
@@ -130,7 +130,7 @@ def scheduler(
         before = {item.app_id for item in kube_scheduler.list()}
         # One CPU per replica: the fake's node is this 2-CPU machine, and pods request what they
         # ask for (two replicas asking for 2 CPUs each would not both fit, as on a real node).
-        yield SchedulerUnderTest("kubernetes", {"cancel_grace": 5}, _kube_leftovers(client),
+        yield SchedulerUnderTest("kubernetes", {"cancel_grace": 5}, kube_leftovers(client),
                                  component_args={"image": image.name, "cpu": 1})
         # Jobs stay until deleted: delete what this test made (their pods go with them).
         for app_id in {item.app_id for item in kube_scheduler.list()} - before:

@@ -16,8 +16,9 @@ from kubernetes import client as kube
 from kubernetes import config as kube_config
 from torchx.runner import Runner, get_runner
 from torchx.schedulers import get_scheduler_factories
-from torchx.specs import AppState
+from torchx.specs import AppDef, AppState, Resource, Role
 
+from tests.conformance.conftest import kube_leftovers
 from tests.conformance.jobs_api import wait, wait_for_line
 from tests.fixtures.docker_engine import TestImage
 from tests.kubernetes.apiserver import TestCluster
@@ -266,9 +267,7 @@ def test_log_follows_a_running_pod_to_its_end_with_regex_and_since(
     assert list(runner.log_lines(handle, "lines", 0, since=future)) == []
 
 
-def _python_role(name: str, code: str, image: str, replicas: int = 1, min_replicas: int | None = None) -> Any:
-    from torchx.specs import Resource, Role
-
+def _python_role(name: str, code: str, image: str, replicas: int = 1, min_replicas: int | None = None) -> Role:
     return Role(name=name, image=image, entrypoint=sys.executable, args=["-c", code], num_replicas=replicas,
                 min_replicas=min_replicas, resource=Resource(cpu=1, gpu=0, memMB=256))
 
@@ -276,8 +275,6 @@ def _python_role(name: str, code: str, image: str, replicas: int = 1, min_replic
 def test_a_failed_role_stops_the_apps_other_roles_and_names_the_failing_replica(
     runner: Runner, kube_namespace: str, test_image: TestImage, docker_client: Any
 ) -> None:
-    from torchx.specs import AppDef
-
     app = AppDef("two-roles", roles=[
         _python_role("trainer", "import time, sys; time.sleep(1); sys.exit(3)", test_image.name),
         _python_role("reader", "import time; time.sleep(300)", test_image.name),
@@ -291,22 +288,12 @@ def test_a_failed_role_stops_the_apps_other_roles_and_names_the_failing_replica(
     states = {(role.role, replica.id): replica.state for role in status.roles for replica in role.replicas}
     assert states == {("trainer", 0): AppState.FAILED, ("reader", 0): AppState.CANCELLED}
     # The reader's Job was stopped too: none of the app's containers runs on.
-    namespace, name = ours(handle)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and [
-        container for container in docker_client.containers.list(filters={"label": "torchx-ext-test.kube/pod"})
-        if container.labels["torchx-ext-test.kube/pod"].startswith(f"{namespace}/{name}-")
-    ]:
-        time.sleep(0.3)
-    assert not [container for container in docker_client.containers.list(filters={"label": "torchx-ext-test.kube/pod"})
-                if container.labels["torchx-ext-test.kube/pod"].startswith(f"{namespace}/{name}-")]
+    assert kube_leftovers(docker_client)(":".join(ours(handle))) == []
 
 
 def test_an_elastic_role_runs_on_while_min_replicas_remain_and_index_0_decides_success(
     runner: Runner, kube_namespace: str, test_image: TestImage
 ) -> None:
-    from torchx.specs import AppDef
-
     # -j 1:2: index 1 fails for good at once, index 0 finishes its work afterwards.
     code = ("import os, sys, time; index = int(os.environ['JOB_COMPLETION_INDEX']); "
             "sys.exit(5) if index == 1 else time.sleep(3)")
@@ -345,13 +332,11 @@ def test_a_cancelled_queued_job_stays_stopped_when_kueue_admits_it(
 
     status = runner.status(handle)
     assert status is not None and status.state == AppState.CANCELLED
-    namespace, name = ours(handle)
     deadline = time.monotonic() + 20
     while objects(api, kube_namespace)["pods"] and time.monotonic() < deadline:
         time.sleep(0.3)
     assert objects(api, kube_namespace)["pods"] == []
-    assert not [container for container in docker_client.containers.list(filters={"label": "torchx-ext-test.kube/pod"})
-                if container.labels["torchx-ext-test.kube/pod"].startswith(f"{namespace}/{name}-")]
+    assert kube_leftovers(docker_client)(":".join(ours(handle))) == []
     # Stopped by its deadline once running (Kueue's un-suspending did happen, and did not matter).
     job = kube.BatchV1Api(api).list_namespaced_job(kube_namespace).items[0]
     failed = [c for c in job.status.conditions or [] if c.type == "Failed" and c.status == "True"]

@@ -82,27 +82,24 @@ def test_unknown_runopts_are_refused_listing_the_valid_ones(tmp_path: Path) -> N
     assert "namespce" in result.stderr and "numa_aligned" in result.stderr, result.stderr
 
 
-@pytest.mark.parametrize(("options", "expected"), [
-    (["--image", ""], "role 'train' has no image: give one with --image"),
-    (["-cfg", "namespace=Team_A"], "invalid namespace 'Team_A': expected a DNS label"),
-    (["-cfg", "tolerations=gpu:Sometimes"], "invalid toleration 'gpu:Sometimes': expected KEY=VALUE:EFFECT"),
-    (["-cfg", "shm_size=lots"], "invalid shm_size 'lots': expected 'auto', or a size such as 512Mi"),
-    (["-cfg", "image_pull_policy=Sometimes"], "invalid image_pull_policy 'Sometimes': expected one of Always"),
-    (["--mounts", "type=device,src=/dev/infiniband/uverbs0"],
+@pytest.mark.parametrize(("cfg", "component", "expected"), [
+    ("", ["--image", ""], "role 'train' has no image: give one with --image"),
+    ("namespace=Team_A", [], "invalid namespace 'Team_A': expected a DNS label"),
+    ("tolerations=gpu:Sometimes", [], "invalid toleration 'gpu:Sometimes': expected KEY=VALUE:EFFECT"),
+    ("shm_size=lots", [], "invalid shm_size 'lots': expected 'auto', or a size such as 512Mi"),
+    ("image_pull_policy=Sometimes", [], "invalid image_pull_policy 'Sometimes': expected one of Always"),
+    ("", ["--mounts", "type=device,src=/dev/infiniband/uverbs0"],
      "role 'train': device mount /dev/infiniband/uverbs0 would need a privileged host-path mount"),
 ])
 def test_bad_input_is_one_line_naming_the_value_before_anything_is_sent(
-    tmp_path: Path, options: list[str], expected: str
+    tmp_path: Path, cfg: str, component: list[str], expected: str
 ) -> None:
     # The server is unreachable: nothing may be sent before the input is checked.
     env = {"KUBECONFIG": str(kubeconfig(tmp_path / "config", f"http://127.0.0.1:{closed_port()}"))}
-    cfg = [option for pair in zip(options[::2], options[1::2]) if pair[0] == "-cfg" for option in pair]
-    component = [option for pair in zip(options[::2], options[1::2]) if pair[0] != "-cfg" for option in pair]
-    if "--image" not in component:
-        component += ["--image", "img:1"]
+    image = [] if "--image" in component else ["--image", "img:1"]
 
-    result = torchx("run", "-s", "kubernetes", *cfg, "dist.ddp", "-j", "1x1", *component,
-                    "--script", "train.py", env=env, cwd=tmp_path)
+    result = torchx("run", "-s", "kubernetes", *(["-cfg", cfg] if cfg else []), "dist.ddp", "-j", "1x1", *image,
+                    *component, "--script", "train.py", env=env, cwd=tmp_path)
 
     assert result.returncode == 2, result.stderr
     errors = [line for line in result.stderr.splitlines() if not line.startswith("torchx 20")]

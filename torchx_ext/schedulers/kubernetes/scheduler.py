@@ -185,9 +185,10 @@ class KubernetesScheduler(Scheduler[KubernetesOpts]):
         view = self._view(namespace, name)
         if view.state is None:
             return
-        # An app that ended already keeps its end (finished where it was not yet).
-        end = end_due(view, time.time()) if view.state.terminal else JobEnd(State.CANCELLED, time.time(),
-                                                                             "cancelled by request")
+        if view.state.terminal:
+            end = end_due(view, time.time())  # an app that ended keeps its end, finished where it was not yet
+        else:
+            end = JobEnd(State.CANCELLED, time.time(), "cancelled by request")
         if end is not None:
             self._end(namespace, view, end)
 

@@ -124,7 +124,7 @@ def read_app(app_id: str, jobs: list[dict[str, Any]], pods: list[dict[str, Any]]
     end = min((found for job in jobs if (found := JobEnd.from_annotations(_annotations(job)))),
               key=lambda found: found.at, default=None)
     job_states = [(_job_state(job), job) for job in jobs]
-    roles = tuple(_role(job) for job in jobs)
+    roles = tuple(_role(job, state) for (state, _), job in job_states)
     by_job = {role.job: role for role in roles}
     newest: dict[tuple[str, int], dict[str, Any]] = {}
     counts: dict[tuple[str, int], int] = {}
@@ -203,7 +203,7 @@ def _created(pod: dict[str, Any]) -> float:
     return rfc3339(pod["metadata"].get("creationTimestamp")) or 0.0
 
 
-def _role(job: dict[str, Any]) -> RoleView:
+def _role(job: dict[str, Any], state: State) -> RoleView:
     annotations = _annotations(job)
     spec = job.get("spec") or {}
     replicas = int(spec.get("completions") or spec.get("parallelism") or 1)
@@ -215,7 +215,8 @@ def _role(job: dict[str, Any]) -> RoleView:
         image=str(containers[0].get("image", "")),
         replicas=replicas,
         min_replicas=int(min_text) if min_text.isdigit() else replicas,
-        ended=any(_condition(job, kind) for kind in ("Failed", "FailureTarget", "Complete", "SuccessCriteriaMet")),
+        # FAILED and SUCCEEDED come from the Job's (target) conditions only: its controller ends it.
+        ended=state in (State.FAILED, State.SUCCEEDED),
         marked=names.ANNOTATION_END in annotations,
         queue=(job["metadata"].get("labels") or {}).get(names.LABEL_KUEUE_QUEUE, ""),
     )
@@ -302,7 +303,7 @@ def _failing(replicas: list[ReplicaView], end: JobEnd | None) -> ReplicaView | N
         # its pod may be gone since, so it is the one whatever its state now.
         named = next((replica for replica in replicas if replica.key == end.replica), None)
         if named is not None:
-            return named if named.state is State.FAILED else dataclasses.replace(named, state=State.FAILED)
+            return dataclasses.replace(named, state=State.FAILED)
     failed = [replica for replica in replicas if replica.state is State.FAILED]
     return min(failed, key=lambda replica: (replica.finished_at or float("inf"), replica.key), default=None)
 
