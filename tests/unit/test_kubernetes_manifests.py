@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
@@ -24,8 +25,10 @@ from torchx_ext.components.dist import ddp
 from torchx_ext.errors import InvalidArgumentError
 from torchx_ext.schedulers.common.app_ids import KUBERNETES, new_app_id
 from torchx_ext.schedulers.kubernetes.manifests import AppManifests, KubernetesOptions, build_manifests
+from torchx_ext.schedulers.kubernetes.options import BACKENDS
 
 GOLDEN = Path(__file__).parent / "golden" / "kubernetes"
+SCHEMAS = Path(__file__).parent / "schemas"
 SCHEMA_VERSIONS = ("1.34", "1.35")
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 
@@ -34,11 +37,16 @@ def check(manifests: AppManifests) -> list[dict[str, Any]]:
     """Validates every object (API schema, then our own rules); returns them."""
     objects = list(yaml.safe_load_all(manifests.to_yaml()))
     for obj in objects:
-        for version in SCHEMA_VERSIONS:
-            kubernetes_validate.validate(obj, version, strict=True)
+        for core in [obj] if obj["apiVersion"] in ("v1", "batch/v1") else embedded_core_objects(obj):
+            for version in SCHEMA_VERSIONS:
+                kubernetes_validate.validate(core, version, strict=True)
+        if obj["apiVersion"] not in ("v1", "batch/v1"):
+            validate_custom_object(obj)
         assert DNS_LABEL.fullmatch(obj["metadata"]["name"]) and len(obj["metadata"]["name"]) <= 63
         for key, value in obj["metadata"].get("labels", {}).items():
             assert len(value) <= 63 and re.fullmatch(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?", value), (key, value)
+    if manifests.backend != "job":
+        return objects
     service, *jobs = objects
     assert service["spec"]["clusterIP"] == "None" and service["spec"]["publishNotReadyAddresses"] is True
     for job in jobs:
@@ -58,6 +66,48 @@ def check(manifests: AppManifests) -> list[dict[str, Any]]:
                 if "/" in name:  # extended resources (GPUs, EFA) must be requested as limited
                     assert resources["limits"][name] == value
     return objects
+
+
+def crd_schema(kind: str) -> dict[str, Any]:
+    """The openAPIV3Schema a CRD (schemas/README.md: where each came from) publishes for ``kind``."""
+    file, version = {"JobSet": ("jobset.x-k8s.io_jobsets.yaml", "v1alpha2"),
+                     "Job": ("batch.volcano.sh_jobs.yaml", "v1alpha1")}[kind]
+    crd = yaml.safe_load((SCHEMAS / file).read_text())
+    schema: dict[str, Any] = next(served["schema"]["openAPIV3Schema"] for served in crd["spec"]["versions"]
+                                  if served["name"] == version)
+    return schema
+
+
+def validate_custom_object(obj: dict[str, Any]) -> None:
+    """Validates against the CRD's schema, unknown fields refused (as the API server prunes them
+    silently: a misspelt field would be lost)."""
+    schema = _closed(crd_schema(obj["kind"]))
+    jsonschema.validate(obj, schema)
+
+
+def _closed(schema: Any) -> Any:
+    if isinstance(schema, dict):
+        closed = {key: _closed(value) for key, value in schema.items()}
+        if "properties" in schema and "additionalProperties" not in schema \
+                and not schema.get("x-kubernetes-preserve-unknown-fields"):
+            closed["additionalProperties"] = False
+        if schema.get("x-kubernetes-int-or-string"):
+            closed.pop("type", None)
+            closed["anyOf"] = [{"type": "integer"}, {"type": "string"}]
+        return closed
+    if isinstance(schema, list):
+        return [_closed(item) for item in schema]
+    return schema
+
+
+def embedded_core_objects(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    """The Jobs a JobSet's templates make, the pods a Volcano Job's tasks make: checked against the
+    core schema too (stricter than the CRDs' copies of it)."""
+    if obj["kind"] == "JobSet":
+        return [{"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": replicated["name"], **replicated["template"]["metadata"]},
+                 "spec": replicated["template"]["spec"]} for replicated in obj["spec"]["replicatedJobs"]]
+    return [{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": task["name"], **task["template"]["metadata"]},
+             "spec": task["template"]["spec"]} for task in obj["spec"]["tasks"]]
 
 
 def golden(name: str, manifests: AppManifests) -> None:
@@ -177,12 +227,25 @@ def test_any_names_give_valid_dns_names_within_63_characters(app_name: str, role
     app = specs.AppDef(app_name, roles=[specs.Role(role_name, image="img:1", entrypoint="python",
                                                     num_replicas=replicas)])
     app_id = new_app_id(app_name, KUBERNETES)
-    manifests = build_manifests(app, app_id=app_id, options=KubernetesOptions())
-    job = manifests.jobs[0]
-    last = f"{job['metadata']['name']}-{replicas - 1}"
-    assert DNS_LABEL.fullmatch(last) and len(last) <= 63
-    assert re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", manifests.service["metadata"]["name"])
-    assert job["metadata"]["annotations"]["torchx-ext/app-name"] == app_name  # readable as given
+    for backend in BACKENDS:
+        manifests = build_manifests(app, app_id=app_id, options=KubernetesOptions(backend=backend))
+        last = last_pod_hostname(manifests)
+        assert DNS_LABEL.fullmatch(last) and len(last) <= 63, (backend, last)
+        top = manifests.objects[0]
+        assert re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", top["metadata"]["name"])
+        assert top["metadata"]["annotations"]["torchx-ext/app-name"] == app_name  # readable as given
+
+
+def last_pod_hostname(manifests: AppManifests) -> str:
+    """The hostname each backend's controller gives the first role's last pod."""
+    top = manifests.objects[-1]
+    if manifests.backend == "jobset":
+        replicated = top["spec"]["replicatedJobs"][0]
+        return f"{top['metadata']['name']}-{replicated['name']}-0-{replicated['template']['spec']['completions'] - 1}"
+    if manifests.backend == "volcano":
+        task = top["spec"]["tasks"][0]
+        return f"{top['metadata']['name']}-{task['name']}-{task['replicas'] - 1}"
+    return f"{top['metadata']['name']}-{top['spec']['completions'] - 1}"
 
 
 def test_distinct_apps_never_collide() -> None:
@@ -220,6 +283,7 @@ def test_numa_alignment_without_cpu_or_memory_to_request_is_refused() -> None:
         (KubernetesOptions(shm_size="8Gi"), "more than the role's memory limit"),
         (KubernetesOptions(image_pull_policy="Sometimes"), "expected one of Always, IfNotPresent, Never"),
         (KubernetesOptions(namespace="Team_A"), "invalid namespace 'Team_A'"),
+        (KubernetesOptions(backend="kubeflow"), "invalid backend 'kubeflow': expected one of job, jobset, volcano"),
     ],
 )
 def test_bad_options_are_refused_naming_the_value(options: KubernetesOptions, expected: str) -> None:
@@ -232,3 +296,83 @@ def test_roles_that_become_the_same_job_name_are_refused() -> None:
     roles = [specs.Role(name, image="img:1", entrypoint="python") for name in ("Trainer", "trainer!")]
     with pytest.raises(InvalidArgumentError, match="both become Job name 'a-abc12345-trainer'"):
         build_manifests(specs.AppDef("a", roles=roles), app_id="a-abc12345", options=KubernetesOptions())
+
+
+def test_a_jobset_has_a_replicated_job_per_role_gang_restarts_and_the_first_role_decides_success() -> None:
+    app = ddp("--lr", "0.1", script="train.py", j="2x2", image="registry.example/train:1", max_retries=3)
+    manifests = build_manifests(app, app_id="train-abc12345", options=KubernetesOptions(backend="jobset"))
+
+    (jobset,) = check(manifests)
+    golden("jobset_ddp_2x2", manifests)
+    spec = jobset["spec"]
+    assert spec["network"] == {"enableDNSHostnames": True, "publishNotReadyAddresses": True}
+    assert spec["successPolicy"] == {"operator": "All", "targetReplicatedJobs": ["train"]}
+    assert spec["failurePolicy"]["maxRestarts"] == 3
+    (replicated,) = spec["replicatedJobs"]
+    job = replicated["template"]["spec"]
+    # Restarts are the JobSet's, of every pod: the Job itself fails at its first failed pod.
+    assert job["backoffLimitPerIndex"] == 0 and job["completions"] == job["parallelism"] == 2
+    env = {item["name"]: item["value"] for item in job["template"]["spec"]["containers"][0]["env"]}
+    assert env["TORCHX_RANK0_HOST"] == "train-abc12345-train-0-0.train-abc12345"
+    assert "subdomain" not in job["template"]["spec"]  # the JobSet controller sets its own
+    assert "suspend" not in spec
+
+
+def test_a_queued_jobset_is_created_suspended_with_kueues_label() -> None:
+    app = ddp(script="train.py", j="4x8", h="aws_p5.48xlarge", image="registry.example/train:1")
+    manifests = build_manifests(app, app_id="train-abc12345",
+                                options=KubernetesOptions(backend="jobset", queue="gpu-queue"))
+
+    (jobset,) = check(manifests)
+    golden("jobset_ddp_4x8_p5_queued", manifests)
+    assert jobset["spec"]["suspend"] is True
+    assert jobset["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "gpu-queue"
+    job = jobset["spec"]["replicatedJobs"][0]["template"]
+    assert "kueue.x-k8s.io/queue-name" not in job["metadata"]["labels"] and "suspend" not in job["spec"]
+
+
+def test_a_volcano_job_is_torchxs_shape_with_our_pods_and_a_min_available_gang() -> None:
+    app = ddp("--lr", "0.1", script="train.py", j="2x2", image="registry.example/train:1", max_retries=2)
+    manifests = build_manifests(app, app_id="train-abc12345", options=KubernetesOptions(backend="volcano"))
+
+    (job,) = check(manifests)
+    golden("volcano_ddp_2x2", manifests)
+    spec = job["spec"]
+    assert spec["schedulerName"] == "volcano" and spec["queue"] == "default" and spec["minAvailable"] == 2
+    assert spec["plugins"] == {"svc": ["--publish-not-ready-addresses"], "env": []}
+    assert spec["maxRetry"] == 3  # two restarts: Volcano counts the failure that ends the job
+    (task,) = spec["tasks"]
+    assert task["name"] == "train" and task["replicas"] == 2
+    assert {"event": "PodFailed", "action": "RestartJob"} in task["policies"]
+    container = task["template"]["spec"]["containers"][0]
+    env = {item["name"]: item["value"] for item in container["env"]}
+    assert env["TORCHX_RANK0_HOST"] == "train-abc12345-train-0.train-abc12345"
+
+
+def test_an_elastic_role_in_volcano_and_jobset_keeps_its_pods_failures_to_itself() -> None:
+    app = ddp(script="train.py", j="2:4x1", image="img:1", max_retries=1)
+    volcano = check(build_manifests(app, app_id="elastic-abc12345",
+                                    options=KubernetesOptions(backend="volcano", queue="research")))[0]
+    golden("volcano_ddp_elastic_2_4", build_manifests(app, app_id="elastic-abc12345",
+                                                      options=KubernetesOptions(backend="volcano", queue="research")))
+    task = volcano["spec"]["tasks"][0]
+    assert volcano["spec"]["queue"] == "research" and volcano["spec"]["minAvailable"] == 2
+    assert task["minAvailable"] == 2 and task["replicas"] == 4
+    assert task["policies"] == [{"event": "PodEvicted", "action": "RestartJob"}]
+
+    jobset = check(build_manifests(app, app_id="elastic-abc12345", options=KubernetesOptions(backend="jobset")))[0]
+    job = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]
+    assert job["backoffLimitPerIndex"] == 1 and job["maxFailedIndexes"] == 2
+    assert job["successPolicy"] == {"rules": [{"succeededIndexes": "0"}]}
+
+
+@pytest.mark.parametrize("backend", ["jobset", "volcano"])
+def test_the_replica_id_is_the_index_the_backends_controller_gives_each_pod(backend: str) -> None:
+    app = ddp(script="train.py", j="2x1", image="img:1", rdzv_backend="static")
+    (top,) = check(build_manifests(app, app_id="a-abc12345", options=KubernetesOptions(backend=backend)))
+    pod = (top["spec"]["replicatedJobs"][0]["template"]["spec"]["template"] if backend == "jobset"
+           else top["spec"]["tasks"][0]["template"])
+    args = pod["spec"]["containers"][0]["args"]
+
+    expected = "$(JOB_COMPLETION_INDEX)" if backend == "jobset" else "$(VC_TASK_INDEX)"
+    assert args[args.index("--node-rank") + 1] == expected

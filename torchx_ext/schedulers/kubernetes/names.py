@@ -37,13 +37,14 @@ def label_value(text: str) -> str:
     return re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", cleaned)
 
 
-def job_names(app_id: str, roles: list[tuple[str, int]]) -> dict[str, str]:
+def job_names(app_id: str, roles: list[tuple[str, int]], reserve: int = 0) -> dict[str, str]:
     """role name -> Job name, for ``roles`` as (name, replicas): ``{app_id}-{role}`` cut so
-    that the last pod's hostname ``{job}-{replicas - 1}`` is a DNS label of at most 63."""
+    that the last pod's hostname ``{job}-{replicas - 1}`` is a DNS label of at most 63, with
+    ``reserve`` characters left for what a backend adds after the role (a JobSet's ``-0``)."""
     names: dict[str, str] = {}
     for role, replicas in roles:
         slug = re.sub(r"[^a-z0-9-]+", "-", role.lower()).strip("-") or "role"
-        room = NAME_MAX - len(app_id) - 1 - 1 - len(str(max(replicas - 1, 0)))
+        room = NAME_MAX - len(app_id) - 1 - 1 - len(str(max(replicas - 1, 0))) - reserve
         if room < 1:
             raise InvalidArgumentError(
                 f"role {role!r} has {replicas} replicas: hostnames {app_id}-{{role}}-{{index}} cannot be made "

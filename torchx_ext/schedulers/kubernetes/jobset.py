@@ -1,0 +1,73 @@
+"""The ``jobset`` backend: one JobSet (``jobset.x-k8s.io/v1alpha2``) per app, a replicated job
+per role whose one Job is the ``job`` backend's Indexed Job for that role.
+
+The JobSet controller names the Job ``{app}-{role}-0`` and its pods' hostnames
+``{app}-{role}-0-{index}`` under a headless Service of its own named after the JobSet
+(``network``: DNS hostnames, published before the pods are ready). ``failurePolicy.maxRestarts``
+(the least ``max_retries`` of the roles) restarts every Job of the app when one fails, as
+torchrun needs: a non-elastic role's Job fails at its first failed pod. An elastic role keeps
+its per-pod retries and tolerates MAX - MIN failed indexes, its rendezvous absorbing them. The
+app succeeds when the first role's Job does (index 0 for an elastic role, every index
+otherwise). With ``queue`` it is created suspended, labelled for Kueue.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torchx import specs
+
+from torchx_ext.schedulers.kubernetes import names
+from torchx_ext.schedulers.kubernetes.manifests import JOB_INDEX_REFERENCE, app_labels, indexed_job
+from torchx_ext.schedulers.kubernetes.options import KubernetesOptions
+from torchx_ext.schedulers.kubernetes.pods import Placement
+
+API_VERSION = "jobset.x-k8s.io/v1alpha2"
+# Our cancel of a Kueue-queued JobSet gives its Jobs an active deadline they are past (Kueue
+# un-suspends a JobSet it admitted): the JobSet must then fail, not restart them.
+CANCEL_RULE = {"name": "cancelledByTorchx", "action": "FailJobSet", "onJobFailureReasons": ["DeadlineExceeded"]}
+
+
+def child_job_name(app_id: str, replicated_job: str) -> str:
+    return f"{app_id}-{replicated_job}-0"
+
+
+def jobset(app: specs.AppDef, app_id: str, options: KubernetesOptions) -> dict[str, Any]:
+    roles = [(role.name, role.num_replicas) for role in app.roles]
+    # The Job name gets "-0" after the replicated job's name: two characters kept for it.
+    replicated = {role: job[len(app_id) + 1:] for role, job in names.job_names(app_id, roles, reserve=2).items()}
+    replicated_jobs = []
+    for role in app.roles:
+        job_name = child_job_name(app_id, replicated[role.name])
+        placement = Placement(f"{names.pod_hostname(job_name, 0)}.{app_id}", JOB_INDEX_REFERENCE)
+        job = indexed_job(app, role, job_name, app_id, options, placement, gang=True)
+        replicated_jobs.append({
+            "name": replicated[role.name],
+            "replicas": 1,
+            "template": {"metadata": {"labels": job["metadata"]["labels"],
+                                      "annotations": job["metadata"]["annotations"]},
+                         "spec": job["spec"]},
+        })
+    labels = app_labels(app, app_id)
+    if options.queue:
+        labels[names.LABEL_KUEUE_QUEUE] = options.queue
+    spec: dict[str, Any] = {
+        "network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
+        "successPolicy": {"operator": "All", "targetReplicatedJobs": [replicated[app.roles[0].name]]},
+        "failurePolicy": {"maxRestarts": min(role.max_retries for role in app.roles), "rules": [CANCEL_RULE]},
+        "replicatedJobs": replicated_jobs,
+    }
+    if options.queue:
+        spec["suspend"] = True
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "JobSet",
+        "metadata": {
+            "name": app_id,
+            "namespace": options.namespace,
+            "labels": labels,
+            "annotations": {names.ANNOTATION_APP_NAME: app.name,
+                            names.ANNOTATION_PULL_TIMEOUT: str(options.image_pull_timeout_s)},
+        },
+        "spec": spec,
+    }

@@ -1,0 +1,75 @@
+"""What ``-cfg`` says about a kubernetes app, checked before anything is built or sent."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from torchx_ext.errors import InvalidArgumentError
+
+BACKENDS = ("job", "jobset", "volcano")
+"""What runs a role's pods: an Indexed batch/v1 Job, a JobSet (jobset.x-k8s.io) or a Volcano Job
+(batch.volcano.sh)."""
+SHM_FORMS = "'auto', or a size such as 512Mi, 2Gi, 512m, 2g"
+PULL_POLICIES = ("Always", "IfNotPresent", "Never")
+TOLERATION_FORMS = "KEY=VALUE:EFFECT, KEY:EFFECT (any value) or KEY=VALUE (any effect)"
+EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+DEFAULT_VOLCANO_QUEUE = "default"
+
+
+@dataclass(frozen=True)
+class KubernetesOptions:
+    namespace: str = "default"
+    backend: str = "job"
+    queue: str | None = None
+    """``job``/``jobset``: a Kueue LocalQueue (created suspended, Kueue admits them);
+    ``volcano``: the Volcano queue (``default`` when None)."""
+    service_account: str | None = None
+    priority_class: str | None = None
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[str, ...] = ()
+    image_pull_secrets: tuple[str, ...] = ()
+    image_pull_policy: str | None = None
+    shm_size: str = "auto"
+    numa_aligned: bool | None = None
+    """None: when the role's named resource describes a NUMA host."""
+    image_pull_timeout_s: int = 300
+    cancel_grace_s: int = 30
+
+    def check(self) -> None:
+        if self.backend not in BACKENDS:
+            raise InvalidArgumentError(f"invalid backend {self.backend!r}: expected one of {', '.join(BACKENDS)} "
+                                       "(job: no CRDs needed; jobset: JobSet installed; volcano: Volcano installed)")
+        if self.image_pull_policy is not None and self.image_pull_policy not in PULL_POLICIES:
+            raise InvalidArgumentError(
+                f"invalid image_pull_policy {self.image_pull_policy!r}: expected one of {', '.join(PULL_POLICIES)}")
+        for text in self.tolerations:
+            parse_toleration(text)
+
+
+def parse_quantity_mb(text: str, what: str) -> int:
+    """A size as Kubernetes (``512Mi``, ``2Gi``, ``1G``) or Docker (``512m``, ``2g``) writes it,
+    in MiB rounded up."""
+    match = re.fullmatch(r"\s*(\d+)\s*(Ki|Mi|Gi|Ti|k|K|M|G|T|m|g|b|B)?\s*", text)
+    if match is None or int(match[1]) == 0:
+        raise InvalidArgumentError(f"invalid {what} {text!r}: expected {SHM_FORMS}")
+    scale = {None: 1, "b": 1, "B": 1, "Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40,
+             "k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "m": 1 << 20, "g": 1 << 30}[match[2]]
+    return -(-int(match[1]) * scale // (1 << 20))
+
+
+def parse_toleration(text: str) -> dict[str, str]:
+    """``KEY=VALUE:EFFECT``, ``KEY:EFFECT`` or ``KEY=VALUE`` as a pod toleration."""
+    match = re.fullmatch(r"([A-Za-z0-9][-A-Za-z0-9_./]*)(?:=([-A-Za-z0-9_.]*))?(?::(\w+))?", text.strip())
+    if match is None or (match[2] is None and match[3] is None) or (match[3] and match[3] not in EFFECTS):
+        raise InvalidArgumentError(
+            f"invalid toleration {text!r}: expected {TOLERATION_FORMS}, EFFECT one of {', '.join(EFFECTS)}")
+    toleration = {"key": match[1], "operator": "Equal" if match[2] is not None else "Exists"}
+    if match[2] is not None:
+        toleration["value"] = match[2]
+    if match[3]:
+        toleration["effect"] = match[3]
+    return toleration
+
+

@@ -1,0 +1,183 @@
+"""The pod template every backend runs a role's replicas with, built purely from the AppDef.
+
+NUMA-aligned pods ask for integer CPUs and memory with requests equal to limits (Guaranteed
+QoS: what a kubelet's static CPU manager and Topology Manager pin to NUMA nodes). /dev/shm is
+a memory-backed emptyDir. Arguments and env values are escaped against the kubelet's
+``$(VAR)`` expansion; the replica id becomes the one reference the backend's controller
+defines on each pod (``Placement.index_reference``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from torchx import specs
+
+from torchx_ext.errors import InvalidArgumentError
+from torchx_ext.resources import GPU_VENDOR, K8S_INSTANCE_TYPE, NUMA_NODES
+from torchx_ext.schedulers.common.error_file import ERROR_FILE_ENV
+from torchx_ext.schedulers.kubernetes import names
+from torchx_ext.schedulers.kubernetes.options import KubernetesOptions, parse_quantity_mb, parse_toleration
+
+RANK0_HOST_ENV = "TORCHX_RANK0_HOST"
+# The kubelet keeps what a container writes here as its termination message (at most 4 KiB),
+# readable through the API after the pod ended: the launcher's error report goes there.
+TERMINATION_LOG = "/dev/termination-log"
+# Kubelets keep some CPU for themselves: a whole host's named resource would never fit.
+RESERVED_MILLICPU = 100
+DEFAULT_SHM_NO_LIMIT_MB = 2048
+_INDEX_MARK = "\x00torchx-ext-index\x00"
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a role's pods are found: rank 0's DNS name and the ``$(VAR)`` holding the replica id."""
+
+    rank0_host: str
+    index_reference: str
+    subdomain: str | None = None
+    """Set on the pod when the backend does not set it itself."""
+
+
+def pod_template(app: specs.AppDef, role: specs.Role, app_id: str, placement: Placement,
+                 options: KubernetesOptions, labels: dict[str, str]) -> dict[str, Any]:
+    """``{"metadata": ..., "spec": ...}`` of the role's pods; InvalidArgumentError names bad input."""
+    return {
+        "metadata": {"labels": labels, "annotations": {names.ANNOTATION_ROLE_NAME: role.name}},
+        "spec": _pod_spec(app, role, app_id, placement, options),
+    }
+
+
+def _pod_spec(app: specs.AppDef, role: specs.Role, app_id: str, placement: Placement,
+              options: KubernetesOptions) -> dict[str, Any]:
+    values = specs.macros.Values(img_root="", app_id=app_id, replica_id=_INDEX_MARK, rank0_env=RANK0_HOST_ENV)
+    resolved = values.apply(role)
+    aligned = _aligned(role, options)
+    memory_mb = role.resource.memMB if role.resource.memMB > 0 else None
+    shm_mb = _shm_mb(options.shm_size, memory_mb)
+    env = {
+        RANK0_HOST_ENV: placement.rank0_host,
+        ERROR_FILE_ENV: TERMINATION_LOG,
+        **resolved.env,
+    }
+    for key in env:
+        if not key or "=" in key:
+            raise InvalidArgumentError(f"role {role.name!r}: invalid environment variable name {key!r}: "
+                                       "expected a non-empty name without '='")
+    volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm_mb}Mi"}}]
+    mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    for position, mount in enumerate(role.mounts):
+        volume, volume_mount = _volume(mount, role.name, f"mount-{position}")
+        volumes.append(volume)
+        mounts.append(volume_mount)
+    container: dict[str, Any] = {
+        "name": re.sub(r"[^a-z0-9-]+", "-", role.name.lower()).strip("-")[: names.NAME_MAX].strip("-") or "main",
+        "image": role.image,
+        "command": [_literal(resolved.entrypoint, placement)],
+        "args": [_literal(arg, placement) for arg in resolved.args],
+        "env": [{"name": key, "value": _literal(value, placement)} for key, value in env.items()],
+        "resources": _resources(role, aligned, memory_mb),
+        "volumeMounts": mounts,
+        # The launcher's report when it wrote one, else the end of the output.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    if options.image_pull_policy:
+        container["imagePullPolicy"] = options.image_pull_policy
+    pod: dict[str, Any] = {
+        "restartPolicy": "Never",
+        **({"subdomain": placement.subdomain} if placement.subdomain else {}),
+        # Every Service of the namespace as env vars: noise in the worker's environment.
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": options.cancel_grace_s,
+        "containers": [container],
+        "volumes": volumes,
+    }
+    node_selector = dict(options.node_selector)
+    instance_type = role.resource.capabilities.get(K8S_INSTANCE_TYPE)
+    if instance_type:
+        node_selector.setdefault(K8S_INSTANCE_TYPE, str(instance_type))
+    if node_selector:
+        pod["nodeSelector"] = node_selector
+    tolerations = [parse_toleration(text) for text in options.tolerations]
+    if tolerations:
+        pod["tolerations"] = tolerations
+    if options.service_account:
+        pod["serviceAccountName"] = options.service_account
+    if options.priority_class:
+        pod["priorityClassName"] = options.priority_class
+    if options.image_pull_secrets:
+        pod["imagePullSecrets"] = [{"name": secret} for secret in options.image_pull_secrets]
+    return pod
+
+
+def _literal(value: str, placement: Placement) -> str:
+    # Doubling every "$" makes the kubelet's $(VAR) expansion give the value back byte for byte.
+    return value.replace("$", "$$").replace(_INDEX_MARK, placement.index_reference)
+
+
+def _aligned(role: specs.Role, options: KubernetesOptions) -> bool:
+    if options.numa_aligned is not None:
+        return options.numa_aligned
+    return bool(role.resource.capabilities.get(NUMA_NODES))
+
+
+def _resources(role: specs.Role, aligned: bool, memory_mb: int | None) -> dict[str, dict[str, str]]:
+    resource = role.resource
+    requests: dict[str, str] = {}
+    limits: dict[str, str] = {}
+    if aligned:
+        if resource.cpu <= 0 or memory_mb is None:
+            raise InvalidArgumentError(
+                f"role {role.name!r}: NUMA-aligned pods need a cpu and memMB to request (cpu={resource.cpu}, "
+                f"memMB={resource.memMB}): give a named resource (-h) or -cfg numa_aligned=False")
+        cpus = max(1, math.floor((resource.cpu * 1000 - RESERVED_MILLICPU) / 1000))
+        requests = limits = {"cpu": str(cpus), "memory": f"{memory_mb}Mi"}
+    else:
+        if resource.cpu > 0:
+            requests["cpu"] = f"{max(int(resource.cpu * 1000) - RESERVED_MILLICPU, 100)}m"
+        if memory_mb is not None:
+            requests["memory"] = limits["memory"] = f"{memory_mb}Mi"
+    extended: dict[str, str] = {}
+    if resource.gpu > 0:
+        vendor = str(resource.capabilities.get(GPU_VENDOR) or "nvidia")
+        extended[f"{vendor}.com/gpu"] = str(resource.gpu)
+    for device, count in resource.devices.items():
+        extended[device] = str(count)
+    requests = {**requests, **extended}
+    limits = {**limits, **extended}
+    return {key: value for key, value in (("requests", requests), ("limits", limits)) if value}
+
+
+def _shm_mb(shm_size: str, memory_mb: int | None) -> int:
+    # /dev/shm is a memory-backed emptyDir whose pages count against the container's memory
+    # limit: half of it leaves the processes the other half.
+    if shm_size.strip().lower() == "auto":
+        return max(64, memory_mb // 2) if memory_mb else DEFAULT_SHM_NO_LIMIT_MB
+    shm_mb = parse_quantity_mb(shm_size, "shm_size")
+    if memory_mb is not None and shm_mb > memory_mb:
+        raise InvalidArgumentError(
+            f"shm_size {shm_size!r} ({shm_mb} MiB) is more than the role's memory limit ({memory_mb} MiB), "
+            "which /dev/shm counts against: give a smaller shm_size, 'auto', or more memMB")
+    return shm_mb
+
+
+def _volume(mount: object, role: str, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    if isinstance(mount, specs.BindMount):
+        volume_mount = {"name": name, "mountPath": mount.dst_path}
+        if mount.read_only:
+            volume_mount["readOnly"] = True
+        return {"name": name, "hostPath": {"path": mount.src_path}}, volume_mount
+    if isinstance(mount, specs.VolumeMount):
+        volume_mount = {"name": name, "mountPath": mount.dst_path}
+        if mount.read_only:
+            volume_mount["readOnly"] = True
+        return {"name": name, "persistentVolumeClaim": {"claimName": mount.src}}, volume_mount
+    if isinstance(mount, specs.DeviceMount):
+        raise InvalidArgumentError(
+            f"role {role!r}: device mount {mount.src_path} would need a privileged host-path mount on Kubernetes: "
+            "ask for the device as an extended resource instead (a named resource's devices, e.g. "
+            "vpc.amazonaws.com/efa, served by the cluster's device plugin)")
+    raise InvalidArgumentError(f"role {role!r}: unsupported mount {mount!r}: expected a bind or volume mount")

@@ -1,0 +1,77 @@
+"""The ``volcano`` backend: one Volcano Job (``batch.volcano.sh/v1alpha1``) per app, the shape
+torchx's builtin scheduler submits (a task per role, scheduler ``volcano``, ``queue``, plugins
+``svc`` and ``env``), with our pods.
+
+Volcano names a task's pods ``{app}-{task}-{index}``, which its ``svc`` plugin makes their
+hostnames under a headless Service named after the job (published before the pods are ready);
+its ``env`` plugin gives each container its index as ``VC_TASK_INDEX``. ``minAvailable`` (every
+role's MIN replicas) is the gang: Volcano's scheduler binds none of the pods until that many
+can run. A failed or evicted pod of a non-elastic role restarts the whole job, at most
+``max_retries`` times (the least of the roles; Volcano counts the failure that ends the job as
+a retry too, hence the one added to ``maxRetry``); an elastic role's failed pods stay failed
+while its rendezvous goes on with the others.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torchx import specs
+
+from torchx_ext.schedulers.kubernetes import names
+from torchx_ext.schedulers.kubernetes.manifests import app_labels, min_replicas, role_annotations, role_labels
+from torchx_ext.schedulers.kubernetes.options import DEFAULT_VOLCANO_QUEUE, KubernetesOptions
+from torchx_ext.schedulers.kubernetes.pods import Placement, pod_template
+
+API_VERSION = "batch.volcano.sh/v1alpha1"
+INDEX_REFERENCE = "$(VC_TASK_INDEX)"
+RESTART_ON = ("PodFailed", "PodEvicted")
+
+
+def task_names(app: specs.AppDef, app_id: str) -> dict[str, str]:
+    """role name -> task name: pods are ``{app_id}-{task}-{index}``, each a DNS label."""
+    jobs = names.job_names(app_id, [(role.name, role.num_replicas) for role in app.roles])
+    return {role: job[len(app_id) + 1:] for role, job in jobs.items()}
+
+
+def volcano_job(app: specs.AppDef, app_id: str, options: KubernetesOptions) -> dict[str, Any]:
+    tasks = []
+    task_of = task_names(app, app_id)
+    rank0_host = f"{app_id}-{task_of[app.roles[0].name]}-0.{app_id}"
+    for role in app.roles:
+        template = pod_template(app, role, app_id, Placement(rank0_host, INDEX_REFERENCE), options,
+                                role_labels(app, role, app_id))
+        template["metadata"]["annotations"].update(role_annotations(app, role, options))
+        elastic = min_replicas(role) < role.num_replicas
+        restart = [event for event in RESTART_ON if not elastic or event == "PodEvicted"]
+        tasks.append({
+            "name": task_of[role.name],
+            "replicas": role.num_replicas,
+            "minAvailable": min_replicas(role),
+            "policies": [{"event": event, "action": "RestartJob"} for event in restart],
+            "template": template,
+        })
+    spec: dict[str, Any] = {
+        "schedulerName": "volcano",
+        "queue": options.queue or DEFAULT_VOLCANO_QUEUE,
+        "minAvailable": sum(min_replicas(role) for role in app.roles),
+        "maxRetry": min(role.max_retries for role in app.roles) + 1,
+        # The svc plugin's Service publishes the pods' names before they are ready: ranks look
+        # up rank 0 while it starts.
+        "plugins": {"svc": ["--publish-not-ready-addresses"], "env": []},
+        "tasks": tasks,
+    }
+    if options.priority_class:
+        spec["priorityClassName"] = options.priority_class
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "Job",
+        "metadata": {
+            "name": app_id,
+            "namespace": options.namespace,
+            "labels": app_labels(app, app_id),
+            "annotations": {names.ANNOTATION_APP_NAME: app.name,
+                            names.ANNOTATION_PULL_TIMEOUT: str(options.image_pull_timeout_s)},
+        },
+        "spec": spec,
+    }
