@@ -15,7 +15,31 @@ from typing import Any
 from torchx_ext.errors import KubernetesError
 from torchx_ext.schedulers.kubernetes.manifests import AppManifests
 
-_PLURAL = {"Job": "jobs.batch", "Service": "services", "Pod": "pods"}
+_PLURAL = {"Job": "jobs.batch", "Service": "services", "Pod": "pods", "JobSet": "jobsets.jobset.x-k8s.io",
+           "Volcano Job": "jobs.batch.volcano.sh", "Command": "commands.bus.volcano.sh",
+           "Workload": "workloads.kueue.x-k8s.io"}
+
+
+@dataclass(frozen=True)
+class CustomKind:
+    """A custom resource we create or read, and what a cluster without it needs installed."""
+
+    kind: str
+    """As messages name it."""
+    group: str
+    version: str
+    plural: str
+    install: str
+
+
+JOBSET = CustomKind("JobSet", "jobset.x-k8s.io", "v1alpha2", "jobsets",
+                    "install JobSet (https://jobset.sigs.k8s.io) or use -cfg backend=job")
+VOLCANO_JOB = CustomKind("Volcano Job", "batch.volcano.sh", "v1alpha1", "jobs",
+                         "install Volcano (https://volcano.sh) or use -cfg backend=job")
+VOLCANO_COMMAND = CustomKind("Command", "bus.volcano.sh", "v1alpha1", "commands", "install Volcano (https://volcano.sh)")
+KUEUE_WORKLOAD = CustomKind("Workload", "kueue.x-k8s.io", "v1beta1", "workloads", "install Kueue (https://kueue.sigs.k8s.io)")
+CUSTOM_KINDS = {(f"{custom.group}/{custom.version}", "Job" if custom is VOLCANO_JOB else custom.kind): custom
+                for custom in (JOBSET, VOLCANO_JOB, VOLCANO_COMMAND, KUEUE_WORKLOAD)}
 
 
 @dataclass
@@ -64,25 +88,93 @@ class Cluster:
         self.connection = connection
         self.core = client.CoreV1Api(connection.api)
         self.batch = client.BatchV1Api(connection.api)
+        self.custom = client.CustomObjectsApi(connection.api)
 
     def create_app(self, manifests: AppManifests) -> None:
-        """The Service, then the Jobs; all or nothing: what was created is deleted again when
-        a later object is refused."""
+        """Its objects in order; all or nothing: what was created is deleted again when a later
+        object is refused."""
         namespace = manifests.namespace
-        created: list[tuple[str, str]] = []
+        created: list[tuple[str | CustomKind, str]] = []
         try:
-            self._call("create", "Service", manifests.app_id, namespace,
-                       lambda: self.core.create_namespaced_service(namespace, manifests.service, _preload_content=False))
-            created.append(("Service", manifests.app_id))
-            for job in manifests.jobs:
-                name = job["metadata"]["name"]
-                self._call("create", "Job", name, namespace,
-                           lambda job=job: self.batch.create_namespaced_job(namespace, job, _preload_content=False))
-                created.append(("Job", name))
+            for obj in manifests.objects:
+                name = obj["metadata"]["name"]
+                custom = CUSTOM_KINDS.get((obj["apiVersion"], obj["kind"]))
+                if custom is not None:
+                    self.create_custom(custom, namespace, obj)
+                    created.append((custom, name))
+                elif obj["kind"] == "Service":
+                    self._call("create", "Service", name, namespace,
+                               lambda obj=obj: self.core.create_namespaced_service(namespace, obj, _preload_content=False))
+                    created.append(("Service", name))
+                else:
+                    self._call("create", "Job", name, namespace,
+                               lambda obj=obj: self.batch.create_namespaced_job(namespace, obj, _preload_content=False))
+                    created.append(("Job", name))
         except KubernetesError:
             for kind, name in reversed(created):
-                self.delete(kind, name, namespace)
+                if isinstance(kind, CustomKind):
+                    self.delete_custom(kind, name, namespace)
+                else:
+                    self.delete(kind, name, namespace)
             raise
+
+    def create_custom(self, custom: CustomKind, namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
+        name = obj["metadata"].get("name") or obj["metadata"].get("generateName", "")
+        try:
+            response = self._call("create", custom.kind, name, namespace, lambda: self.custom.create_namespaced_custom_object(
+                custom.group, custom.version, namespace, custom.plural, obj, _preload_content=False))
+        except KubernetesError as error:
+            raise self._missing_api(custom, error) from None
+        created: dict[str, Any] = json.loads(response.data)
+        return created
+
+    def get_custom(self, custom: CustomKind, name: str, namespace: str) -> dict[str, Any] | None:
+        """The object, or None when it (or its whole API, when the CRD is not installed) is not there."""
+        try:
+            response = self._call("get", custom.kind, name, namespace, lambda: self.custom.get_namespaced_custom_object(
+                custom.group, custom.version, namespace, custom.plural, name, _preload_content=False))
+        except KubernetesError as error:
+            if error.status == 404:
+                return None
+            raise
+        found: dict[str, Any] = json.loads(response.data)
+        return found
+
+    def list_custom(self, custom: CustomKind, namespace: str, selector: str) -> list[dict[str, Any]]:
+        """The objects; none when the CRD is not installed."""
+        try:
+            return self._items("list", custom.kind, namespace, lambda: self.custom.list_namespaced_custom_object(
+                custom.group, custom.version, namespace, custom.plural, label_selector=selector,
+                _preload_content=False))
+        except KubernetesError as error:
+            if error.status == 404 and "namespaces" not in str(error):
+                return []
+            raise
+
+    def patch_custom(self, custom: CustomKind, name: str, namespace: str, patch: dict[str, Any]) -> None:
+        self._call("update", custom.kind, name, namespace, lambda: self.custom.patch_namespaced_custom_object(
+            custom.group, custom.version, namespace, custom.plural, name, patch, _preload_content=False))
+
+    def delete_custom(self, custom: CustomKind, name: str, namespace: str) -> bool:
+        """Deletes ``name`` and, in the background, what it owns. False when it was already gone."""
+        from kubernetes.client import V1DeleteOptions
+
+        try:
+            self._call("delete", custom.kind, name, namespace, lambda: self.custom.delete_namespaced_custom_object(
+                custom.group, custom.version, namespace, custom.plural, name,
+                body=V1DeleteOptions(propagation_policy="Background"), _preload_content=False))
+        except KubernetesError as error:
+            if error.status == 404:
+                return False
+            raise
+        return True
+
+    @staticmethod
+    def _missing_api(custom: CustomKind, error: KubernetesError) -> KubernetesError:
+        if error.status == 404 and "namespace" not in str(error).split("(404)", 1)[-1]:
+            return KubernetesError(f"the cluster has no {custom.kind} API ({custom.plural}.{custom.group}/"
+                                   f"{custom.version}): {custom.install}", 404, error.reason)
+        return error
 
     def jobs(self, namespace: str, selector: str) -> list[dict[str, Any]]:
         return self._items("list", "Job", namespace, lambda: self.batch.list_namespaced_job(

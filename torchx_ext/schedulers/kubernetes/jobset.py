@@ -13,14 +13,18 @@ otherwise). With ``queue`` it is created suspended, labelled for Kueue.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from torchx import specs
+
+from torchx_ext.schedulers.common.states import State
 
 from torchx_ext.schedulers.kubernetes import names
 from torchx_ext.schedulers.kubernetes.manifests import JOB_INDEX_REFERENCE, app_labels, indexed_job
 from torchx_ext.schedulers.kubernetes.options import KubernetesOptions
 from torchx_ext.schedulers.kubernetes.pods import Placement
+from torchx_ext.schedulers.kubernetes.tracking import AppView, failure_message, read_app
 
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
 # Our cancel of a Kueue-queued JobSet gives its Jobs an active deadline they are past (Kueue
@@ -71,3 +75,54 @@ def jobset(app: specs.AppDef, app_id: str, options: KubernetesOptions) -> dict[s
         },
         "spec": spec,
     }
+
+
+def read_jobset(app_id: str, jobset: dict[str, Any] | None, jobs: list[dict[str, Any]],
+                pods: list[dict[str, Any]]) -> AppView:
+    """The app as its JobSet, the JobSet's Jobs and their pods say it is. A Job the JobSet is
+    recreating (a gang restart) is read from its template, so the app never looks unknown."""
+    if jobset is None:
+        return AppView(app_id, None, "", (), ())
+    meta, spec, status = jobset["metadata"], jobset.get("spec") or {}, jobset.get("status") or {}
+    end_annotation = {key: value for key, value in (meta.get("annotations") or {}).items() if key == names.ANNOTATION_END}
+    children = {job["metadata"]["name"]: job for job in jobs}
+    role_jobs = []
+    for replicated in spec.get("replicatedJobs") or []:
+        name = child_job_name(app_id, replicated["name"])
+        template = replicated.get("template") or {}
+        job = children.get(name) or {
+            "metadata": {"name": name, "labels": dict((template.get("metadata") or {}).get("labels") or {}),
+                         "annotations": dict((template.get("metadata") or {}).get("annotations") or {}),
+                         "creationTimestamp": meta.get("creationTimestamp")},
+            "spec": template.get("spec") or {}, "status": {}}
+        # Our end is written on the JobSet: its Jobs show it to the reading as if written there.
+        job = {**job, "metadata": {**job["metadata"], "annotations": {
+            **(job["metadata"].get("annotations") or {}), **end_annotation}}}
+        role_jobs.append(job)
+    view = read_app(app_id, role_jobs, pods)
+    view = dataclasses.replace(view, gang=True, gang_restarts=int(status.get("restarts") or 0))
+    if view.end is not None:
+        return view
+    queue = (meta.get("labels") or {}).get(names.LABEL_KUEUE_QUEUE)
+    if _condition(jobset, "Completed"):
+        return dataclasses.replace(view, state=State.SUCCEEDED, message="",
+                                   roles=tuple(dataclasses.replace(role, ended=True) for role in view.roles))
+    failed = _condition(jobset, "Failed")
+    if failed:
+        cause = failure_message(view.failing) if view.failing else ""
+        message = "; ".join(text for text in (cause, f"JobSet: {failed.get('message') or failed.get('reason')}") if text)
+        return dataclasses.replace(view, state=State.FAILED, message=message,
+                                   roles=tuple(dataclasses.replace(role, ended=True) for role in view.roles))
+    if spec.get("suspend"):
+        waiting = f"waiting for admission by Kueue's LocalQueue {queue!r}" if queue else "suspended"
+        return dataclasses.replace(view, state=State.PENDING, message=f"JobSet {app_id} is {waiting}")
+    if view.state is State.FAILED:  # a Job failed: the JobSet restarts them all, or fails
+        restarts = (spec.get("failurePolicy") or {}).get("maxRestarts", 0)
+        return dataclasses.replace(view, state=State.RUNNING, message=(
+            f"restarting every pod ({view.gang_restarts} of {restarts} restarts so far) after: {view.message}"))
+    return view
+
+
+def _condition(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    return next((found for found in (obj.get("status") or {}).get("conditions") or []
+                 if found.get("type") == kind and found.get("status") == "True"), None)

@@ -108,7 +108,7 @@ def check_role(role: specs.Role) -> None:
 
 
 def min_replicas(role: specs.Role) -> int:
-    return role.min_replicas if role.min_replicas is not None else role.num_replicas
+    return int(role.min_replicas) if role.min_replicas is not None else role.num_replicas
 
 
 def role_annotations(app: specs.AppDef, role: specs.Role, options: KubernetesOptions) -> dict[str, str]:

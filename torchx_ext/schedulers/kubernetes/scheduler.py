@@ -1,11 +1,12 @@
-"""kubernetes: torchx's Scheduler over a Service and Indexed Jobs (see ``manifests.py``).
+"""kubernetes: torchx's Scheduler over Indexed Jobs, a JobSet or a Volcano Job (``-cfg backend``,
+see ``manifests.py``).
 
-App ids are ``{namespace}:{name}``, as torchx's builtin writes them. Every command reads the
-API (two label-selected lists for ``describe``, whatever the job's size), so any process can
-track any job. ``cancel`` records the cancel on the Jobs and stops them (suspended, or past an
-active deadline when Kueue admits them): the Job controller stops their pods (whose logs go
-with them, unless the cluster ships logs elsewhere), and the Jobs stay, CANCELLED, until
-``delete`` removes them and their Service.
+App ids are ``{namespace}:{name}`` (the ``job`` backend, as torchx's builtin writes them) or
+``{namespace}:{backend}:{name}``. Every command reads the API (two or three requests for
+``describe``, whatever the job's size), so any process can track any job. ``cancel`` records
+the cancel on the app and stops its pods (``backends.py``: how, per backend); their logs go
+with them unless the cluster ships logs elsewhere, and the app stays, CANCELLED, until
+``delete`` removes it.
 """
 
 from __future__ import annotations
@@ -22,16 +23,17 @@ from torchx_ext.errors import InvalidArgumentError, KubernetesError
 from torchx_ext.schedulers.common.app_ids import KUBERNETES, new_app_id
 from torchx_ext.schedulers.common.error_file import ErrorReport
 from torchx_ext.schedulers.common.states import State, app_state
-from torchx_ext.schedulers.kubernetes import names
+from torchx_ext.schedulers.kubernetes.backends import BACKENDS, Backend
 from torchx_ext.schedulers.kubernetes.client import Cluster, connect
 from torchx_ext.schedulers.kubernetes.manifests import AppManifests, KubernetesOptions, build_manifests
-from torchx_ext.schedulers.kubernetes.tracking import AppView, JobEnd, end_due, read_app
+from torchx_ext.schedulers.kubernetes.tracking import AppView, JobEnd, end_due
 
 SCHEDULER = "kubernetes"
 
 
 class KubernetesOpts(TypedDict, total=False):
     namespace: Optional[str]
+    backend: Optional[str]
     queue: Optional[str]
     service_account: Optional[str]
     priority_class: Optional[str]
@@ -60,8 +62,12 @@ class KubernetesScheduler(Scheduler[KubernetesOpts]):
         opts = runopts()
         opts.add("namespace", type_=str, default=None,
                  help="namespace of the Jobs (default: the kubeconfig context's, else 'default')")
+        opts.add("backend", type_=str, default="job",
+                 help="what runs the pods: job (Indexed Jobs, no CRDs needed), jobset (a JobSet: gang restarts; "
+                 "JobSet installed) or volcano (a Volcano Job: gang scheduling; Volcano installed)")
         opts.add("queue", type_=str, default=None,
-                 help="Kueue LocalQueue: the Jobs are created suspended and start when Kueue admits them")
+                 help="job/jobset: a Kueue LocalQueue (created suspended, started when Kueue admits them); "
+                 "volcano: the Volcano queue (default: 'default')")
         opts.add("service_account", type_=str, default=None, help="service account the pods run as")
         opts.add("priority_class", type_=str, default=None, help="PriorityClass of the pods")
         opts.add("node_selector", type_=Dict[str, str], default=None,
@@ -97,31 +103,29 @@ class KubernetesScheduler(Scheduler[KubernetesOpts]):
     def schedule(self, dryrun_info: AppDryRunInfo[Any]) -> str:
         manifests: AppManifests = dryrun_info.request
         self.cluster.create_app(manifests)
-        return f"{manifests.namespace}:{manifests.app_id}"
+        return _app_id(manifests.namespace, manifests.backend, manifests.app_id)
 
     def describe(self, app_id: str) -> Optional[DescribeAppResponse]:
-        """The app as its Jobs and pods are now (two list requests). Whoever looks ends an app
-        that needs it (``tracking.end_due``): an image that has not pulled for
-        ``image_pull_timeout`` seconds, a failed role whose app still runs other roles."""
-        namespace, name = self._split(app_id)
-        view = self._view(namespace, name)
+        """The app as its objects and pods are now (two or three requests, whatever its size).
+        Whoever looks ends an app that needs it (``tracking.end_due``): an image that has not
+        pulled for ``image_pull_timeout`` seconds, a failed role whose app still runs other roles."""
+        namespace, backend, name = self._split(app_id)
+        view = backend.view(self.cluster, namespace, name)
         if view.state is None:
             return None
         end = end_due(view, time.time())
         if end is not None:
-            self._end(namespace, view, end)
-            view = self._view(namespace, name)
+            backend.end(self.cluster, namespace, view, end)
+            view = backend.view(self.cluster, namespace, name)
         return _response(app_id, view)
 
     def list(self, cfg: Optional[Mapping[str, Any]] = None) -> List[ListAppResponse]:
         """The apps in the namespace (``cfg``'s on torchx-nightly, else the kubeconfig's), from
-        one list of their Jobs."""
+        one list per backend (a backend whose CRD the cluster lacks has none)."""
         namespace = (cfg or {}).get("namespace") or self.cluster.connection.namespace
-        by_app: dict[str, list[dict[str, Any]]] = {}
-        for job in self.cluster.jobs(namespace, names.LABEL_APP_ID):
-            by_app.setdefault(job["metadata"]["labels"][names.LABEL_APP_ID], []).append(job)
-        return [ListAppResponse(app_id=f"{namespace}:{app}", state=app_state(read_app(app, jobs, []).state))
-                for app, jobs in sorted(by_app.items())]
+        return [ListAppResponse(app_id=_app_id(namespace, backend.name, app), state=app_state(state))
+                for backend in BACKENDS.values() for app, state in sorted(backend.apps(self.cluster, namespace),
+                                                                          key=lambda item: item[0])]
 
     def log_iter(
         self,
@@ -142,8 +146,8 @@ class KubernetesScheduler(Scheduler[KubernetesOpts]):
         if query.stream != "combined":
             raise InvalidArgumentError(f"streams={query.stream!r}: Kubernetes keeps a pod's stdout and stderr as one "
                                        "log; leave streams out (combined)")
-        namespace, name = self._split(app_id)
-        view = self._view(namespace, name)
+        namespace, backend, name = self._split(app_id)
+        view = backend.view(self.cluster, namespace, name)
         if view.state is None:
             raise InvalidArgumentError(f"unknown kubernetes app {app_id!r}: `torchx list -s kubernetes` shows the "
                                        "known ones")
@@ -172,7 +176,7 @@ class KubernetesScheduler(Scheduler[KubernetesOpts]):
                 if not should_tail:
                     return
                 time.sleep(1)
-                current = self._view(namespace, name)
+                current = backend.view(self.cluster, namespace, name)
                 found = next((item for item in current.replicas if item.key == replica.key), None)
                 if current.state is None or found is None:
                     return
@@ -181,8 +185,8 @@ class KubernetesScheduler(Scheduler[KubernetesOpts]):
         return query.select(lines())
 
     def _cancel_existing(self, app_id: str) -> None:
-        namespace, name = self._split(app_id)
-        view = self._view(namespace, name)
+        namespace, backend, name = self._split(app_id)
+        view = backend.view(self.cluster, namespace, name)
         if view.state is None:
             return
         if view.state.terminal:
@@ -190,20 +194,16 @@ class KubernetesScheduler(Scheduler[KubernetesOpts]):
         else:
             end = JobEnd(State.CANCELLED, time.time(), "cancelled by request")
         if end is not None:
-            self._end(namespace, view, end)
+            backend.end(self.cluster, namespace, view, end)
 
     def delete(self, app_id: str) -> None:
-        """Removes the app's Jobs (their pods with them, never orphaned) and its Service
-        (torchx-nightly's ``torchx delete``; ours on torchx 0.7.0)."""
+        """Removes the app's objects (their pods with them, never orphaned) (torchx-nightly's
+        ``torchx delete``; ours on torchx 0.7.0)."""
         self._delete_existing(app_id)
 
     def _delete_existing(self, app_id: str) -> None:
-        namespace, name = self._split(app_id)
-        found = False
-        for job in self.cluster.jobs(namespace, f"{names.LABEL_APP_ID}={name}"):
-            found |= self.cluster.delete("Job", job["metadata"]["name"], namespace)
-        found |= self.cluster.delete("Service", name, namespace)
-        if not found:
+        namespace, backend, name = self._split(app_id)
+        if not backend.delete(self.cluster, namespace, name):
             raise InvalidArgumentError(f"unknown kubernetes app {app_id!r}: `torchx list -s kubernetes` shows the "
                                        "known ones")
 
@@ -213,32 +213,16 @@ class KubernetesScheduler(Scheduler[KubernetesOpts]):
             self._cluster.connection.api.close()
             self._cluster = None
 
-    def _split(self, app_id: str) -> tuple[str, str]:
-        namespace, separator, name = app_id.rpartition(":")
-        return (namespace if separator and namespace else self.cluster.connection.namespace), name
-
-    def _view(self, namespace: str, name: str) -> AppView:
-        selector = f"{names.LABEL_APP_ID}={name}"
-        jobs = self.cluster.jobs(namespace, selector)
-        pods = self.cluster.pods(namespace, selector) if jobs else []
-        return read_app(name, jobs, pods)
-
-    def _end(self, namespace: str, view: AppView, end: JobEnd) -> None:
-        # The annotation makes the end ours whatever the stopped pods exit with. Suspending a
-        # Job makes its controller stop the pods and start no others; but Kueue un-suspends a
-        # Job it has admitted, so a queued Job is given an active deadline it is already past
-        # instead: its controller fails it and stops its pods, and Kueue never restarts a
-        # failed Job (one still waiting for admission fails a second after it is admitted).
-        annotation: dict[str, Any] = {"metadata": {"annotations": {names.ANNOTATION_END: end.to_annotation()}}}
-        for role in view.roles:
-            patch: dict[str, Any]
-            if role.ended:  # no pods left to stop
-                patch = annotation
-            elif role.queue:
-                patch = {**annotation, "spec": {"activeDeadlineSeconds": 1}}
-            else:
-                patch = {**annotation, "spec": {"suspend": True}}
-            self.cluster.patch_job(role.job, namespace, patch)
+    def _split(self, app_id: str) -> tuple[str, Backend, str]:
+        """``namespace:name`` (job), ``namespace:jobset:name`` or ``namespace:volcano:name``."""
+        parts = app_id.split(":")
+        name = parts[-1]
+        namespace = (parts[0] if len(parts) > 1 and parts[0] else self.cluster.connection.namespace)
+        backend = BACKENDS.get(parts[1] if len(parts) == 3 else "job")
+        if backend is None or len(parts) > 3:
+            raise InvalidArgumentError(f"invalid kubernetes app id {app_id!r}: expected NAMESPACE:NAME, "
+                                       "NAMESPACE:jobset:NAME or NAMESPACE:volcano:NAME")
+        return namespace, backend, name
 
 
 def create_scheduler(session_name: str, **kwargs: Any) -> KubernetesScheduler:
@@ -255,6 +239,7 @@ def _options(cfg: Mapping[str, Any]) -> KubernetesOptions:
         seconds[key] = seconds[key] if value is None else value
     return KubernetesOptions(
         namespace=namespace,
+        backend=cfg.get("backend") or "job",
         queue=cfg.get("queue") or None,
         service_account=cfg.get("service_account") or None,
         priority_class=cfg.get("priority_class") or None,
@@ -299,10 +284,14 @@ def _response(app_id: str, view: AppView) -> DescribeAppResponse:
         app_id=app_id,
         state=app_state(view.state),
         num_restarts=view.restarts,
-        msg=view.message,
+        msg="; ".join(text for text in (view.message, view.elastic_summary) if text),
         roles=[Role(name=role.name, image=role.image, num_replicas=role.replicas) for role in view.roles],
         roles_statuses=roles_statuses,
     )
     if error:
         response.structured_error_msg = error
     return response
+
+
+def _app_id(namespace: str, backend: str, name: str) -> str:
+    return f"{namespace}:{name}" if backend == "job" else f"{namespace}:{backend}:{name}"

@@ -12,7 +12,7 @@ import dataclasses
 import datetime
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,13 +109,41 @@ class AppView:
     pull_stuck_since: float | None = None
     """The earliest creation time of a pod whose image does not pull, for the pull timeout."""
     pull_timeout_s: int | None = None
+    gang: bool = False
+    """A JobSet or Volcano controller stops every role's pods when one fails (no end of ours needed)."""
+    gang_restarts: int = 0
+    """Restarts of every pod at once (a JobSet's, a Volcano Job's)."""
 
     @property
     def restarts(self) -> int:
+        if self.gang:
+            return self.gang_restarts
         return max((replica.pods - 1 for replica in self.replicas), default=0)
 
+    @property
+    def elastic_summary(self) -> str:
+        """How many replicas each elastic role (``-j MIN:MAX``) runs now, while the app runs."""
+        if self.state is not State.RUNNING:
+            return ""
+        parts = []
+        for role in self.roles:
+            if role.min_replicas < role.replicas:
+                running = sum(1 for replica in self.replicas
+                              if replica.role == role.name and replica.state is State.RUNNING)
+                parts.append(f"role {role.name} runs {running} of {role.min_replicas}..{role.replicas} replicas")
+        return "; ".join(parts)
 
-def read_app(app_id: str, jobs: list[dict[str, Any]], pods: list[dict[str, Any]]) -> AppView:
+
+def job_pod_place(pod: dict[str, Any]) -> tuple[str, str]:
+    """(Job name, completion index) of an Indexed Job's pod, from the labels its controller sets."""
+    labels = pod["metadata"].get("labels") or {}
+    return labels.get("batch.kubernetes.io/job-name", labels.get("job-name", "")), labels.get(
+        names.LABEL_COMPLETION_INDEX, "")
+
+
+def read_app(app_id: str, jobs: list[dict[str, Any]], pods: list[dict[str, Any]],
+             place: Callable[[dict[str, Any]], tuple[str, str]] = job_pod_place) -> AppView:
+    """``place``: a pod's (role's Job name, replica index), by the labels of the controller that made it."""
     if not jobs:
         return AppView(app_id, None, "", (), ())
     jobs = sorted(jobs, key=lambda job: job["metadata"].get("creationTimestamp") or "")
@@ -129,12 +157,11 @@ def read_app(app_id: str, jobs: list[dict[str, Any]], pods: list[dict[str, Any]]
     newest: dict[tuple[str, int], dict[str, Any]] = {}
     counts: dict[tuple[str, int], int] = {}
     for pod in pods:
-        labels = pod["metadata"].get("labels") or {}
-        role = by_job.get(labels.get("batch.kubernetes.io/job-name", labels.get("job-name", "")))
-        index = labels.get(names.LABEL_COMPLETION_INDEX, "")
-        if role is None or not index.isdigit():
+        job_name, index_text = place(pod)
+        role = by_job.get(job_name)
+        if role is None or not index_text.isdigit():
             continue
-        key = (role.name, int(index))
+        key = (role.name, int(index_text))
         counts[key] = counts.get(key, 0) + 1
         if key not in newest or _created(pod) >= _created(newest[key]):
             newest[key] = pod
@@ -170,7 +197,7 @@ def end_due(view: AppView, now: float) -> JobEnd | None:
         return JobEnd(State.FAILED, now, (
             f"replica {stuck.key} (pod {stuck.pod}): its image did not pull within {timeout} s ({stuck.reason}); "
             "the job was stopped: check the image name, the registry and -cfg image_pull_secrets"), stuck.key)
-    if view.state is State.FAILED and any(not role.ended for role in view.roles):
+    if view.state is State.FAILED and not view.gang and any(not role.ended for role in view.roles):
         return JobEnd(State.FAILED, now, view.message, view.failing.key if view.failing else "")
     return None
 

@@ -14,14 +14,18 @@ while its rendezvous goes on with the others.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from torchx import specs
+
+from torchx_ext.schedulers.common.states import State
 
 from torchx_ext.schedulers.kubernetes import names
 from torchx_ext.schedulers.kubernetes.manifests import app_labels, min_replicas, role_annotations, role_labels
 from torchx_ext.schedulers.kubernetes.options import DEFAULT_VOLCANO_QUEUE, KubernetesOptions
 from torchx_ext.schedulers.kubernetes.pods import Placement, pod_template
+from torchx_ext.schedulers.kubernetes.tracking import AppView, failure_message, read_app
 
 API_VERSION = "batch.volcano.sh/v1alpha1"
 INDEX_REFERENCE = "$(VC_TASK_INDEX)"
@@ -75,3 +79,65 @@ def volcano_job(app: specs.AppDef, app_id: str, options: KubernetesOptions) -> d
         },
         "spec": spec,
     }
+
+
+# Volcano's job phases (batch.volcano.sh/v1alpha1 JobPhase). Those on the way to an end
+# (Completing, Terminating, Restarting) are not that end yet: the pods are still being stopped.
+PHASES = {
+    "Pending": State.PENDING,
+    "Running": State.RUNNING,
+    "Restarting": State.RUNNING,
+    "Completing": State.RUNNING,
+    "Terminating": State.RUNNING,
+    "Aborting": State.CANCELLED,
+    "Aborted": State.CANCELLED,
+    "Completed": State.SUCCEEDED,
+    "Terminated": State.FAILED,
+    "Failed": State.FAILED,
+}
+
+
+def volcano_pod_place(pod: dict[str, Any]) -> tuple[str, str]:
+    """(``{job}-{task}``, index) of a Volcano Job's pod, from the labels its controller sets."""
+    labels = pod["metadata"].get("labels") or {}
+    return f"{labels.get('volcano.sh/job-name', '')}-{labels.get('volcano.sh/task-spec', '')}", labels.get(
+        "volcano.sh/task-index", "")
+
+
+def read_volcano(app_id: str, job: dict[str, Any] | None, pods: list[dict[str, Any]]) -> AppView:
+    """The app as its Volcano Job's phase and its pods say it is; a phase this code does not
+    know reads as what the pods show, never as an end."""
+    if job is None:
+        return AppView(app_id, None, "", (), ())
+    meta, spec, status = job["metadata"], job.get("spec") or {}, job.get("status") or {}
+    end_annotation = {key: value for key, value in (meta.get("annotations") or {}).items() if key == names.ANNOTATION_END}
+    tasks = [{
+        "metadata": {"name": f"{app_id}-{task['name']}", "creationTimestamp": meta.get("creationTimestamp"),
+                     "annotations": {**((task.get("template") or {}).get("metadata") or {}).get("annotations", {}),
+                                     **end_annotation}},
+        "spec": {"completions": task.get("replicas", 1), "template": task.get("template") or {}},
+        "status": {},
+    } for task in spec.get("tasks") or []]
+    view = read_app(app_id, tasks, pods, volcano_pod_place)
+    phase_state = (status.get("state") or {})
+    phase = str(phase_state.get("phase") or "Pending")
+    view = dataclasses.replace(view, gang=True, gang_restarts=int(status.get("retryCount") or 0))
+    state = PHASES.get(phase)
+    ended = state is not None and state.terminal
+    if ended:
+        view = dataclasses.replace(view, roles=tuple(dataclasses.replace(role, ended=True) for role in view.roles))
+    if view.end is not None:
+        return view
+    said = "; ".join(text for text in (phase_state.get("reason"), phase_state.get("message")) if text)
+    detail = f"Volcano Job {app_id} is {phase}" + (f": {said}" if said else "")
+    if state is State.FAILED:
+        cause = failure_message(view.failing) if view.failing else ""
+        return dataclasses.replace(view, state=State.FAILED, message="; ".join(text for text in (cause, detail) if text))
+    if state is State.SUCCEEDED:
+        return dataclasses.replace(view, state=State.SUCCEEDED, message="")
+    if state is State.CANCELLED:
+        return dataclasses.replace(view, state=State.CANCELLED, message=detail)
+    # On the way (or a phase newer than this code): what the pods show, never an end.
+    current = state or (view.state if view.state in (State.PENDING, State.RUNNING) else State.RUNNING)
+    message = "; ".join(text for text in (detail if phase != "Running" else "", view.message) if text)
+    return dataclasses.replace(view, state=current, message=message)

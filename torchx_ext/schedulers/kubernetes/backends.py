@@ -1,0 +1,149 @@
+"""What differs per backend once an app exists: how it is read, ended, deleted and listed.
+
+Each reads with a constant number of requests (the top object, its Jobs, its pods), whatever
+the replica count. Ending writes our end (``tracking.JobEnd``) on the top object, whose state it
+then is whatever the stopped pods exit with, with what stops the pods:
+
+- ``job``: each Job suspended, or, when Kueue queues it (Kueue un-suspends a Job it admitted),
+  given an active deadline it is already past;
+- ``jobset``: the JobSet suspended, or, when queued, its Jobs given that deadline (the JobSet's
+  failure rule for ``DeadlineExceeded`` then fails it instead of restarting them);
+- ``volcano``: Volcano's own abort (a ``bus.volcano.sh`` Command, as ``vcctl job suspend``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from torchx_ext.schedulers.common.states import State
+from torchx_ext.schedulers.kubernetes import names
+from torchx_ext.schedulers.kubernetes.client import JOBSET, VOLCANO_COMMAND, VOLCANO_JOB, Cluster
+from torchx_ext.schedulers.kubernetes.jobset import read_jobset
+from torchx_ext.schedulers.kubernetes.tracking import AppView, JobEnd, read_app
+from torchx_ext.schedulers.kubernetes.volcano import read_volcano
+
+# Past at once, counted from the Job's (re)start: a queued Job fails a second after admission.
+_PAST_DEADLINE = {"spec": {"activeDeadlineSeconds": 1}}
+
+
+class Backend(Protocol):
+    name: str
+
+    def view(self, cluster: Cluster, namespace: str, name: str) -> AppView: ...
+
+    def end(self, cluster: Cluster, namespace: str, view: AppView, end: JobEnd) -> None: ...
+
+    def delete(self, cluster: Cluster, namespace: str, name: str) -> bool: ...
+
+    def apps(self, cluster: Cluster, namespace: str) -> list[tuple[str, State | None]]: ...
+
+
+def _annotation(end: JobEnd) -> dict[str, Any]:
+    return {"metadata": {"annotations": {names.ANNOTATION_END: end.to_annotation()}}}
+
+
+def _selector(name: str) -> str:
+    return f"{names.LABEL_APP_ID}={name}"
+
+
+class JobBackend:
+    name = "job"
+
+    def view(self, cluster: Cluster, namespace: str, name: str) -> AppView:
+        jobs = cluster.jobs(namespace, _selector(name))
+        pods = cluster.pods(namespace, _selector(name)) if jobs else []
+        return read_app(name, jobs, pods)
+
+    def end(self, cluster: Cluster, namespace: str, view: AppView, end: JobEnd) -> None:
+        for role in view.roles:
+            patch: dict[str, Any]
+            if role.ended:  # no pods left to stop
+                patch = _annotation(end)
+            elif role.queue:
+                patch = {**_annotation(end), **_PAST_DEADLINE}
+            else:
+                patch = {**_annotation(end), "spec": {"suspend": True}}
+            cluster.patch_job(role.job, namespace, patch)
+
+    def delete(self, cluster: Cluster, namespace: str, name: str) -> bool:
+        found = False
+        for job in cluster.jobs(namespace, _selector(name)):
+            found |= cluster.delete("Job", job["metadata"]["name"], namespace)
+        return cluster.delete("Service", name, namespace) or found
+
+    def apps(self, cluster: Cluster, namespace: str) -> list[tuple[str, State | None]]:
+        by_app: dict[str, list[dict[str, Any]]] = {}
+        for job in cluster.jobs(namespace, names.LABEL_APP_ID):
+            if any(owner.get("kind") == "JobSet" for owner in job["metadata"].get("ownerReferences") or []):
+                continue  # a JobSet's: listed with it
+            by_app.setdefault(job["metadata"]["labels"][names.LABEL_APP_ID], []).append(job)
+        return [(app, _state(read_app(app, jobs, []))) for app, jobs in by_app.items()]
+
+
+class JobSetBackend:
+    name = "jobset"
+
+    def view(self, cluster: Cluster, namespace: str, name: str) -> AppView:
+        jobset = cluster.get_custom(JOBSET, name, namespace)
+        if jobset is None:
+            return read_jobset(name, None, [], [])
+        return read_jobset(name, jobset, cluster.jobs(namespace, _selector(name)), cluster.pods(namespace, _selector(name)))
+
+    def end(self, cluster: Cluster, namespace: str, view: AppView, end: JobEnd) -> None:
+        queued = any(role.queue for role in view.roles)
+        if queued:
+            for role in view.roles:
+                if not role.ended:
+                    try:
+                        cluster.patch_job(role.job, namespace, {**_annotation(end), **_PAST_DEADLINE})
+                    except Exception as error:  # recreated meanwhile: the JobSet's end still holds
+                        if getattr(error, "status", None) != 404:
+                            raise
+        patch = _annotation(end) if queued or all(role.ended for role in view.roles) else {
+            **_annotation(end), "spec": {"suspend": True}}
+        cluster.patch_custom(JOBSET, view.app_id, namespace, patch)
+
+    def delete(self, cluster: Cluster, namespace: str, name: str) -> bool:
+        return cluster.delete_custom(JOBSET, name, namespace)
+
+    def apps(self, cluster: Cluster, namespace: str) -> list[tuple[str, State | None]]:
+        return [(jobset["metadata"]["name"], _state(read_jobset(jobset["metadata"]["name"], jobset, [], [])))
+                for jobset in cluster.list_custom(JOBSET, namespace, names.LABEL_APP_ID)]
+
+
+class VolcanoBackend:
+    name = "volcano"
+
+    def view(self, cluster: Cluster, namespace: str, name: str) -> AppView:
+        job = cluster.get_custom(VOLCANO_JOB, name, namespace)
+        return read_volcano(name, job, cluster.pods(namespace, _selector(name)) if job else [])
+
+    def end(self, cluster: Cluster, namespace: str, view: AppView, end: JobEnd) -> None:
+        cluster.patch_custom(VOLCANO_JOB, view.app_id, namespace, _annotation(end))
+        if all(role.ended for role in view.roles):
+            return
+        job = cluster.get_custom(VOLCANO_JOB, view.app_id, namespace)
+        if job is None:
+            return
+        owner = {"apiVersion": job["apiVersion"], "kind": "Job", "name": view.app_id,
+                 "uid": job["metadata"]["uid"], "controller": True}
+        cluster.create_custom(VOLCANO_COMMAND, namespace, {
+            "apiVersion": f"{VOLCANO_COMMAND.group}/{VOLCANO_COMMAND.version}", "kind": "Command",
+            "metadata": {"generateName": f"{view.app_id}-abortjob-", "namespace": namespace,
+                         "ownerReferences": [owner]},
+            "target": owner, "action": "AbortJob", "reason": "cancelled by torchx",
+            "message": end.message})
+
+    def delete(self, cluster: Cluster, namespace: str, name: str) -> bool:
+        return cluster.delete_custom(VOLCANO_JOB, name, namespace)
+
+    def apps(self, cluster: Cluster, namespace: str) -> list[tuple[str, State | None]]:
+        return [(job["metadata"]["name"], _state(read_volcano(job["metadata"]["name"], job, [])))
+                for job in cluster.list_custom(VOLCANO_JOB, namespace, names.LABEL_APP_ID)]
+
+
+BACKENDS: dict[str, Backend] = {backend.name: backend for backend in (JobBackend(), JobSetBackend(), VolcanoBackend())}
+
+
+def _state(view: AppView) -> State | None:
+    return view.state
