@@ -2,8 +2,9 @@
 
 Each entry says how to submit to it (scheduler name and cfg) and what of a job is still alive
 after it ended. local_docker runs on the test engine (tests/fixtures/docker_engine.py) with the
-offline test image; kubernetes on the fake API server of tests/kubernetes/apiserver (the real
-client over HTTP), whose kubelet runs the pods on that engine, in the kubeconfig's namespace.
+offline test image; kubernetes, once per backend (Indexed Jobs, a JobSet, a Volcano Job), on the
+fake API server of tests/kubernetes/apiserver (the real client over HTTP), whose kubelet runs the
+pods on that engine, in the kubeconfig's namespace.
 """
 
 from __future__ import annotations
@@ -96,7 +97,7 @@ def kube_leftovers(client: Any) -> Callable[[str], list[str]]:
     return leftovers
 
 
-@pytest.fixture(params=["local_cwd", "local_docker", "kubernetes"])
+@pytest.fixture(params=["local_cwd", "local_docker", "kubernetes", "kubernetes-jobset", "kubernetes-volcano"])
 def scheduler(
     request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[SchedulerUnderTest]:
@@ -120,7 +121,8 @@ def scheduler(
         for app_id in made - {None}:
             docker_scheduler.delete(app_id)
         docker_scheduler.close()
-    elif request.param == "kubernetes":
+    elif request.param.startswith("kubernetes"):
+        backend = request.param.partition("-")[2] or "job"
         client = request.getfixturevalue("docker_client")
         request.getfixturevalue("kube_cluster")  # KUBECONFIG points at it
         image = request.getfixturevalue("test_image")  # the node mounts what its containers need
@@ -130,7 +132,7 @@ def scheduler(
         before = {item.app_id for item in kube_scheduler.list()}
         # One CPU per replica: the fake's node is this 2-CPU machine, and pods request what they
         # ask for (two replicas asking for 2 CPUs each would not both fit, as on a real node).
-        yield SchedulerUnderTest("kubernetes", {"cancel_grace": 5}, kube_leftovers(client),
+        yield SchedulerUnderTest("kubernetes", {"cancel_grace": 5, "backend": backend}, kube_leftovers(client),
                                  component_args={"image": image.name, "cpu": 1})
         # Jobs stay until deleted: delete what this test made (their pods go with them).
         for app_id in {item.app_id for item in kube_scheduler.list()} - before:

@@ -344,6 +344,10 @@ def test_a_volcano_job_is_torchxs_shape_with_our_pods_and_a_min_available_gang()
     (task,) = spec["tasks"]
     assert task["name"] == "train" and task["replicas"] == 2
     assert {"event": "PodFailed", "action": "RestartJob"} in task["policies"]
+    # No retries: a failed pod ends the job, which keeps the pods that ended (and their logs).
+    once = check(build_manifests(ddp(script="train.py", j="2x2", image="img:1"), app_id="train-abc12345",
+                                 options=KubernetesOptions(backend="volcano")))[0]
+    assert once["spec"]["tasks"][0]["policies"][0] == {"event": "PodFailed", "action": "TerminateJob"}
     container = task["template"]["spec"]["containers"][0]
     env = {item["name"]: item["value"] for item in container["env"]}
     assert env["TORCHX_RANK0_HOST"] == "train-abc12345-train-0.train-abc12345"

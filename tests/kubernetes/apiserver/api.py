@@ -8,7 +8,7 @@ from typing import Any
 
 from tests.kubernetes.apiserver import errors
 from tests.kubernetes.apiserver.patch import json_patch, merge_patch
-from tests.kubernetes.apiserver.resources import BY_PLURAL, JOBS, PODS, Obj, ResourceType
+from tests.kubernetes.apiserver.resources import BY_KEY, CUSTOM, JOBS, PODS, SERVICES, Obj, ResourceType
 from tests.kubernetes.apiserver.store import Store
 
 MERGE_TYPES = ("application/merge-patch+json", "application/strategic-merge-patch+json")
@@ -55,7 +55,7 @@ def delete(store: Store, rtype: ResourceType, namespace: str, name: str, options
 
 
 def delete_dependents(store: Store, owner_uid: str) -> None:
-    for dependent_type in (PODS, JOBS):
+    for dependent_type in (PODS, JOBS, SERVICES, *CUSTOM):
         for dependent in store.owned_by(dependent_type, owner_uid):
             meta = dependent["metadata"]
             try:
@@ -112,5 +112,6 @@ def replace(store: Store, rtype: ResourceType, namespace: str, name: str, body: 
     return store.update(rtype, namespace, name, lambda current: dict(body), expect_version=version)
 
 
-def resource(plural: str) -> ResourceType:
-    return BY_PLURAL[plural]
+def resource(key: str) -> ResourceType:
+    """``plural`` for the core group, ``plural.group`` otherwise."""
+    return BY_KEY[key]

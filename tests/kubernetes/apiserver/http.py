@@ -12,7 +12,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from tests.kubernetes.apiserver import api, errors
 from tests.kubernetes.apiserver.logs import flag
-from tests.kubernetes.apiserver.resources import JOBS, NAMESPACES, PODS, SERVICES, Obj, ResourceType
+from tests.kubernetes.apiserver.resources import CUSTOM, JOBS, NAMESPACES, PODS, SERVICES, Obj, ResourceType
 
 if TYPE_CHECKING:
     from tests.kubernetes.apiserver.server import TestCluster
@@ -24,6 +24,8 @@ ROUTES: list[tuple[re.Pattern[str], ResourceType, bool]] = [
     (re.compile(rf"^/api/v1/namespaces/{_NAME}/pods(?:/{_NAME})?(?:/(log|status))?$"), PODS, True),
     (re.compile(rf"^/api/v1/namespaces/{_NAME}/services(?:/{_NAME})?(?:/(status))?$"), SERVICES, True),
     (re.compile(rf"^/apis/batch/v1/namespaces/{_NAME}/jobs(?:/{_NAME})?(?:/(status))?$"), JOBS, True),
+    *((re.compile(rf"^/apis/{re.escape(custom.group)}/{custom.version}/namespaces/{_NAME}/{custom.plural}"
+                  rf"(?:/{_NAME})?(?:/(status))?$"), custom, True) for custom in CUSTOM),
     (re.compile(r"^/api/v1/pods$"), PODS, False),
     (re.compile(r"^/api/v1/services$"), SERVICES, False),
     (re.compile(r"^/apis/batch/v1/jobs$"), JOBS, False),

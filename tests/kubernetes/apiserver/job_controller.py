@@ -131,7 +131,7 @@ class JobController:
         by_owner: dict[str, list[Obj]] = {}
         for pod in pods:
             for ref in pod["metadata"].get("ownerReferences") or []:
-                if ref.get("controller"):
+                if ref.get("controller") and ref.get("apiVersion") == "batch/v1":
                     by_owner.setdefault(ref["uid"], []).append(pod)
         job_uids = {job["metadata"]["uid"] for job in jobs}
         for job in jobs:

@@ -69,6 +69,13 @@ def _set_condition(status: dict[str, Any], new: dict[str, Any]) -> None:
     conditions.append(new)
 
 
+def _ours_to_schedule(pod: Obj) -> bool:
+    # Pods of scheduler "volcano" wait for the Volcano stand-in's gang decision (crd_controllers).
+    if pod["spec"].get("schedulerName", "default-scheduler") == "default-scheduler":
+        return True
+    return (pod["metadata"].get("annotations") or {}).get("torchx-ext-test.kube/gang-bound") == "true"
+
+
 class Kubelet:
     def __init__(self, store: Store, docker_client: Any, node: Node, cluster_id: str, work_dir: Path,
                  node_mounts: tuple[str, ...] = ()) -> None:
@@ -111,6 +118,11 @@ class Kubelet:
     def release(self) -> None:
         self._holds.clear()
 
+    def held(self, pod: Obj) -> bool:
+        """Whether a test holds the pod off the node (``hold``)."""
+        labels_ = pod["metadata"].get("labels") or {}
+        return any(hold(labels_) for hold in self._holds)
+
     def _loop(self) -> None:
         while not self._stopping.is_set():
             version = self._store.resource_version
@@ -152,6 +164,8 @@ class Kubelet:
             if pod["metadata"].get("deletionTimestamp"):
                 self._submit(uid, partial(self._delete, pod))
             elif not pod["spec"].get("nodeName"):
+                if not _ours_to_schedule(pod):
+                    continue
                 if self._schedule(pod, on_node):
                     on_node.append(pod)
             elif pod["status"].get("phase") not in TERMINAL:

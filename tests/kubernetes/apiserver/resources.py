@@ -30,6 +30,11 @@ class ResourceType:
     default_propagation: str = "Background"
 
     @property
+    def key(self) -> str:
+        """Unique among the served types (batch/v1 and Volcano both have ``jobs``)."""
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+    @property
     def api_version(self) -> str:
         return f"{self.group}/{self.version}" if self.group else self.version
 
@@ -105,4 +110,22 @@ PODS = ResourceType("pods", "Pod", "", "v1", True, validation.pod_errors, defaul
 SERVICES = ResourceType("services", "Service", "", "v1", True, validation.service_errors, default_service)
 JOBS = ResourceType("jobs", "Job", "batch", "v1", True, validation.job_errors, default_job, "Orphan")
 
-BY_PLURAL = {t.plural: t for t in (NAMESPACES, PODS, SERVICES, JOBS)}
+
+
+def _custom_object(obj: Obj) -> list[FieldError]:
+    return validation.name_errors((obj.get("metadata") or {}).get("name"), "label1123")
+
+
+def _with_status(obj: Obj) -> None:
+    obj.setdefault("status", {})
+
+
+# Custom resources (their CRDs "installed"): what JobSet, Volcano and Kueue serve; their
+# controllers' stand-ins are in crd_controllers.py.
+JOBSETS = ResourceType("jobsets", "JobSet", "jobset.x-k8s.io", "v1alpha2", True, _custom_object, _with_status)
+VOLCANO_JOBS = ResourceType("jobs", "Job", "batch.volcano.sh", "v1alpha1", True, _custom_object, _with_status)
+VOLCANO_COMMANDS = ResourceType("commands", "Command", "bus.volcano.sh", "v1alpha1", True, _custom_object, _no_defaults)
+WORKLOADS = ResourceType("workloads", "Workload", "kueue.x-k8s.io", "v1beta1", True, _custom_object, _with_status)
+CUSTOM = (JOBSETS, VOLCANO_JOBS, VOLCANO_COMMANDS, WORKLOADS)
+
+BY_KEY = {t.key: t for t in (NAMESPACES, PODS, SERVICES, JOBS, *CUSTOM)}

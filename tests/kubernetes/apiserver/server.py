@@ -1,4 +1,5 @@
-"""``TestCluster``: the store, the HTTP API, the Job controller and the kubelet, started together."""
+"""``TestCluster``: the store, the HTTP API, the Job controller, the JobSet/Volcano/Kueue stand-ins
+and the kubelet, started together."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 
 import yaml
 
+from tests.kubernetes.apiserver.crd_controllers import CrdControllers
 from tests.kubernetes.apiserver.http import ApiHttpServer
 from tests.kubernetes.apiserver.job_controller import JobController
 from tests.kubernetes.apiserver.kubelet import Kubelet
@@ -38,6 +40,7 @@ class TestCluster:
         directory = Path(tempfile.mkdtemp(prefix="fake-kube-", dir=work_dir))
         self.kubelet = Kubelet(self.store, docker_client, self.node, self.id, directory, tuple(node_mounts))
         self.controller = JobController(self.store)
+        self.crd_controllers = CrdControllers(self.store, self.kubelet.held)
         self._http: ApiHttpServer | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------------
@@ -46,6 +49,7 @@ class TestCluster:
         self._http = ApiHttpServer(self)
         self._http.start()
         self.controller.start()
+        self.crd_controllers.start()
         self.kubelet.start()
         return self
 
@@ -54,6 +58,7 @@ class TestCluster:
         if self._http is not None:
             self._http.stop()
         self.controller.stop()
+        self.crd_controllers.stop()
         self.kubelet.stop()
 
     def __enter__(self) -> "TestCluster":
@@ -96,6 +101,11 @@ class TestCluster:
     @topology_policy.setter
     def topology_policy(self, value: str) -> None:
         self.node.topology_policy = value
+
+    @property
+    def kueue_queues(self) -> dict[str, float]:
+        """Kueue LocalQueues the cluster has: name -> CPUs admitted at once (none by default)."""
+        return self.crd_controllers.kueue_queues
 
     @property
     def labels(self) -> dict[str, str]:

@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from tests.kubernetes.apiserver import errors
-from tests.kubernetes.apiserver.resources import BY_PLURAL, JOBS, NAMESPACES, Obj, ResourceType, add_job_selector
+from tests.kubernetes.apiserver.resources import BY_KEY, JOBS, NAMESPACES, Obj, ResourceType, add_job_selector
 from tests.kubernetes.apiserver.selectors import parse_selector
 
 ObjList = list[Obj]
@@ -33,7 +33,7 @@ class Store:
     def __init__(self, namespaces: tuple[str, ...] = ("default",)) -> None:
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
-        self._objects: dict[str, dict[Key, Obj]] = {plural: {} for plural in BY_PLURAL}
+        self._objects: dict[str, dict[Key, Obj]] = {key: {} for key in BY_KEY}
         self._version = 0
         for namespace in namespaces:
             self.create(NAMESPACES, "", {"metadata": {"name": namespace}})
@@ -47,7 +47,7 @@ class Store:
 
     def get(self, rtype: ResourceType, namespace: str, name: str) -> Obj:
         with self._lock:
-            obj = self._objects[rtype.plural].get((namespace if rtype.namespaced else "", name))
+            obj = self._objects[rtype.key].get((namespace if rtype.namespaced else "", name))
             if obj is None:
                 raise errors.not_found(rtype.plural, rtype.group, name)
             return copy.deepcopy(obj)
@@ -63,14 +63,14 @@ class Store:
         """Objects in ``namespace`` (all when None) matching the label selector, and the list's version."""
         matches = parse_selector(selector)
         with self._lock:
-            items = [copy.deepcopy(obj) for (ns, _), obj in sorted(self._objects[rtype.plural].items())
+            items = [copy.deepcopy(obj) for (ns, _), obj in sorted(self._objects[rtype.key].items())
                      if (namespace is None or ns == namespace)
                      and matches((obj["metadata"].get("labels") or {}))]
             return items, str(self._version)
 
     def namespace_exists(self, namespace: str) -> bool:
         with self._lock:
-            return ("", namespace) in self._objects[NAMESPACES.plural]
+            return ("", namespace) in self._objects[NAMESPACES.key]
 
     def uid_exists(self, uid: str) -> bool:
         with self._lock:
@@ -78,7 +78,7 @@ class Store:
 
     def owned_by(self, rtype: ResourceType, owner_uid: str) -> ObjList:
         with self._lock:
-            return [copy.deepcopy(obj) for obj in self._objects[rtype.plural].values()
+            return [copy.deepcopy(obj) for obj in self._objects[rtype.key].values()
                     if any(ref.get("uid") == owner_uid for ref in obj["metadata"].get("ownerReferences") or [])]
 
     # -- writing ------------------------------------------------------------------------------------
@@ -104,7 +104,7 @@ class Store:
             if rtype.namespaced and not self.namespace_exists(namespace):
                 raise errors.not_found("namespaces", "", namespace)
             key = (namespace if rtype.namespaced else "", metadata["name"])
-            if key in self._objects[rtype.plural]:
+            if key in self._objects[rtype.key]:
                 raise errors.already_exists(rtype.plural, rtype.group, metadata["name"])
             metadata.update(uid=str(uuid.uuid4()), creationTimestamp=now_rfc3339(), generation=1)
             for transient in ("resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"):
@@ -112,7 +112,7 @@ class Store:
             if rtype is JOBS:
                 add_job_selector(obj)
             self._bump(obj)
-            self._objects[rtype.plural][key] = obj
+            self._objects[rtype.key][key] = obj
             return copy.deepcopy(obj)
 
     def update(self, rtype: ResourceType, namespace: str, name: str, change: Callable[[Obj], Obj | None],
@@ -121,7 +121,7 @@ class Store:
         identity fields (uid, name, namespace, creationTimestamp) cannot be changed this way."""
         with self._lock:
             key = (namespace if rtype.namespaced else "", name)
-            current = self._objects[rtype.plural].get(key)
+            current = self._objects[rtype.key].get(key)
             if current is None:
                 raise errors.not_found(rtype.plural, rtype.group, name)
             if expect_version and expect_version != current["metadata"]["resourceVersion"]:
@@ -144,12 +144,12 @@ class Store:
             if updated == current:
                 return copy.deepcopy(current)  # no-op writes keep the version, as on a real server
             self._bump(updated)
-            self._objects[rtype.plural][key] = updated
+            self._objects[rtype.key][key] = updated
             return copy.deepcopy(updated)
 
     def remove(self, rtype: ResourceType, namespace: str, name: str) -> Obj | None:
         with self._lock:
-            obj = self._objects[rtype.plural].pop((namespace if rtype.namespaced else "", name), None)
+            obj = self._objects[rtype.key].pop((namespace if rtype.namespaced else "", name), None)
             if obj is not None:
                 self._version += 1
                 self._changed.notify_all()
@@ -163,7 +163,7 @@ class Store:
                     refs = obj["metadata"].get("ownerReferences") or []
                     if any(ref.get("uid") == owner_uid for ref in refs):
                         kept = [ref for ref in refs if ref.get("uid") != owner_uid]
-                        self.update(BY_PLURAL[plural], key[0], key[1], partial(_set_owners, refs=kept))
+                        self.update(BY_KEY[plural], key[0], key[1], partial(_set_owners, refs=kept))
 
     def wait_for_change(self, since: str, timeout: float) -> None:
         """Block until the store's version differs from ``since`` or the timeout passes."""

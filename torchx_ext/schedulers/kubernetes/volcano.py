@@ -8,8 +8,10 @@ its ``env`` plugin gives each container its index as ``VC_TASK_INDEX``. ``minAva
 role's MIN replicas) is the gang: Volcano's scheduler binds none of the pods until that many
 can run. A failed or evicted pod of a non-elastic role restarts the whole job, at most
 ``max_retries`` times (the least of the roles; Volcano counts the failure that ends the job as
-a retry too, hence the one added to ``maxRetry``); an elastic role's failed pods stay failed
-while its rendezvous goes on with the others.
+a retry too, hence the one added to ``maxRetry``); with no retries a failed pod ends the job
+(``TerminateJob``), keeping the pods that ended and their logs (a restart deletes every pod,
+so the failure that exhausts the retries leaves no log behind). An elastic role's failed pods
+stay failed while its rendezvous goes on with the others.
 """
 
 from __future__ import annotations
@@ -29,13 +31,21 @@ from torchx_ext.schedulers.kubernetes.tracking import AppView, failure_message, 
 
 API_VERSION = "batch.volcano.sh/v1alpha1"
 INDEX_REFERENCE = "$(VC_TASK_INDEX)"
-RESTART_ON = ("PodFailed", "PodEvicted")
 
 
 def task_names(app: specs.AppDef, app_id: str) -> dict[str, str]:
     """role name -> task name: pods are ``{app_id}-{task}-{index}``, each a DNS label."""
     jobs = names.job_names(app_id, [(role.name, role.num_replicas) for role in app.roles])
     return {role: job[len(app_id) + 1:] for role, job in jobs.items()}
+
+
+def _policies(role: specs.Role) -> list[dict[str, str]]:
+    # A restart deletes every pod, the failed one and its log with it; ending a job instead
+    # (TerminateJob) keeps the pods that ended, so a job with no retries left says why it failed.
+    policies = [{"event": "PodEvicted", "action": "RestartJob"}]
+    if min_replicas(role) == role.num_replicas:
+        policies.insert(0, {"event": "PodFailed", "action": "RestartJob" if role.max_retries else "TerminateJob"})
+    return policies
 
 
 def volcano_job(app: specs.AppDef, app_id: str, options: KubernetesOptions) -> dict[str, Any]:
@@ -46,13 +56,11 @@ def volcano_job(app: specs.AppDef, app_id: str, options: KubernetesOptions) -> d
         template = pod_template(app, role, app_id, Placement(rank0_host, INDEX_REFERENCE), options,
                                 role_labels(app, role, app_id))
         template["metadata"]["annotations"].update(role_annotations(app, role, options))
-        elastic = min_replicas(role) < role.num_replicas
-        restart = [event for event in RESTART_ON if not elastic or event == "PodEvicted"]
         tasks.append({
             "name": task_of[role.name],
             "replicas": role.num_replicas,
             "minAvailable": min_replicas(role),
-            "policies": [{"event": event, "action": "RestartJob"} for event in restart],
+            "policies": _policies(role),
             "template": template,
         })
     spec: dict[str, Any] = {
