@@ -13,11 +13,14 @@ then is whatever the stopped pods exit with, with what stops the pods:
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Protocol
+
+from torchx_ext.errors import KubernetesError
 
 from torchx_ext.schedulers.common.states import State
 from torchx_ext.schedulers.kubernetes import names
-from torchx_ext.schedulers.kubernetes.client import JOBSET, VOLCANO_COMMAND, VOLCANO_JOB, Cluster
+from torchx_ext.schedulers.kubernetes.client import JOBSET, KUEUE_WORKLOAD, VOLCANO_COMMAND, VOLCANO_JOB, Cluster
 from torchx_ext.schedulers.kubernetes.jobset import read_jobset
 from torchx_ext.schedulers.kubernetes.tracking import AppView, JobEnd, read_app
 from torchx_ext.schedulers.kubernetes.volcano import read_volcano
@@ -52,7 +55,7 @@ class JobBackend:
     def view(self, cluster: Cluster, namespace: str, name: str) -> AppView:
         jobs = cluster.jobs(namespace, _selector(name))
         pods = cluster.pods(namespace, _selector(name)) if jobs else []
-        return read_app(name, jobs, pods)
+        return _with_kueue_reason(cluster, namespace, read_app(name, jobs, pods), jobs)
 
     def end(self, cluster: Cluster, namespace: str, view: AppView, end: JobEnd) -> None:
         for role in view.roles:
@@ -87,7 +90,8 @@ class JobSetBackend:
         jobset = cluster.get_custom(JOBSET, name, namespace)
         if jobset is None:
             return read_jobset(name, None, [], [])
-        return read_jobset(name, jobset, cluster.jobs(namespace, _selector(name)), cluster.pods(namespace, _selector(name)))
+        view = read_jobset(name, jobset, cluster.jobs(namespace, _selector(name)), cluster.pods(namespace, _selector(name)))
+        return _with_kueue_reason(cluster, namespace, view, [jobset])
 
     def end(self, cluster: Cluster, namespace: str, view: AppView, end: JobEnd) -> None:
         queued = any(role.queue for role in view.roles)
@@ -143,6 +147,27 @@ class VolcanoBackend:
 
 
 BACKENDS: dict[str, Backend] = {backend.name: backend for backend in (JobBackend(), JobSetBackend(), VolcanoBackend())}
+
+
+def _with_kueue_reason(cluster: Cluster, namespace: str, view: AppView, owners: list[dict[str, Any]]) -> AppView:
+    """A queued app Kueue has not admitted says why, as its Workload's QuotaReserved condition
+    does (one more request, only while it waits; nothing when the Workloads are not readable)."""
+    waiting = {owner["metadata"]["uid"] for owner in owners if (owner.get("spec") or {}).get("suspend")
+               and names.LABEL_KUEUE_QUEUE in (owner["metadata"].get("labels") or {})}
+    if view.state is not State.PENDING or not waiting:
+        return view
+    try:
+        workloads = cluster.list_custom(KUEUE_WORKLOAD, namespace, names.LABEL_KUEUE_JOB_UID)
+    except KubernetesError:  # no RBAC on Kueue's objects: the reason is optional
+        return view
+    reasons = [f"{condition.get('reason', 'Pending')}: {condition.get('message', '')}".rstrip(": ")
+               for workload in workloads
+               if (workload["metadata"].get("labels") or {}).get(names.LABEL_KUEUE_JOB_UID) in waiting
+               for condition in (workload.get("status") or {}).get("conditions") or []
+               if condition.get("type") == "QuotaReserved" and condition.get("status") == "False"]
+    if not reasons:
+        return view
+    return dataclasses.replace(view, message=f"{view.message}: Kueue says {'; '.join(reasons)}")
 
 
 def _state(view: AppView) -> State | None:

@@ -29,6 +29,8 @@ ANNOTATION_END = PREFIX + "end"
 # Set by the Job controller on every pod it creates; its value is the replica id.
 LABEL_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 LABEL_KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
+# On the Workload Kueue makes for a queued Job or JobSet: that object's uid.
+LABEL_KUEUE_JOB_UID = "kueue.x-k8s.io/job-uid"
 
 
 def label_value(text: str) -> str:

@@ -1,0 +1,151 @@
+"""What each kubernetes backend adds, against the fake API server whose JobSet, Volcano and Kueue
+stand-ins act on the objects' own fields (the conformance suite runs every backend too): gang
+restarts, the gang's minAvailable, Kueue's admission and its reasons, and the elastic proof."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from torchx.runner import Runner, get_runner
+from torchx.specs import AppDef, AppState
+
+from tests.conformance.jobs_api import wait, wait_for_line
+from tests.fixtures.docker_engine import TestImage
+from tests.kubernetes.apiserver import TestCluster
+from tests.kubernetes.apiserver.resources import JOBSETS, PODS, VOLCANO_JOBS
+from torchx_ext.components.dist import ddp
+
+JOBS = Path(__file__).parent / "jobs"
+CONFORMANCE_JOBS = Path(__file__).parents[1] / "conformance" / "jobs"
+
+
+@pytest.fixture
+def runner(kube_cluster: TestCluster) -> Any:
+    with get_runner() as runner:
+        yield runner
+
+
+def status_until(runner: Runner, handle: str, check: Any, timeout_s: float = 60) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        status = runner.status(handle)
+        if status is not None and check(status):
+            return status
+        time.sleep(0.2)
+    raise AssertionError(f"{handle}: {runner.status(handle)}")
+
+
+def _python_app(code: str, image: str, replicas: int = 2, max_retries: int = 0, mounts: list[str] | None = None,
+                ) -> AppDef:
+    app = ddp(script=str(CONFORMANCE_JOBS / "echo.py"), j=f"{replicas}x1", cpu=1, image=image,
+              max_retries=max_retries, mounts=mounts)
+    role = app.roles[0]
+    role.entrypoint, role.args = sys.executable, ["-c", code]
+    return app
+
+
+def test_a_jobset_restarts_every_pod_when_one_fails_and_counts_it(
+    runner: Runner, kube_namespace: str, test_image: TestImage, kube_cluster: TestCluster, tmp_path: Path
+) -> None:
+    # Replica 1 fails the first time; replica 0 would run on: the gang restart replaces both.
+    code = ("import os, sys, time, pathlib; index = int(os.environ['JOB_COMPLETION_INDEX']); "
+            "marker = pathlib.Path('/state/failed-once'); "
+            "print('attempt', os.environ.get('HOSTNAME'), flush=True); "
+            "(marker.write_text('x'), sys.exit(4)) if index == 1 and not marker.exists() else time.sleep(2)")
+    app = _python_app(code, test_image.name, max_retries=1, mounts=["type=bind", f"src={tmp_path}", "dst=/state"])
+    handle = runner.run(app, "kubernetes", cfg={"namespace": kube_namespace, "backend": "jobset", "cancel_grace": 2})
+
+    assert wait(runner, handle, timeout_s=120) == AppState.SUCCEEDED
+    status = runner.status(handle)
+    assert status is not None and status.num_restarts == 1
+    jobset = kube_cluster.store.list(JOBSETS, kube_namespace)[0][0]
+    assert jobset["status"]["restarts"] == 1
+    assert any(c["type"] == "Completed" and c["status"] == "True" for c in jobset["status"]["conditions"])
+
+
+def test_a_jobset_out_of_restarts_fails_naming_the_replica(
+    runner: Runner, kube_namespace: str, test_image: TestImage
+) -> None:
+    code = "import os, sys, time; sys.exit(9) if os.environ['JOB_COMPLETION_INDEX'] == '1' else time.sleep(30)"
+    handle = runner.run(_python_app(code, test_image.name), "kubernetes",
+                        cfg={"namespace": kube_namespace, "backend": "jobset", "cancel_grace": 2})
+
+    assert wait(runner, handle, timeout_s=60) == AppState.FAILED
+    status = runner.status(handle)
+    assert status is not None
+    assert "replica echo/1" in status.msg and "exited with code 9" in status.msg and "JobSet:" in status.msg
+
+
+def test_volcano_starts_no_pod_of_the_gang_until_min_available_can_run(
+    runner: Runner, kube_namespace: str, test_image: TestImage, kube_cluster: TestCluster
+) -> None:
+    kube_cluster.hold_pods("volcano.sh/task-index=1")
+    app = ddp(script=str(CONFORMANCE_JOBS / "echo.py"), j="2x1", cpu=1, image=test_image.name)
+    handle = runner.run(app, "kubernetes", cfg={"namespace": kube_namespace, "backend": "volcano"})
+
+    time.sleep(3)
+    pods = kube_cluster.store.list(PODS, kube_namespace)[0]
+    assert len(pods) == 2 and not any(pod["spec"].get("nodeName") for pod in pods), "a pod ran without its gang"
+    status = runner.status(handle)
+    assert status is not None and status.state == AppState.PENDING
+
+    kube_cluster.release_pods()
+    assert wait(runner, handle, timeout_s=60) == AppState.SUCCEEDED
+    job = kube_cluster.store.list(VOLCANO_JOBS, kube_namespace)[0][0]
+    assert job["status"]["state"]["phase"] == "Completed"
+
+
+@pytest.mark.parametrize("backend", ["job", "jobset"])
+def test_a_queued_app_says_why_kueue_does_not_admit_it_and_runs_once_the_quota_allows(
+    runner: Runner, kube_namespace: str, test_image: TestImage, kube_cluster: TestCluster, backend: str
+) -> None:
+    app = ddp(script=str(CONFORMANCE_JOBS / "echo.py"), j="2x1", cpu=1, image=test_image.name)
+    handle = runner.run(app, "kubernetes", cfg={"namespace": kube_namespace, "backend": backend, "queue": "team-a"})
+
+    status = status_until(runner, handle, lambda status: "Kueue says" in status.msg)
+    assert status.state == AppState.PENDING
+    assert "waiting for admission by Kueue's LocalQueue 'team-a'" in status.msg
+    assert "Kueue says Inadmissible: LocalQueue team-a doesn't exist" in status.msg
+
+    kube_cluster.kueue_queues["team-a"] = 1.5  # the app asks for 2 CPUs (2 pods of 1, less the kubelet's share)
+    status = status_until(runner, handle, lambda status: "insufficient unused quota" in status.msg)
+    assert status.state == AppState.PENDING and "Kueue says Pending: couldn't assign flavors" in status.msg
+
+    kube_cluster.kueue_queues["team-a"] = 4
+    assert wait(runner, handle, timeout_s=60) == AppState.SUCCEEDED
+
+
+def test_an_elastic_job_runs_with_min_nodes_grows_to_max_and_survives_a_pod_failing_mid_run(
+    runner: Runner, kube_namespace: str, test_image: TestImage, kube_cluster: TestCluster, tmp_path: Path
+) -> None:
+    # -j 1:2x1: replica 1's pod is held off the node at first, so the job starts with one node.
+    kube_cluster.hold_pods("batch.kubernetes.io/job-completion-index=1")
+    app = ddp(str(Path("/state")), script=str(JOBS / "elastic.py"), j="1:2x1", cpu=1, image=test_image.name,
+              max_retries=1, rdzv_conf="last_call_timeout=2", mounts=["type=bind", f"src={tmp_path}", "dst=/state"])
+    # The launcher restarts its workers when a peer's fail (torchrun's --max-restarts); a node
+    # joining re-rendezvouses without counting.
+    role = app.roles[0]
+    role.args[2:2] = ["--max-restarts", "3"]
+    handle = runner.run(app, "kubernetes", cfg={"namespace": kube_namespace, "cancel_grace": 2})
+
+    wait_for_line(runner, handle, "elastic", 0, r"replica 0 step 2 world 1 sum 1", timeout_s=90)
+    status = runner.status(handle)
+    assert status is not None and status.state == AppState.RUNNING
+    assert "role elastic runs 1 of 1..2 replicas" in status.msg, status.msg
+
+    kube_cluster.release_pods()
+    status_until(runner, handle, lambda status: "runs 2 of 1..2 replicas" in status.msg, timeout_s=90)
+    assert wait(runner, handle, timeout_s=180) == AppState.SUCCEEDED
+
+    lines = runner.log_lines(handle, "elastic", 0)
+    worlds = [line for line in lines if "replica 0 step" in line]
+    assert any("world 1 sum 1" in line for line in worlds) and any("world 2 sum 2" in line for line in worlds)
+    # Its last all-reduces had both nodes (replica 1's pod may be gone since: index 0 decides).
+    assert any("replica 0 finished world 2" in line for line in runner.log_lines(handle, "elastic", 0))
+    assert (tmp_path / "replica-1-failed").exists()  # the first pod of replica 1 did fail mid-run
+    status = runner.status(handle)
+    assert status is not None and status.num_restarts == 1  # replica 1's pod was replaced
