@@ -1,7 +1,7 @@
 """An elastic (-j 1:2) worker for the elastic proof: every step all-reduces a one and prints the
 world it ran in. Alone it keeps going, so that the second node's arrival (its agent sees a node
 waiting and re-rendezvouses) is what moves it on. The first pod of replica 1 stops its own
-launcher after a few steps with two nodes (a pod failing mid-run: the Job replaces it); with two
+launcher (the pod's first process) after a few steps with two nodes (a pod failing mid-run: the Job replaces it); with two
 nodes and nothing left to fail, both finish."""
 
 import os
@@ -28,7 +28,7 @@ while True:
     if world == 2 and first_pod_of_1 and step == 6:
         (STATE / "replica-1-failed").write_text("once")
         print(f"replica {index} stops its pod mid-run", flush=True)
-        os.kill(os.getppid(), signal.SIGTERM)
+        os.kill(1, signal.SIGTERM)  # the pod's launcher (its first process): the whole pod fails
         time.sleep(30)
     if world == 2 and not first_pod_of_1 and step == 8:
         break
