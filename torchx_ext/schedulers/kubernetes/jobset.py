@@ -102,7 +102,12 @@ def read_jobset(app_id: str, jobset: dict[str, Any] | None, jobs: list[dict[str,
     view = read_app(app_id, role_jobs, pods)
     view = dataclasses.replace(view, gang=True, gang_restarts=int(status.get("restarts") or 0))
     if view.end is not None:
-        return view
+        # Our end is written with what stops the pods (the JobSet suspended, or its Jobs given a
+        # deadline): a Job with neither is stopped again.
+        stopped = {job["metadata"]["name"] for job in role_jobs
+                   if spec.get("suspend") or (job.get("spec") or {}).get("activeDeadlineSeconds")}
+        return dataclasses.replace(view, roles=tuple(dataclasses.replace(role, marked=role.job in stopped)
+                                                     for role in view.roles))
     queue = (meta.get("labels") or {}).get(names.LABEL_KUEUE_QUEUE)
     if _condition(jobset, "Completed"):
         return dataclasses.replace(view, state=State.SUCCEEDED, message="",

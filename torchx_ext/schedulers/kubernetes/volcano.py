@@ -135,7 +135,10 @@ def read_volcano(app_id: str, job: dict[str, Any] | None, pods: list[dict[str, A
     if ended:
         view = dataclasses.replace(view, roles=tuple(dataclasses.replace(role, ended=True) for role in view.roles))
     if view.end is not None:
-        return view
+        # Our end is written before the abort that stops the pods: until Volcano aborts, it is
+        # applied again (the writer may have died between the two).
+        aborted = phase in ("Aborting", "Aborted") or ended
+        return dataclasses.replace(view, roles=tuple(dataclasses.replace(role, marked=aborted) for role in view.roles))
     said = "; ".join(text for text in (phase_state.get("reason"), phase_state.get("message")) if text)
     detail = f"Volcano Job {app_id} is {phase}" + (f": {said}" if said else "")
     if state is State.FAILED:
