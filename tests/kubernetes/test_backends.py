@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from torchx.runner import Runner, get_runner
+from torchx.schedulers import get_scheduler_factories
 from torchx.specs import AppDef, AppState
 
 from tests.conformance.jobs_api import wait, wait_for_line
@@ -149,3 +150,61 @@ def test_an_elastic_job_runs_with_min_nodes_grows_to_max_and_survives_a_pod_fail
     assert (tmp_path / "replica-1-failed").exists()  # the first pod of replica 1 did fail mid-run
     status = runner.status(handle)
     assert status is not None and status.num_restarts == 1  # replica 1's pod was replaced
+
+
+@pytest.mark.parametrize(("backend", "group", "install"), [
+    ("jobset", "jobset.x-k8s.io", "install JobSet"), ("volcano", "batch.volcano.sh", "install Volcano")])
+def test_a_backend_whose_crd_the_cluster_lacks_is_one_error_naming_what_to_install(
+    runner: Runner, kube_namespace: str, test_image: TestImage, kube_cluster: TestCluster, backend: str, group: str,
+    install: str
+) -> None:
+    from torchx_ext.errors import KubernetesError
+
+    kube_cluster.missing_apis.add(group)
+    app = ddp(script=str(CONFORMANCE_JOBS / "echo.py"), j="1x1", cpu=1, image=test_image.name)
+
+    with pytest.raises(KubernetesError, match=rf"the cluster has no .* API \(.*{group}.*\): {install} .* or use "
+                                              r"-cfg backend=job"):
+        runner.run(app, "kubernetes", cfg={"namespace": kube_namespace, "backend": backend})
+    # The other backends' apps are still listed.
+    handle = runner.run(app, "kubernetes", cfg={"namespace": kube_namespace})
+    scheduler = get_scheduler_factories()["kubernetes"]("test")
+    listed = [item.app_id for item in scheduler.list(cfg={"namespace": kube_namespace})]
+    scheduler.close()
+    assert listed == [handle.rpartition("/")[2]]
+
+
+@pytest.mark.parametrize("admitted_before_cancel", [True, False])
+@pytest.mark.parametrize("backend", ["job", "jobset"])
+def test_a_cancelled_queued_app_stays_stopped_whenever_kueue_admits_it(
+    runner: Runner, kube_namespace: str, test_image: TestImage, kube_cluster: TestCluster, docker_client: Any,
+    backend: str, admitted_before_cancel: bool
+) -> None:
+    from tests.conformance.conftest import kube_leftovers
+
+    if admitted_before_cancel:
+        kube_cluster.kueue_queues["team-a"] = 2
+    app = ddp(script=str(CONFORMANCE_JOBS / "sleeper.py"), j="1x1", cpu=1, image=test_image.name)
+    handle = runner.run(app, "kubernetes", cfg={"namespace": kube_namespace, "backend": backend, "queue": "team-a",
+                                                "cancel_grace": 2})
+    if admitted_before_cancel:
+        wait_for_line(runner, handle, "sleeper", 0, r"running rank 0")
+
+    runner.cancel(handle)
+    kube_cluster.kueue_queues["team-a"] = 2  # admitted now, if it was not: its pods start, then stop
+    time.sleep(6)
+
+    status = runner.status(handle)
+    assert status is not None and status.state == AppState.CANCELLED
+    deadline = time.monotonic() + 20
+    while [p for p in kube_cluster.store.list(PODS, kube_namespace)[0] if p["status"].get("phase") == "Running"] \
+            and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert kube_leftovers(docker_client)(handle.rpartition("/")[2]) == []
+    if backend == "jobset":
+        jobset = kube_cluster.store.list(JOBSETS, kube_namespace)[0][0]
+        failed = [c for c in jobset["status"]["conditions"] if c["type"] == "Failed" and c["status"] == "True"]
+        assert [c["reason"] for c in failed] == ["FailurePolicy_cancelledByTorchx"], jobset["status"]
+        assert jobset["status"].get("restarts", 0) == 0  # failed by the rule, not restarted
+    status = runner.status(handle)
+    assert status is not None and status.state == AppState.CANCELLED

@@ -72,6 +72,27 @@ def test_the_dry_run_needs_no_cluster_and_takes_the_contexts_namespace(tmp_path:
     assert "kind: Job" in result.stdout and "namespace: team-a" in result.stdout
 
 
+@pytest.mark.parametrize(("backend", "kind"), [("jobset", "kind: JobSet"), ("volcano", "apiVersion: batch.volcano.sh/v1alpha1")])
+def test_the_dry_run_of_each_backend_needs_no_cluster(tmp_path: Path, backend: str, kind: str) -> None:
+    env = {"KUBECONFIG": str(kubeconfig(tmp_path / "config", f"http://127.0.0.1:{closed_port()}"))}
+
+    result = torchx("run", "-s", "kubernetes", "-cfg", f"backend={backend}", "--dryrun", "dist.ddp", "-j", "2x1",
+                    "--image", "img:1", "--script", "train.py", env=env, cwd=tmp_path)
+
+    assert result.returncode == 0, result.stderr
+    assert kind in result.stdout and "namespace: team-a" in result.stdout
+
+
+def test_a_malformed_app_id_is_one_line_naming_the_forms(tmp_path: Path) -> None:
+    env = {"KUBECONFIG": str(kubeconfig(tmp_path / "config", f"http://127.0.0.1:{closed_port()}"))}
+
+    result = torchx("status", "kubernetes://torchx/team-a:kubeflow:train-abc12345", env=env, cwd=tmp_path)
+
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
+    assert "invalid kubernetes app id 'team-a:kubeflow:train-abc12345': expected NAMESPACE:NAME, " \
+           "NAMESPACE:jobset:NAME or NAMESPACE:volcano:NAME" in result.stderr
+
+
 def test_unknown_runopts_are_refused_listing_the_valid_ones(tmp_path: Path) -> None:
     env = {"KUBECONFIG": str(kubeconfig(tmp_path / "config", f"http://127.0.0.1:{closed_port()}"))}
 
@@ -88,6 +109,7 @@ def test_unknown_runopts_are_refused_listing_the_valid_ones(tmp_path: Path) -> N
     ("tolerations=gpu:Sometimes", [], "invalid toleration 'gpu:Sometimes': expected KEY=VALUE:EFFECT"),
     ("shm_size=lots", [], "invalid shm_size 'lots': expected 'auto', or a size such as 512Mi"),
     ("image_pull_policy=Sometimes", [], "invalid image_pull_policy 'Sometimes': expected one of Always"),
+    ("backend=kubeflow", [], "invalid backend 'kubeflow': expected one of job, jobset, volcano"),
     ("", ["--mounts", "type=device,src=/dev/infiniband/uverbs0"],
      "role 'train': device mount /dev/infiniband/uverbs0 would need a privileged host-path mount"),
 ])

@@ -77,6 +77,8 @@ class Handler(BaseHTTPRequestHandler):
             return
         for pattern, rtype, namespaced in ROUTES:
             match = pattern.match(path)
+            if match and rtype.group in self.server.cluster.missing_apis:
+                break  # that CRD is not installed: the API answers as for any unknown path
             if match:
                 groups = match.groups()
                 if rtype is NAMESPACES:

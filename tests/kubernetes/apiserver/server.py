@@ -33,6 +33,8 @@ class TestCluster:
         self.id = uuid.uuid4().hex[:12]
         self.store = Store(tuple(namespaces))
         self.forbidden_namespaces: set[str] = set()
+        self.missing_apis: set[str] = set()
+        """API groups whose CRDs are "not installed" (404 on their paths), e.g. jobset.x-k8s.io."""
         self.request_log: list[tuple[str, str]] = []
         self._failures: list[int] = []
         self._failures_lock = threading.Lock()
