@@ -1,9 +1,13 @@
-"""kubernetes: a headless Service and one Indexed ``batch/v1`` Job per role, no CRDs needed.
+"""kubernetes: per ``-cfg backend``, a headless Service and one Indexed ``batch/v1`` Job per role
+(``job``, no CRDs needed), one JobSet (``jobset``) or one Volcano Job (``volcano``).
 
-``manifests.py`` is the pure dry-run (AppDef -> Service and Jobs, NUMA-aligned pods),
-``names.py`` the DNS-1123 names and our labels, ``tracking.py`` the pure reading of an app's
-state from its Jobs and pods, ``client.py`` the thin layer over the official client,
-``logs.py`` pod logs as timed lines and ``scheduler.py`` the torchx Scheduler.
+``options.py`` checks ``-cfg``, ``pods.py`` builds the pod template every backend runs
+(NUMA-aligned), ``manifests.py`` the pure dry-run (with ``jobset.py`` and ``volcano.py``, which
+also read their objects' state), ``names.py`` the DNS-1123 names and our labels,
+``tracking.py`` the pure reading of an app's state from its Jobs and pods, ``backends.py``
+what reading, ending, deleting and listing do per backend, ``client.py`` the thin layer over
+the official client, ``logs.py`` pod logs as timed lines and ``scheduler.py`` the torchx
+Scheduler.
 """
 
 from typing import Any
