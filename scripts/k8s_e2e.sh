@@ -41,29 +41,52 @@ for backend in job jobset volcano; do
     fi
     echo "== $backend"
     handles=()
+    apps=()
 
-    handle=$(submit --script examples/train.py -- --steps 5) && handles+=("$handle")
-    [[ $(wait_terminal "$handle") == SUCCEEDED ]] || fail "training job $handle did not succeed"
-    torchx log "$handle/train/0" | grep -q "train.py: 2 ranks finished 5 steps" || fail "no success line from rank 0"
-    torchx log "$handle/train/1" | grep -q "rank 1/2" || fail "no line from rank 1"
+    if handle=$(submit --script examples/train.py -- --steps 5); then
+        handles+=("$handle")
+        [[ $(wait_terminal "$handle") == SUCCEEDED ]] || fail "training job $handle did not succeed"
+        out=$(torchx log "$handle/train/0" 2>&1 || true)
+        grep -q "train.py: 2 ranks finished 5 steps" <<<"$out" || fail "no success line from rank 0"
+        out=$(torchx log "$handle/train/1" 2>&1 || true)
+        grep -q "rank 1/2" <<<"$out" || fail "no line from rank 1"
+    else
+        fail "could not submit the training job"
+    fi
 
-    handle=$(submit --script tests/conformance/jobs/exit_code.py -- 1 7) && handles+=("$handle")
-    [[ $(wait_terminal "$handle") == FAILED ]] || fail "failing job $handle did not fail"
-    torchx status "$handle" | grep -q "exit_code/1" || fail "the failure does not name replica exit_code/1"
+    if handle=$(submit --script tests/conformance/jobs/exit_code.py -- 1 7); then
+        handles+=("$handle")
+        [[ $(wait_terminal "$handle") == FAILED ]] || fail "failing job $handle did not fail"
+        out=$(torchx status "$handle" 2>&1 || true)
+        grep -q "exit_code/1" <<<"$out" || fail "the failure does not name replica exit_code/1"
+    else
+        fail "could not submit the failing job"
+    fi
 
-    handle=$(submit --script tests/conformance/jobs/sleeper.py) && handles+=("$handle")
-    deadline=$((SECONDS + 180))
-    until [[ $(state "$handle") == RUNNING ]] || ((SECONDS > deadline)); do sleep 2; done
-    torchx cancel "$handle"
-    [[ $(wait_terminal "$handle") == CANCELLED ]] || fail "cancelled job $handle is not CANCELLED"
+    if handle=$(submit --script tests/conformance/jobs/sleeper.py); then
+        handles+=("$handle")
+        deadline=$((SECONDS + 180))
+        until [[ $(state "$handle") == RUNNING ]] || ((SECONDS > deadline)); do sleep 2; done
+        torchx cancel "$handle" || fail "cancel of $handle failed"
+        [[ $(wait_terminal "$handle") == CANCELLED ]] || fail "cancelled job $handle is not CANCELLED"
+    else
+        fail "could not submit the job to cancel"
+    fi
 
-    for handle in "${handles[@]}"; do
+    for handle in ${handles[@]+"${handles[@]}"}; do
+        apps+=("${handle##*:}")
         torchx delete "$handle" >/dev/null || fail "delete of $handle failed"
     done
+    ((${#apps[@]})) || continue
+    # This run's apps only, of every kind the cluster has.
+    kinds=jobs.batch,services,pods
+    kubectl get crd jobsets.jobset.x-k8s.io >/dev/null 2>&1 && kinds+=,jobsets.jobset.x-k8s.io
+    kubectl get crd jobs.batch.volcano.sh >/dev/null 2>&1 && kinds+=,jobs.batch.volcano.sh
+    selector="torchx-ext/app-id in ($(IFS=,; echo "${apps[*]}"))"
     deadline=$((SECONDS + 120))
-    while left=$(kubectl get jobs,services,pods,jobsets.jobset.x-k8s.io,jobs.batch.volcano.sh -n "$NS" \
-                     -l torchx-ext/app-id --ignore-not-found -o name 2>/dev/null | grep -v '^$' || true)
-          [[ -n $left ]] && ((SECONDS < deadline)); do
+    while :; do
+        left=$(kubectl get "$kinds" -n "$NS" -l "$selector" -o name 2>&1) || left="(kubectl get failed) $left"
+        [[ -n $left ]] && ((SECONDS < deadline)) || break
         sleep 2
     done
     [[ -z $left ]] || fail "left behind: $left"

@@ -161,3 +161,21 @@ def test_our_end_on_a_jobset_is_applied_again_to_a_job_it_did_not_stop() -> None
 
     running["spec"] = {**running["spec"], "activeDeadlineSeconds": 1}
     assert end_due(read_jobset(APP, jobset, [running], [jobset_pod(0, "Running")]), 2.0) is None
+
+
+def test_a_listed_jobset_read_without_its_jobs_runs_when_its_status_says_so() -> None:
+    jobset = built("jobset")
+    jobset["status"] = {"replicatedJobsStatus": [{"name": "train", "ready": 1, "active": 1}]}
+    assert read_jobset(APP, jobset, [], []).state is State.RUNNING
+    jobset["status"] = {"replicatedJobsStatus": [{"name": "train", "ready": 0, "active": 0}]}
+    assert read_jobset(APP, jobset, [], []).state is State.PENDING
+
+
+def test_a_queued_jobset_cancelled_by_suspending_it_only_is_stopped_again() -> None:
+    # Kueue un-suspends a JobSet it admitted: only its Jobs' deadline stops a queued one.
+    end = JobEnd(State.CANCELLED, 1.0, "cancelled by request")
+    jobset = built("jobset", queue="team-a")
+    jobset["metadata"]["annotations"]["torchx-ext/end"] = end.to_annotation()
+    view = read_jobset(APP, jobset, [child(jobset)], [])
+    assert [role.queue for role in view.roles] == ["team-a"]
+    assert end_due(view, 2.0) == end

@@ -38,8 +38,9 @@ def child_job_name(app_id: str, replicated_job: str) -> str:
 
 def jobset(app: specs.AppDef, app_id: str, options: KubernetesOptions) -> dict[str, Any]:
     roles = [(role.name, role.num_replicas) for role in app.roles]
-    # The Job name gets "-0" after the replicated job's name: two characters kept for it.
-    replicated = {role: job[len(app_id) + 1:] for role, job in names.job_names(app_id, roles, reserve=2).items()}
+    # The Job name gets "-0" after the replicated job's name, and JobSet's webhook wants even its
+    # pods' names ({job}-{index}-{5 random}) to be DNS labels: eight characters kept for those.
+    replicated = {role: job[len(app_id) + 1:] for role, job in names.job_names(app_id, roles, reserve=8).items()}
     replicated_jobs = []
     for role in app.roles:
         job_name = child_job_name(app_id, replicated[role.name])
@@ -100,15 +101,17 @@ def read_jobset(app_id: str, jobset: dict[str, Any] | None, jobs: list[dict[str,
             **(job["metadata"].get("annotations") or {}), **end_annotation}}}
         role_jobs.append(job)
     view = read_app(app_id, role_jobs, pods)
-    view = dataclasses.replace(view, gang=True, gang_restarts=int(status.get("restarts") or 0))
+    queue = (meta.get("labels") or {}).get(names.LABEL_KUEUE_QUEUE) or ""
+    # Kueue's label is the JobSet's (not its Jobs'): each role is queued with it.
+    view = dataclasses.replace(view, gang=True, gang_restarts=int(status.get("restarts") or 0),
+                               roles=tuple(dataclasses.replace(role, queue=queue) for role in view.roles))
     if view.end is not None:
-        # Our end is written with what stops the pods (the JobSet suspended, or its Jobs given a
-        # deadline): a Job with neither is stopped again.
+        # Our end is written with what stops the pods: the JobSet suspended or, when Kueue queues
+        # it (and would un-suspend it), its Jobs given a deadline. A Job not stopped so is again.
         stopped = {job["metadata"]["name"] for job in role_jobs
-                   if spec.get("suspend") or (job.get("spec") or {}).get("activeDeadlineSeconds")}
+                   if (job.get("spec") or {}).get("activeDeadlineSeconds") or (spec.get("suspend") and not queue)}
         return dataclasses.replace(view, roles=tuple(dataclasses.replace(role, marked=role.job in stopped)
                                                      for role in view.roles))
-    queue = (meta.get("labels") or {}).get(names.LABEL_KUEUE_QUEUE)
     if _condition(jobset, "Completed"):
         return dataclasses.replace(view, state=State.SUCCEEDED, message="",
                                    roles=tuple(dataclasses.replace(role, ended=True) for role in view.roles))
@@ -121,6 +124,9 @@ def read_jobset(app_id: str, jobset: dict[str, Any] | None, jobs: list[dict[str,
     if spec.get("suspend"):
         waiting = f"waiting for admission by Kueue's LocalQueue {queue!r}" if queue else "suspended"
         return dataclasses.replace(view, state=State.PENDING, message=f"JobSet {app_id} is {waiting}")
+    if not jobs and any(int(found.get("ready") or 0) or int(found.get("active") or 0)
+                        for found in status.get("replicatedJobsStatus") or []):
+        return dataclasses.replace(view, state=State.RUNNING)  # read without its Jobs (a list)
     if view.state is State.FAILED:  # a Job failed: the JobSet restarts them all, or fails
         restarts = (spec.get("failurePolicy") or {}).get("maxRestarts", 0)
         return dataclasses.replace(view, state=State.RUNNING, message=(

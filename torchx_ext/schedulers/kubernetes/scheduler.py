@@ -29,6 +29,7 @@ from torchx_ext.schedulers.kubernetes.manifests import AppManifests, KubernetesO
 from torchx_ext.schedulers.kubernetes.tracking import AppView, JobEnd, end_due
 
 SCHEDULER = "kubernetes"
+_CANCEL_CHECK_S = 10
 
 
 class KubernetesOpts(TypedDict, total=False):
@@ -193,8 +194,16 @@ class KubernetesScheduler(Scheduler[KubernetesOpts]):
             end = end_due(view, time.time())  # an app that ended keeps its end, finished where it was not yet
         else:
             end = JobEnd(State.CANCELLED, time.time(), "cancelled by request")
-        if end is not None:
+        # What stops the pods may not take at once (Volcano drops an abort while it restarts the
+        # job): seen through, for a while, so that a cancel returns with its pods being stopped.
+        deadline = time.monotonic() + _CANCEL_CHECK_S
+        while end is not None:
             backend.end(self.cluster, namespace, view, end)
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.5)
+            view = backend.view(self.cluster, namespace, name)
+            end = end_due(view, time.time()) if view.state is not None else None
 
     def delete(self, app_id: str) -> None:
         """Removes the app's objects (their pods with them, never orphaned) (torchx-nightly's

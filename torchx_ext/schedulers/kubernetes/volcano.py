@@ -121,7 +121,7 @@ def read_volcano(app_id: str, job: dict[str, Any] | None, pods: list[dict[str, A
     end_annotation = {key: value for key, value in (meta.get("annotations") or {}).items() if key == names.ANNOTATION_END}
     tasks = [{
         "metadata": {"name": f"{app_id}-{task['name']}", "creationTimestamp": meta.get("creationTimestamp"),
-                     "annotations": {**((task.get("template") or {}).get("metadata") or {}).get("annotations", {}),
+                     "annotations": {**(((task.get("template") or {}).get("metadata") or {}).get("annotations") or {}),
                                      **end_annotation}},
         "spec": {"completions": task.get("replicas", 1), "template": task.get("template") or {}},
         "status": {},
