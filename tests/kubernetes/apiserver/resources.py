@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tests.kubernetes.apiserver import validation
+from tests.kubernetes.apiserver.crd_schemas import crd_errors
 from tests.kubernetes.apiserver.errors import FieldError
 
 Obj = dict[str, Any]
@@ -122,8 +123,14 @@ def _with_status(obj: Obj) -> None:
 
 # Custom resources (their CRDs "installed"): what JobSet, Volcano and Kueue serve; their
 # controllers' stand-ins are in crd_controllers.py.
-JOBSETS = ResourceType("jobsets", "JobSet", "jobset.x-k8s.io", "v1alpha2", True, _custom_object, _with_status)
-VOLCANO_JOBS = ResourceType("jobs", "Job", "batch.volcano.sh", "v1alpha1", True, _custom_object, _with_status)
+def _checked(schema: Callable[[Obj], list[FieldError]]) -> Callable[[Obj], list[FieldError]]:
+    return lambda obj: _custom_object(obj) + schema(obj)
+
+
+JOBSETS = ResourceType("jobsets", "JobSet", "jobset.x-k8s.io", "v1alpha2", True,
+                       _checked(crd_errors("jobset.x-k8s.io_jobsets.yaml", "v1alpha2")), _with_status)
+VOLCANO_JOBS = ResourceType("jobs", "Job", "batch.volcano.sh", "v1alpha1", True,
+                            _checked(crd_errors("batch.volcano.sh_jobs.yaml", "v1alpha1")), _with_status)
 VOLCANO_COMMANDS = ResourceType("commands", "Command", "bus.volcano.sh", "v1alpha1", True, _custom_object, _no_defaults)
 WORKLOADS = ResourceType("workloads", "Workload", "kueue.x-k8s.io", "v1beta1", True, _custom_object, _with_status)
 CUSTOM = (JOBSETS, VOLCANO_JOBS, VOLCANO_COMMANDS, WORKLOADS)
