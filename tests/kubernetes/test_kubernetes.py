@@ -131,7 +131,7 @@ def test_a_name_conflict_is_409_and_rolls_back_only_what_this_submit_created(
     scheduler = get_scheduler_factories()["kubernetes"]("test")
     app = ddp(script="train.py", j="1x1", image=test_image.name)
     info = scheduler.submit_dryrun(app, cfg={"namespace": kube_namespace})
-    job = info.request.jobs[0]
+    job = info.request.objects[1]  # after the Service
     # Someone else's Job with the name ours would take: the Service is created, the Job refused.
     kube.BatchV1Api(api).create_namespaced_job(kube_namespace, {**job, "spec": {**job["spec"], "suspend": True}})
 

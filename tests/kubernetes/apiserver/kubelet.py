@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.kubernetes.apiserver import errors
-from tests.kubernetes.apiserver.containers import (argv, CLUSTER_LABEL, UID_LABEL, aliases, environment, host_config_args,
+from tests.kubernetes.apiserver.containers import (argv, CLUSTER_LABEL, POD_LABEL, UID_LABEL, aliases, environment, host_config_args,
                                                     labels, network_name)
 from tests.kubernetes.apiserver.logs import stream_logs
 from tests.kubernetes.apiserver.node import NODE_NAME, Node, TopologyError, exclusive_cpu_count
@@ -181,6 +181,13 @@ class Kubelet:
             uid = container["Labels"].get(UID_LABEL, "")
             if uid not in live and uid not in self._runtimes:
                 self._submit(uid, partial(self._remove_container, container["Id"]))
+        # A namespace's network goes with its last pod: an engine has room for some 30 bridge
+        # networks, and a test session makes a namespace per test.
+        namespaces = {p["metadata"].get("namespace") for p in pods}
+        for namespace in list(self._networks):
+            if namespace not in namespaces and not any(
+                    c["Labels"].get(POD_LABEL, "").startswith(f"{namespace}/") for c in listing):
+                self._remove_network(namespace)
 
     def _write_status(self, pod: Obj, change: Callable[[dict[str, Any]], None]) -> None:
         meta = pod["metadata"]
@@ -274,6 +281,18 @@ class Kubelet:
                     self._networks[namespace] = self._api.create_network(
                         name, driver="bridge", labels={CLUSTER_LABEL: self._id})["Id"]
             return name
+
+    def _remove_network(self, namespace: str) -> None:
+        with self._lock:
+            network = self._networks.pop(namespace, None)
+        if network is None:
+            return
+        try:
+            self._api.remove_network(network)
+        except Exception as error:  # a container still attached: tried again by a later pass
+            log.debug("network of %s kept: %s", namespace, error)
+            with self._lock:
+                self._networks.setdefault(namespace, network)
 
     def _start(self, pod: Obj, runtime: Runtime) -> None:
         meta, spec = pod["metadata"], pod["spec"]
