@@ -94,18 +94,19 @@ class JobSetBackend:
         return _with_kueue_reason(cluster, namespace, view, [jobset])
 
     def end(self, cluster: Cluster, namespace: str, view: AppView, end: JobEnd) -> None:
+        # The end first (it is the app's state whatever follows), then what stops the pods.
         queued = any(role.queue for role in view.roles)
-        if queued:
-            for role in view.roles:
-                if not role.ended:
-                    try:
-                        cluster.patch_job(role.job, namespace, {**_annotation(end), **_PAST_DEADLINE})
-                    except Exception as error:  # recreated meanwhile: the JobSet's end still holds
-                        if getattr(error, "status", None) != 404:
-                            raise
-        patch = _annotation(end) if queued or all(role.ended for role in view.roles) else {
-            **_annotation(end), "spec": {"suspend": True}}
-        cluster.patch_custom(JOBSET, view.app_id, namespace, patch)
+        stop: dict[str, Any] = {} if queued or all(role.ended for role in view.roles) else {"spec": {"suspend": True}}
+        cluster.patch_custom(JOBSET, view.app_id, namespace, {**_annotation(end), **stop})
+        if not queued:
+            return
+        for role in view.roles:
+            if not role.ended:
+                try:
+                    cluster.patch_job(role.job, namespace, {**_annotation(end), **_PAST_DEADLINE})
+                except KubernetesError as error:
+                    if error.status != 404:  # 404: being recreated; the next look stops the new one
+                        raise
 
     def delete(self, cluster: Cluster, namespace: str, name: str) -> bool:
         return cluster.delete_custom(JOBSET, name, namespace)
