@@ -32,9 +32,12 @@ def torchx(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]
 
 def start_cli_job(j: str) -> tuple[subprocess.Popen[str], str]:
     """`torchx run` of a sleeping job in its own process, and the app handle it printed."""
+    # As a terminal runs it: with Ctrl+C's default action, even when the tests themselves run in
+    # the background (where a shell starts them with SIGINT ignored, which children inherit).
     cli = subprocess.Popen(
         [*TORCHX, "run", "-s", "local_cwd", "dist.ddp", "-j", j, "--script", str(CONFORMANCE_JOBS / "sleeper.py")],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     assert cli.stdout is not None
     handle = cli.stdout.readline().strip()
