@@ -203,3 +203,23 @@ def test_an_end_that_reached_only_some_jobs_is_due_again_and_the_earliest_end_wi
 
     jobs[1] = job(role="b", annotations={"torchx-ext/end": cancel.to_annotation()}, suspend=True)
     assert end_due(read_app(APP, jobs, []), now=300.0) is None
+
+
+def test_a_replaced_pod_still_counts_once_a_succeeded_job_has_deleted_its_replacement() -> None:
+    # -j 1:2: index 0 decides success; the Job then deletes index 1's running replacement pod.
+    elastic = {"torchx-ext/min-replicas": "1"}
+    succeeded = [("SuccessCriteriaMet", "SuccessPolicy"), ("Complete", "SuccessPolicy")]
+    replaced = read_app(APP, [job(succeeded, annotations=elastic)],
+                        [pod(0, "Succeeded", exit_code=0), pod(1, "Failed", exit_code=1)])
+    assert replaced.state is State.SUCCEEDED and replaced.restarts == 1
+
+    # An index the Job gave up on (its failures tolerated: maxFailedIndexes) was not replaced.
+    given_up = job(succeeded, annotations=elastic)
+    given_up["status"]["failedIndexes"] = "1"
+    view = read_app(APP, [given_up], [pod(0, "Succeeded", exit_code=0), pod(1, "Failed", exit_code=1)])
+    assert view.state is State.SUCCEEDED and view.restarts == 0
+
+    # A failure that failed the Job, or one whose replacement is not there yet, is no restart.
+    failed = read_app(APP, [job([("Failed", "PodFailurePolicy")])], [pod(0, "Failed", exit_code=1), pod(1, "Succeeded", exit_code=0)])
+    waiting = read_app(APP, [job(ready=1)], [pod(0, "Failed", exit_code=1), pod(1, "Running")])
+    assert (failed.state, failed.restarts, waiting.state, waiting.restarts) == (State.FAILED, 0, State.RUNNING, 0)

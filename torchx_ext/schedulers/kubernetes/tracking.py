@@ -65,8 +65,8 @@ class ReplicaView:
     reason: str = ""
     """Why it is stuck or how it ended, in the API's words."""
     termination_message: str = ""
-    pods: int = 0
-    """Pods this replica has had (so restarts are pods - 1)."""
+    restarts: int = 0
+    """Pods of this replica that were replaced."""
 
     @property
     def key(self) -> str:
@@ -118,7 +118,7 @@ class AppView:
     def restarts(self) -> int:
         if self.gang:
             return self.gang_restarts
-        return max((replica.pods - 1 for replica in self.replicas), default=0)
+        return max((replica.restarts for replica in self.replicas), default=0)
 
     @property
     def elastic_summary(self) -> str:
@@ -156,6 +156,7 @@ def read_app(app_id: str, jobs: list[dict[str, Any]], pods: list[dict[str, Any]]
     by_job = {role.job: role for role in roles}
     newest: dict[tuple[str, int], dict[str, Any]] = {}
     counts: dict[tuple[str, int], int] = {}
+    failures: dict[tuple[str, int], int] = {}
     for pod in pods:
         job_name, index_text = place(pod)
         role = by_job.get(job_name)
@@ -163,12 +164,24 @@ def read_app(app_id: str, jobs: list[dict[str, Any]], pods: list[dict[str, Any]]
             continue
         key = (role.name, int(index_text))
         counts[key] = counts.get(key, 0) + 1
+        failures[key] = failures.get(key, 0) + ((pod.get("status") or {}).get("phase") == "Failed")
         if key not in newest or _created(pod) >= _created(newest[key]):
             newest[key] = pod
     replicas = []
-    for role in roles:
+    for (state, _), job in job_states:
+        role = by_job[job["metadata"]["name"]]
+        given_up = _index_set(str((job.get("status") or {}).get("failedIndexes") or ""))
         for index in range(role.replicas):
-            replicas.append(_replica(role, index, newest.get((role.name, index)), counts.get((role.name, index), 0)))
+            key = (role.name, index)
+            replica = _replica(role, index, newest.get(key))
+            failed = failures.get(key, 0)
+            # The newest pod's failure is a restart only where its replacement is gone: a Job
+            # that succeeds deletes the pods still running. Elsewhere it ended the replica, or
+            # its replacement is still to come (and then counts as a pod).
+            if replica.state is State.FAILED and not (state is State.SUCCEEDED and index not in given_up):
+                failed -= 1
+            restarts = max(counts.get(key, 0) - 1, failed)
+            replicas.append(dataclasses.replace(replica, restarts=restarts))
     failing = _failing(replicas, end)
     replicas = [_stopped_by_end(replica, failing, end) for replica in replicas]
     if failing is not None:
@@ -273,10 +286,10 @@ def _job_state(job: dict[str, Any]) -> tuple[State, str]:
     return State.PENDING, ""
 
 
-def _replica(role: RoleView, index: int, pod: dict[str, Any] | None, count: int) -> ReplicaView:
+def _replica(role: RoleView, index: int, pod: dict[str, Any] | None) -> ReplicaView:
     hostname = names.pod_hostname(role.job, index)
     if pod is None:
-        return ReplicaView(role.name, index, State.PENDING, "", hostname, pods=count)
+        return ReplicaView(role.name, index, State.PENDING, "", hostname)
     status = pod.get("status") or {}
     phase = status.get("phase", "Pending")
     terminated = _terminated(status)
@@ -297,7 +310,17 @@ def _replica(role: RoleView, index: int, pod: dict[str, Any] | None, count: int)
         state = State.RUNNING
     else:
         state = State.PENDING
-    return ReplicaView(role.name, index, state, name, hostname, exit_code, finished, reason, message, count)
+    return ReplicaView(role.name, index, state, name, hostname, exit_code, finished, reason, message)
+
+
+def _index_set(text: str) -> set[int]:
+    """The indexes in a Job's ``failedIndexes`` (``"1,3-5"``)."""
+    found: set[int] = set()
+    for part in filter(None, text.split(",")):
+        first, _, last = part.partition("-")
+        if first.isdigit() and (last or first).isdigit():
+            found.update(range(int(first), int(last or first) + 1))
+    return found
 
 
 def _terminated(status: dict[str, Any]) -> dict[str, Any]:
