@@ -5,9 +5,10 @@ from __future__ import annotations
 import re
 import sys
 import time
+from collections.abc import Callable
 
 from torchx.runner import Runner
-from torchx.specs import AppState
+from torchx.specs import AppState, AppStatus
 
 # The torchx CLI of the interpreter running the tests, whatever is on PATH.
 TORCHX = [sys.executable, "-c", "import sys; from torchx.cli.main import main; sys.exit(main())"]
@@ -23,6 +24,17 @@ def wait(runner: Runner, handle: str, timeout_s: float = 120) -> AppState:
             return status.state
         time.sleep(0.2)
     raise AssertionError(f"{handle} still {runner.status(handle)} after {timeout_s} s")
+
+
+def status_until(runner: Runner, handle: str, check: Callable[[AppStatus], bool], timeout_s: float = 60) -> AppStatus:
+    """The first status of ``handle`` that passes ``check``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        status = runner.status(handle)
+        if status is not None and check(status):
+            return status
+        time.sleep(0.2)
+    raise AssertionError(f"{handle}: no status passed the check in {timeout_s} s; now {runner.status(handle)}")
 
 
 def wait_for_line(runner: Runner, handle: str, role: str, replica: int, pattern: str, timeout_s: float = 60) -> None:

@@ -14,7 +14,7 @@ from torchx.runner import Runner, get_runner
 from torchx.schedulers import get_scheduler_factories
 from torchx.specs import AppDef, AppState
 
-from tests.conformance.jobs_api import wait, wait_for_line
+from tests.conformance.jobs_api import status_until, wait, wait_for_line
 from tests.fixtures.docker_engine import TestImage
 from tests.kubernetes.apiserver import TestCluster
 from tests.kubernetes.apiserver.resources import JOBSETS, PODS, VOLCANO_JOBS
@@ -28,16 +28,6 @@ CONFORMANCE_JOBS = Path(__file__).parents[1] / "conformance" / "jobs"
 def runner(kube_cluster: TestCluster) -> Any:
     with get_runner() as runner:
         yield runner
-
-
-def status_until(runner: Runner, handle: str, check: Any, timeout_s: float = 60) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        status = runner.status(handle)
-        if status is not None and check(status):
-            return status
-        time.sleep(0.2)
-    raise AssertionError(f"{handle}: {runner.status(handle)}")
 
 
 def _python_app(code: str, image: str, replicas: int = 2, max_retries: int = 0, mounts: list[str] | None = None,

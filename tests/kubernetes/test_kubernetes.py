@@ -19,7 +19,7 @@ from torchx.schedulers import get_scheduler_factories
 from torchx.specs import AppDef, AppState, Resource, Role
 
 from tests.conformance.conftest import kube_leftovers
-from tests.conformance.jobs_api import wait, wait_for_line
+from tests.conformance.jobs_api import status_until, wait, wait_for_line
 from tests.fixtures.docker_engine import TestImage
 from tests.kubernetes.apiserver import TestCluster
 from torchx_ext.components.dist import ddp
@@ -65,16 +65,6 @@ def pods_of(cluster: TestCluster, namespace: str) -> list[dict[str, Any]]:
 
     found: list[dict[str, Any]] = cluster.store.list(PODS, namespace)[0]
     return found
-
-
-def status_until(runner: Runner, handle: str, check: Any, timeout_s: float = 60) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        status = runner.status(handle)
-        if status is not None and check(status):
-            return status
-        time.sleep(0.3)
-    raise AssertionError(f"{handle}: {runner.status(handle)}")
 
 
 def test_ranks_find_rank_0_by_its_dns_name_and_numa_aligned_pods_get_exclusive_cpus(

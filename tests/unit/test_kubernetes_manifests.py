@@ -21,6 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torchx import specs
 
+from tests.fixtures.crd_schemas import crd_json_schema
 from torchx_ext.components.dist import ddp
 from torchx_ext.errors import InvalidArgumentError
 from torchx_ext.schedulers.common.app_ids import KUBERNETES, new_app_id
@@ -28,7 +29,6 @@ from torchx_ext.schedulers.kubernetes.manifests import AppManifests, KubernetesO
 from torchx_ext.schedulers.kubernetes.options import BACKENDS
 
 GOLDEN = Path(__file__).parent / "golden" / "kubernetes"
-SCHEMAS = Path(__file__).parent / "schemas"
 SCHEMA_VERSIONS = ("1.34", "1.35")
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 
@@ -68,36 +68,8 @@ def check(manifests: AppManifests) -> list[dict[str, Any]]:
     return objects
 
 
-def crd_schema(kind: str) -> dict[str, Any]:
-    """The openAPIV3Schema a CRD (schemas/README.md: where each came from) publishes for ``kind``."""
-    file, version = {"JobSet": ("jobset.x-k8s.io_jobsets.yaml", "v1alpha2"),
-                     "Job": ("batch.volcano.sh_jobs.yaml", "v1alpha1")}[kind]
-    crd = yaml.safe_load((SCHEMAS / file).read_text())
-    schema: dict[str, Any] = next(served["schema"]["openAPIV3Schema"] for served in crd["spec"]["versions"]
-                                  if served["name"] == version)
-    return schema
-
-
 def validate_custom_object(obj: dict[str, Any]) -> None:
-    """Validates against the CRD's schema, unknown fields refused (as the API server prunes them
-    silently: a misspelt field would be lost)."""
-    schema = _closed(crd_schema(obj["kind"]))
-    jsonschema.validate(obj, schema)
-
-
-def _closed(schema: Any) -> Any:
-    if isinstance(schema, dict):
-        closed = {key: _closed(value) for key, value in schema.items()}
-        if "properties" in schema and "additionalProperties" not in schema \
-                and not schema.get("x-kubernetes-preserve-unknown-fields"):
-            closed["additionalProperties"] = False
-        if schema.get("x-kubernetes-int-or-string"):
-            closed.pop("type", None)
-            closed["anyOf"] = [{"type": "integer"}, {"type": "string"}]
-        return closed
-    if isinstance(schema, list):
-        return [_closed(item) for item in schema]
-    return schema
+    jsonschema.validate(obj, crd_json_schema(obj["kind"], closed=True))
 
 
 def embedded_core_objects(obj: dict[str, Any]) -> list[dict[str, Any]]:

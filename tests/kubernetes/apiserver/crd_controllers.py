@@ -20,12 +20,12 @@ from __future__ import annotations
 import copy
 import hashlib
 import logging
-import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from decimal import Decimal
 from typing import Any
 
 from tests.kubernetes.apiserver import api, errors
+from tests.kubernetes.apiserver.control_loop import ControlLoop
 from tests.kubernetes.apiserver.node import pod_requests
 from tests.kubernetes.apiserver.resources import (JOBS, JOBSETS, PODS, SERVICES, VOLCANO_COMMANDS, VOLCANO_JOBS,
                                                   WORKLOADS, Obj, ResourceType)
@@ -76,36 +76,18 @@ def _job_finished(job: Obj) -> str | None:
     return None
 
 
-class CrdControllers:
+class CrdControllers(ControlLoop):
+    name = "fake-crd-controllers"
+
     def __init__(self, store: Store, held: Callable[[Obj], bool]) -> None:
-        self._store = store
+        super().__init__(store)
         self._held = held
         self.kueue_queues: dict[str, float] = {}
         """LocalQueue name -> CPUs its ClusterQueue admits at once (Kueue's nominal quota)."""
         self._volcano_seen: dict[str, set[str]] = {}
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
 
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="fake-crd-controllers", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stopping.set()
-        if self._thread is not None:
-            self._thread.join(10)
-
-    def _loop(self) -> None:
-        while not self._stopping.is_set():
-            version = self._store.resource_version
-            for sync in (self._sync_jobsets, self._sync_volcano, self._sync_kueue):
-                try:
-                    sync()
-                except errors.ApiError as error:
-                    log.debug("fake controller: %s", error.message)
-                except Exception:
-                    log.exception("fake CRD controller sync failed")
-            self._store.wait_for_change(version, 0.1)
+    def _syncs(self) -> Sequence[Callable[[], None]]:
+        return self._sync_jobsets, self._sync_volcano, self._sync_kueue
 
     def _write_status(self, rtype: ResourceType, obj: Obj, status: dict[str, Any]) -> None:
         if status != (obj.get("status") or {}):

@@ -11,13 +11,14 @@ import copy
 import logging
 import random
 import string
-import threading
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
 from tests.kubernetes.apiserver import api, errors
+from tests.kubernetes.apiserver.control_loop import ControlLoop
 from tests.kubernetes.apiserver.ranges import compress, expand
 from tests.kubernetes.apiserver.resources import COMPLETION_INDEX, CONTROLLER_UID, JOB_NAME, JOBS, PODS, Obj
 from tests.kubernetes.apiserver.store import Store, now_rfc3339, parse_rfc3339
@@ -100,30 +101,15 @@ def success_rule(job: Obj, succeeded: set[int]) -> int | None:
     return None
 
 
-class JobController:
+class JobController(ControlLoop):
+    name = "fake-job-controller"
+
     def __init__(self, store: Store) -> None:
-        self._store = store
+        super().__init__(store)
         self._memory: dict[str, JobMemory] = {}
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
 
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="fake-job-controller", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stopping.set()
-        if self._thread is not None:
-            self._thread.join(10)
-
-    def _loop(self) -> None:
-        while not self._stopping.is_set():
-            version = self._store.resource_version
-            try:
-                self._sync()
-            except Exception:
-                log.exception("fake job controller sync failed")
-            self._store.wait_for_change(version, 0.1)
+    def _syncs(self) -> Sequence[Callable[[], None]]:
+        return (self._sync,)
 
     def _sync(self) -> None:
         jobs, _ = self._store.list(JOBS)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import shutil
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.kubernetes.apiserver import errors
+from tests.kubernetes.apiserver.control_loop import ControlLoop
 from tests.kubernetes.apiserver.containers import (argv, CLUSTER_LABEL, POD_LABEL, UID_LABEL, aliases, environment, host_config_args,
                                                     labels, network_name)
 from tests.kubernetes.apiserver.logs import stream_logs
@@ -76,10 +77,13 @@ def _ours_to_schedule(pod: Obj) -> bool:
     return (pod["metadata"].get("annotations") or {}).get("torchx-ext-test.kube/gang-bound") == "true"
 
 
-class Kubelet:
+class Kubelet(ControlLoop):
+    name = "fake-kubelet-loop"
+
     def __init__(self, store: Store, docker_client: Any, node: Node, cluster_id: str, work_dir: Path,
                  node_mounts: tuple[str, ...] = ()) -> None:
-        self._store, self._docker, self._api = store, docker_client, docker_client.api
+        super().__init__(store)
+        self._docker, self._api = docker_client, docker_client.api
         self.node, self._id, self._work_dir, self._node_mounts = node, cluster_id, work_dir, node_mounts
         self._runtimes: dict[str, Runtime] = {}
         self._busy: set[str] = set()  # pod uids with a start or stop in flight on the pool
@@ -89,19 +93,11 @@ class Kubelet:
         self._known_images: set[str] = set()
         self._pull_attempts: dict[str, int] = {}
         self._networks: dict[str, str] = {}
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="fake-kubelet-loop", daemon=True)
-        self._thread.start()
-
     def stop(self) -> None:
-        self._stopping.set()
-        if self._thread is not None:
-            self._thread.join(10)
+        super().stop()
         self._pool.shutdown(wait=True, cancel_futures=True)
         for container in self._api.containers(all=True, filters={"label": f"{CLUSTER_LABEL}={self._id}"}):
             self._remove_container(container["Id"])
@@ -123,14 +119,8 @@ class Kubelet:
         labels_ = pod["metadata"].get("labels") or {}
         return any(hold(labels_) for hold in self._holds)
 
-    def _loop(self) -> None:
-        while not self._stopping.is_set():
-            version = self._store.resource_version
-            try:
-                self._sync()
-            except Exception:  # keep the node alive; the test sees the symptom, the log says why
-                log.exception("fake kubelet sync failed")
-            self._store.wait_for_change(version, 0.1)
+    def _syncs(self) -> Sequence[Callable[[], None]]:
+        return (self._sync,)
 
     def _submit(self, uid: str, work: Callable[[], None]) -> None:
         with self._lock:

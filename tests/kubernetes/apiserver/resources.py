@@ -128,9 +128,9 @@ def _checked(schema: Callable[[Obj], list[FieldError]]) -> Callable[[Obj], list[
 
 
 JOBSETS = ResourceType("jobsets", "JobSet", "jobset.x-k8s.io", "v1alpha2", True,
-                       _checked(crd_errors("jobset.x-k8s.io_jobsets.yaml", "v1alpha2")), _with_status)
+                       _checked(crd_errors("JobSet")), _with_status)
 VOLCANO_JOBS = ResourceType("jobs", "Job", "batch.volcano.sh", "v1alpha1", True,
-                            _checked(crd_errors("batch.volcano.sh_jobs.yaml", "v1alpha1")), _with_status)
+                            _checked(crd_errors("Job")), _with_status)
 VOLCANO_COMMANDS = ResourceType("commands", "Command", "bus.volcano.sh", "v1alpha1", True, _custom_object, _no_defaults)
 WORKLOADS = ResourceType("workloads", "Workload", "kueue.x-k8s.io", "v1beta1", True, _custom_object, _with_status)
 CUSTOM = (JOBSETS, VOLCANO_JOBS, VOLCANO_COMMANDS, WORKLOADS)
