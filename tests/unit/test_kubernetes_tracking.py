@@ -212,6 +212,11 @@ def test_a_replaced_pod_still_counts_once_a_succeeded_job_has_deleted_its_replac
     replaced = read_app(APP, [job(succeeded, annotations=elastic)],
                         [pod(0, "Succeeded", exit_code=0), pod(1, "Failed", exit_code=1)])
     assert replaced.state is State.SUCCEEDED and replaced.restarts == 1
+    # ... and while it is being deleted (stopped, its exit no failure).
+    deleting = read_app(APP, [job(succeeded, annotations=elastic)], [
+        pod(0, "Succeeded", exit_code=0), pod(1, "Failed", exit_code=1),
+        pod(1, "Failed", exit_code=143, created="2026-11-22T10:01:00Z", deleting=True)])
+    assert deleting.restarts == 1
 
     # An index the Job gave up on (its failures tolerated: maxFailedIndexes) was not replaced.
     given_up = job(succeeded, annotations=elastic)

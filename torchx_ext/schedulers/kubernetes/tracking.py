@@ -156,7 +156,7 @@ def read_app(app_id: str, jobs: list[dict[str, Any]], pods: list[dict[str, Any]]
     by_job = {role.job: role for role in roles}
     newest: dict[tuple[str, int], dict[str, Any]] = {}
     counts: dict[tuple[str, int], int] = {}
-    failures: dict[tuple[str, int], int] = {}
+    failures: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for pod in pods:
         job_name, index_text = place(pod)
         role = by_job.get(job_name)
@@ -164,7 +164,9 @@ def read_app(app_id: str, jobs: list[dict[str, Any]], pods: list[dict[str, Any]]
             continue
         key = (role.name, int(index_text))
         counts[key] = counts.get(key, 0) + 1
-        failures[key] = failures.get(key, 0) + ((pod.get("status") or {}).get("phase") == "Failed")
+        # A pod that ended because it was deleted was stopped: no failure.
+        if (pod.get("status") or {}).get("phase") == "Failed" and not pod["metadata"].get("deletionTimestamp"):
+            failures.setdefault(key, []).append(pod)
         if key not in newest or _created(pod) >= _created(newest[key]):
             newest[key] = pod
     replicas = []
@@ -173,15 +175,13 @@ def read_app(app_id: str, jobs: list[dict[str, Any]], pods: list[dict[str, Any]]
         given_up = _index_set(str((job.get("status") or {}).get("failedIndexes") or ""))
         for index in range(role.replicas):
             key = (role.name, index)
-            replica = _replica(role, index, newest.get(key))
-            failed = failures.get(key, 0)
             # The newest pod's failure is a restart only where its replacement is gone: a Job
             # that succeeds deletes the pods still running. Elsewhere it ended the replica, or
             # its replacement is still to come (and then counts as a pod).
-            if replica.state is State.FAILED and not (state is State.SUCCEEDED and index not in given_up):
-                failed -= 1
-            restarts = max(counts.get(key, 0) - 1, failed)
-            replicas.append(dataclasses.replace(replica, restarts=restarts))
+            replaced_and_gone = state is State.SUCCEEDED and index not in given_up
+            failed = [pod for pod in failures.get(key, []) if pod is not newest.get(key) or replaced_and_gone]
+            restarts = max(counts.get(key, 0) - 1, len(failed))
+            replicas.append(dataclasses.replace(_replica(role, index, newest.get(key)), restarts=restarts))
     failing = _failing(replicas, end)
     replicas = [_stopped_by_end(replica, failing, end) for replica in replicas]
     if failing is not None:
