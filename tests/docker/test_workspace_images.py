@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -85,6 +86,22 @@ def test_only_the_newest_images_of_a_workspace_are_kept(
     kept = {tag for image in docker_client.images.list(filters={"label": f"{LABEL_WORKSPACE}={workspace.resolve()}"})
             for tag in image.tags}
     assert kept == set(made[-2:])
+
+
+def test_a_copy_of_a_workspace_elsewhere_has_images_of_its_own(
+    docker_client: Any, test_image: TestImage, workspace: Path, tmp_path: Path
+) -> None:
+    # A clone or worktree with the same files: its images are kept (and pruned) for its own directory.
+    copy = tmp_path / "copy"
+    shutil.copytree(workspace, copy)
+    try:
+        first = ensure_workspace_image(docker_client, test_image.name, str(workspace))
+        other = ensure_workspace_image(docker_client, test_image.name, str(copy))
+        assert other.built and other.image != first.image
+        assert labels_of(docker_client, other.image, copy)[0] == str(copy.resolve())
+    finally:
+        for image in docker_client.images.list(filters={"label": f"{LABEL_WORKSPACE}={copy.resolve()}"}):
+            docker_client.images.remove(image.id, force=True)
 
 
 def test_the_workspace_own_dockerfile_torchx_gets_the_base_as_IMAGE(

@@ -50,7 +50,7 @@ def test_torchxignore_applies_too_and_symlinks_are_kept_as_links(tmp_path: Path)
     assert workspace_files(tmp_path) == [".torchxignore", "dirlink", "link", "main.py"]
 
 
-def test_digest_follows_content_names_modes_and_base_but_not_ignored_files_or_times(tmp_path: Path) -> None:
+def test_digest_follows_content_names_modes_base_and_directory_but_not_ignored_files_or_times(tmp_path: Path) -> None:
     root = make(tmp_path, {".dockerignore": "*.log\n", "main.py": "print(1)\n", "run.log": "a"})
     first = workspace_digest(root, "sha256:base")
 
@@ -64,7 +64,12 @@ def test_digest_follows_content_names_modes_and_base_but_not_ignored_files_or_ti
     (root / "main.py").write_text("print(2)\n")
     assert workspace_digest(root, "sha256:base") not in (first, executable)
     (root / "main.py").rename(root / "other.py")
-    assert workspace_digest(root, "sha256:base") not in (first, executable)
+    renamed = workspace_digest(root, "sha256:base")
+    assert renamed not in (first, executable)
+    # A copy elsewhere (a clone, a worktree) has images of its own, kept per directory.
+    copy = make(tmp_path / "copy", {".dockerignore": "*.log\n", "other.py": "print(2)\n", "run.log": "changed"})
+    (copy / "other.py").chmod(0o755)
+    assert workspace_digest(copy, "sha256:base") != renamed
 
 
 def test_workspace_forms(tmp_path: Path) -> None:

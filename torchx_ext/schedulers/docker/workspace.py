@@ -1,10 +1,11 @@
 """Workspace images: the role's image with the workspace copied on top, cached by content.
 
 torchx's builtin rebuilds the image on every ``torchx run`` (13.6 s for a trivial job on the
-test machine). Here the workspace's files (minus what ``.dockerignore``/``.torchxignore``
-exclude) and the base image's id are hashed, and the image is tagged with that hash: an
-unchanged workspace finds its image and starts with no build at all. Only the newest few
-images per workspace directory are kept.
+test machine). Here the workspace's directory, its files (minus what ``.dockerignore``/
+``.torchxignore`` exclude) and the base image's id are hashed, and the image is tagged with that
+hash: an unchanged workspace finds its image and starts with no build at all. Only the newest
+few images per workspace directory are kept; the directory is in the hash so that two copies of
+one project (clones, worktrees) each have images of their own to keep.
 
 Ignore patterns are read as Docker reads ``.dockerignore`` (moby's patternmatcher): ``#``
 comments at the start of a line, a leading ``/`` dropped, ``*`` and ``?`` within one path
@@ -88,8 +89,9 @@ def workspace_files(root: Path) -> list[str]:
 
 
 def workspace_digest(root: Path, base_image_id: str, files: list[str] | None = None) -> str:
-    """sha256 of the base id and each file's path, kind, executable bit and content (or link)."""
-    digest = hashlib.sha256(f"base {base_image_id}\n".encode())
+    """sha256 of the base id, the directory, and each file's path, kind, executable bit and
+    content (or link)."""
+    digest = hashlib.sha256(f"base {base_image_id}\0{root.resolve()}\0".encode())
     for relative in workspace_files(root) if files is None else files:
         path = root / relative
         info = path.lstat()
