@@ -81,7 +81,12 @@ def main() -> None:
     os.environ.setdefault("DOCKER_HOST", PRIVATE_SOCKET)
     import docker
 
-    client = docker.from_env()
+    try:
+        client = docker.from_env()
+    except docker.errors.DockerException as error:
+        print(f"no Docker engine answers at {os.environ['DOCKER_HOST']} ({error}): run "
+              "`bash scripts/docker_engine.sh start`, or set DOCKER_HOST to an engine's socket", file=sys.stderr)
+        raise SystemExit(2) from None
     with TestCluster(client) as cluster, tempfile.TemporaryDirectory() as directory:
         os.environ["KUBECONFIG"] = str(cluster.write_kubeconfig(Path(directory) / "config"))
         cluster.hold_pods("torchx-ext/app-id")
