@@ -41,7 +41,7 @@ def check(manifests: AppManifests) -> list[dict[str, Any]]:
             for version in SCHEMA_VERSIONS:
                 kubernetes_validate.validate(core, version, strict=True)
         if obj["apiVersion"] not in ("v1", "batch/v1"):
-            validate_custom_object(obj)
+            jsonschema.validate(obj, crd_json_schema(obj["kind"], closed=True))  # unknown fields refused
         assert DNS_LABEL.fullmatch(obj["metadata"]["name"]) and len(obj["metadata"]["name"]) <= 63
         for key, value in obj["metadata"].get("labels", {}).items():
             assert len(value) <= 63 and re.fullmatch(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?", value), (key, value)
@@ -66,10 +66,6 @@ def check(manifests: AppManifests) -> list[dict[str, Any]]:
                 if "/" in name:  # extended resources (GPUs, EFA) must be requested as limited
                     assert resources["limits"][name] == value
     return objects
-
-
-def validate_custom_object(obj: dict[str, Any]) -> None:
-    jsonschema.validate(obj, crd_json_schema(obj["kind"], closed=True))
 
 
 def embedded_core_objects(obj: dict[str, Any]) -> list[dict[str, Any]]:

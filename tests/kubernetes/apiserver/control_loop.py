@@ -14,10 +14,11 @@ log = logging.getLogger(__name__)
 
 
 class ControlLoop:
-    name = "fake-controller"
-
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, name: str, syncs: Sequence[Callable[[], None]]) -> None:
+        """``syncs``: one pass of each, every time; one failing does not keep the others from theirs."""
         self._store = store
+        self.name = name
+        self._syncs = tuple(syncs)
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -30,14 +31,10 @@ class ControlLoop:
         if self._thread is not None:
             self._thread.join(10)
 
-    def _syncs(self) -> Sequence[Callable[[], None]]:
-        """One pass of each; one failing does not keep the others from their pass."""
-        raise NotImplementedError
-
     def _loop(self) -> None:
         while not self._stopping.is_set():
             version = self._store.resource_version
-            for sync in self._syncs():
+            for sync in self._syncs:
                 try:
                     sync()
                 except errors.ApiError as error:  # a write that lost a race: the next pass sees why

@@ -20,7 +20,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
@@ -77,17 +77,12 @@ def _job_finished(job: Obj) -> str | None:
 
 
 class CrdControllers(ControlLoop):
-    name = "fake-crd-controllers"
-
     def __init__(self, store: Store, held: Callable[[Obj], bool]) -> None:
-        super().__init__(store)
+        super().__init__(store, "fake-crd-controllers", (self._sync_jobsets, self._sync_volcano, self._sync_kueue))
         self._held = held
         self.kueue_queues: dict[str, float] = {}
         """LocalQueue name -> CPUs its ClusterQueue admits at once (Kueue's nominal quota)."""
         self._volcano_seen: dict[str, set[str]] = {}
-
-    def _syncs(self) -> Sequence[Callable[[], None]]:
-        return self._sync_jobsets, self._sync_volcano, self._sync_kueue
 
     def _write_status(self, rtype: ResourceType, obj: Obj, status: dict[str, Any]) -> None:
         if status != (obj.get("status") or {}):

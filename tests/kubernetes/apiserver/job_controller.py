@@ -12,7 +12,6 @@ import logging
 import random
 import string
 from collections import Counter
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -102,14 +101,9 @@ def success_rule(job: Obj, succeeded: set[int]) -> int | None:
 
 
 class JobController(ControlLoop):
-    name = "fake-job-controller"
-
     def __init__(self, store: Store) -> None:
-        super().__init__(store)
+        super().__init__(store, "fake-job-controller", (self._sync,))
         self._memory: dict[str, JobMemory] = {}
-
-    def _syncs(self) -> Sequence[Callable[[], None]]:
-        return (self._sync,)
 
     def _sync(self) -> None:
         jobs, _ = self._store.list(JOBS)

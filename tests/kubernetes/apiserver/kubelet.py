@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import shutil
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
@@ -78,11 +78,9 @@ def _ours_to_schedule(pod: Obj) -> bool:
 
 
 class Kubelet(ControlLoop):
-    name = "fake-kubelet-loop"
-
     def __init__(self, store: Store, docker_client: Any, node: Node, cluster_id: str, work_dir: Path,
                  node_mounts: tuple[str, ...] = ()) -> None:
-        super().__init__(store)
+        super().__init__(store, "fake-kubelet-loop", (self._sync,))
         self._docker, self._api = docker_client, docker_client.api
         self.node, self._id, self._work_dir, self._node_mounts = node, cluster_id, work_dir, node_mounts
         self._runtimes: dict[str, Runtime] = {}
@@ -118,9 +116,6 @@ class Kubelet(ControlLoop):
         """Whether a test holds the pod off the node (``hold``)."""
         labels_ = pod["metadata"].get("labels") or {}
         return any(hold(labels_) for hold in self._holds)
-
-    def _syncs(self) -> Sequence[Callable[[], None]]:
-        return (self._sync,)
 
     def _submit(self, uid: str, work: Callable[[], None]) -> None:
         with self._lock:
