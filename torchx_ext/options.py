@@ -11,9 +11,6 @@ from torchx_ext.errors import InvalidArgumentError
 MODES = ("none", "auto", "node", "socket", "exclusive", "core-complex")
 DEVICE_KINDS = ("auto", "gpu", "cpu")
 OMP_THREADS_FORMS = "'auto' or a positive integer"
-# Set by a scheduler that runs several replicas on one host (local_cwd): the rendezvous port it
-# picked for the job, which wins over the launcher's --rdzv-port.
-RDZV_PORT_ENV = "TORCHX_EXT_RDZV_PORT"
 
 
 def check_mode(mode: str) -> str:

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from torchx.runner import Runner, get_runner
 
-from torchx_ext.schedulers.local.records import marked_processes
+from torchx_ext.schedulers.local.processes import marked_processes
 
 JOBS = Path(__file__).parent / "jobs"
 

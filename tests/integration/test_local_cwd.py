@@ -21,7 +21,7 @@ from tests.conformance.conftest import _local_leftovers, _local_processes
 from tests.conformance.jobs_api import TORCHX, wait, wait_for_line
 from torchx_ext.components.dist import ddp
 from torchx_ext.errors import InvalidArgumentError
-from torchx_ext.schedulers.local.records import process_start_ticks
+from torchx_ext.schedulers.local.processes import process_start_ticks
 
 JOBS = Path(__file__).parent / "jobs"
 

@@ -25,8 +25,8 @@ from tests.fixtures.crd_schemas import crd_json_schema
 from torchx_ext.components.dist import ddp
 from torchx_ext.errors import InvalidArgumentError
 from torchx_ext.schedulers.common.app_ids import KUBERNETES, new_app_id
-from torchx_ext.schedulers.kubernetes.manifests import AppManifests, KubernetesOptions, build_manifests
-from torchx_ext.schedulers.kubernetes.options import BACKENDS
+from torchx_ext.schedulers.kubernetes.manifests import AppManifests, build_manifests
+from torchx_ext.schedulers.kubernetes.options import BACKEND_NAMES, ManifestOptions
 
 GOLDEN = Path(__file__).parent / "golden" / "kubernetes"
 SCHEMA_VERSIONS = ("1.34", "1.35")
@@ -88,7 +88,7 @@ def golden(name: str, manifests: AppManifests) -> None:
 
 def test_a_2x2_cpu_job_is_a_headless_service_and_one_indexed_job() -> None:
     app = ddp("--lr", "0.1", script="train.py", j="2x2", image="registry.example/train:1")
-    manifests = build_manifests(app, app_id="train-abc12345", options=KubernetesOptions(namespace="team-a"))
+    manifests = build_manifests(app, app_id="train-abc12345", options=ManifestOptions(namespace="team-a"))
 
     service, job = check(manifests)
     golden("ddp_2x2", manifests)
@@ -107,7 +107,7 @@ def test_a_2x2_cpu_job_is_a_headless_service_and_one_indexed_job() -> None:
 
 def test_a_p5_named_resource_gives_guaranteed_numa_aligned_pods_with_gpus_and_efa() -> None:
     app = ddp(script="train.py", j="4x8", h="aws_p5.48xlarge", image="registry.example/train:1", max_retries=2)
-    options = KubernetesOptions(namespace="ml", queue="gpu-queue", service_account="trainer",
+    options = ManifestOptions(namespace="ml", queue="gpu-queue", service_account="trainer",
                                 priority_class="high", node_selector={"pool": "p5"},
                                 tolerations=("nvidia.com/gpu:NoSchedule", "dedicated=ml:NoExecute"),
                                 image_pull_secrets=("regcred",), image_pull_policy="IfNotPresent", shm_size="64Gi")
@@ -129,7 +129,7 @@ def test_a_p5_named_resource_gives_guaranteed_numa_aligned_pods_with_gpus_and_ef
 
 def test_an_elastic_job_runs_max_pods_tolerates_max_minus_min_failures_and_index_0_decides() -> None:
     app = ddp(script="train.py", j="2:4x1", image="img:1", max_retries=1)
-    manifests = build_manifests(app, app_id="elastic-abc12345", options=KubernetesOptions())
+    manifests = build_manifests(app, app_id="elastic-abc12345", options=ManifestOptions())
 
     _, job = check(manifests)
     golden("ddp_elastic_2_4", manifests)
@@ -141,19 +141,19 @@ def test_an_elastic_job_runs_max_pods_tolerates_max_minus_min_failures_and_index
 
 def test_numa_alignment_follows_the_runopt_over_the_named_resource() -> None:
     app = ddp(script="train.py", j="1x1", cpu=3, memMB=2048, image="img:1")
-    aligned = check(build_manifests(app, app_id="a-abc12345", options=KubernetesOptions(numa_aligned=True)))[1]
+    aligned = check(build_manifests(app, app_id="a-abc12345", options=ManifestOptions(numa_aligned=True)))[1]
     resources = aligned["spec"]["template"]["spec"]["containers"][0]["resources"]
     assert resources["requests"] == resources["limits"] == {"cpu": "2", "memory": "2048Mi"}
 
     named = ddp(script="train.py", j="1x8", h="dgx_h100", image="img:1")
-    off = check(build_manifests(named, app_id="a-abc12345", options=KubernetesOptions(numa_aligned=False)))[1]
+    off = check(build_manifests(named, app_id="a-abc12345", options=ManifestOptions(numa_aligned=False)))[1]
     assert "cpu" not in off["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
 
 
 def test_arguments_and_env_values_survive_the_kubelets_dollar_expansion() -> None:
     value = "$HOME $(HOME) $$(HOME) ${x} 'q' \"d\"\nnext"
     app = ddp(value, script="echo.py", j="1x1", image="img:1", env={"V": value})
-    job = check(build_manifests(app, app_id="a-abc12345", options=KubernetesOptions()))[1]
+    job = check(build_manifests(app, app_id="a-abc12345", options=ManifestOptions()))[1]
     container = job["spec"]["template"]["spec"]["containers"][0]
 
     assert kubelet_expand(container["args"][-1]) == value
@@ -162,7 +162,7 @@ def test_arguments_and_env_values_survive_the_kubelets_dollar_expansion() -> Non
 
 def test_the_static_rendezvous_node_rank_is_the_pods_completion_index() -> None:
     app = ddp(script="train.py", j="2x1", image="img:1", rdzv_backend="static")
-    job = check(build_manifests(app, app_id="a-abc12345", options=KubernetesOptions()))[1]
+    job = check(build_manifests(app, app_id="a-abc12345", options=ManifestOptions()))[1]
     args = job["spec"]["template"]["spec"]["containers"][0]["args"]
 
     assert args[args.index("--node-rank") + 1] == "$(JOB_COMPLETION_INDEX)"
@@ -195,8 +195,8 @@ def test_any_names_give_valid_dns_names_within_63_characters(app_name: str, role
     app = specs.AppDef(app_name, roles=[specs.Role(role_name, image="img:1", entrypoint="python",
                                                     num_replicas=replicas)])
     app_id = new_app_id(app_name, KUBERNETES)
-    for backend in BACKENDS:
-        manifests = build_manifests(app, app_id=app_id, options=KubernetesOptions(backend=backend))
+    for backend in BACKEND_NAMES:
+        manifests = build_manifests(app, app_id=app_id, options=ManifestOptions(backend=backend))
         last = last_pod_hostname(manifests)
         assert DNS_LABEL.fullmatch(last) and len(last) <= 63, (backend, last)
         if backend == "jobset":  # its webhook checks the pods' names too: {hostname}-{5 random}
@@ -234,29 +234,29 @@ def test_distinct_apps_never_collide() -> None:
 def test_bad_roles_are_refused_naming_the_value(change: dict[str, Any], expected: str) -> None:
     arguments: dict[str, Any] = {"script": "train.py", "j": "1x1", "image": "img:1", **change}
     with pytest.raises(InvalidArgumentError, match=re.escape(expected)):
-        build_manifests(ddp(**arguments), app_id="a-abc12345", options=KubernetesOptions())
+        build_manifests(ddp(**arguments), app_id="a-abc12345", options=ManifestOptions())
 
 
 def test_numa_alignment_without_cpu_or_memory_to_request_is_refused() -> None:
     role = specs.Role("trainer", image="img:1", entrypoint="python", resource=specs.Resource(cpu=0, gpu=0, memMB=0))
     with pytest.raises(InvalidArgumentError, match="NUMA-aligned pods need a cpu and memMB"):
         build_manifests(specs.AppDef("a", roles=[role]), app_id="a-abc12345",
-                        options=KubernetesOptions(numa_aligned=True))
+                        options=ManifestOptions(numa_aligned=True))
 
 
 @pytest.mark.parametrize(
     ("options", "expected"),
     [
-        (KubernetesOptions(tolerations=("gpu:Sometimes",)), "invalid toleration 'gpu:Sometimes'"),
-        (KubernetesOptions(tolerations=("justakey",)), "expected KEY=VALUE:EFFECT"),
-        (KubernetesOptions(shm_size="lots"), "invalid shm_size 'lots'"),
-        (KubernetesOptions(shm_size="8Gi"), "more than the role's memory limit"),
-        (KubernetesOptions(image_pull_policy="Sometimes"), "expected one of Always, IfNotPresent, Never"),
-        (KubernetesOptions(namespace="Team_A"), "invalid namespace 'Team_A'"),
-        (KubernetesOptions(backend="kubeflow"), "invalid backend 'kubeflow': expected one of job, jobset, volcano"),
+        (ManifestOptions(tolerations=("gpu:Sometimes",)), "invalid toleration 'gpu:Sometimes'"),
+        (ManifestOptions(tolerations=("justakey",)), "expected KEY=VALUE:EFFECT"),
+        (ManifestOptions(shm_size="lots"), "invalid shm_size 'lots'"),
+        (ManifestOptions(shm_size="8Gi"), "more than the role's memory limit"),
+        (ManifestOptions(image_pull_policy="Sometimes"), "expected one of Always, IfNotPresent, Never"),
+        (ManifestOptions(namespace="Team_A"), "invalid namespace 'Team_A'"),
+        (ManifestOptions(backend="kubeflow"), "invalid backend 'kubeflow': expected one of job, jobset, volcano"),
     ],
 )
-def test_bad_options_are_refused_naming_the_value(options: KubernetesOptions, expected: str) -> None:
+def test_bad_options_are_refused_naming_the_value(options: ManifestOptions, expected: str) -> None:
     app = ddp(script="train.py", j="1x1", image="img:1", memMB=1024)
     with pytest.raises(InvalidArgumentError, match=re.escape(expected)):
         build_manifests(app, app_id="a-abc12345", options=options)
@@ -265,12 +265,12 @@ def test_bad_options_are_refused_naming_the_value(options: KubernetesOptions, ex
 def test_roles_that_become_the_same_job_name_are_refused() -> None:
     roles = [specs.Role(name, image="img:1", entrypoint="python") for name in ("Trainer", "trainer!")]
     with pytest.raises(InvalidArgumentError, match="both become Job name 'a-abc12345-trainer'"):
-        build_manifests(specs.AppDef("a", roles=roles), app_id="a-abc12345", options=KubernetesOptions())
+        build_manifests(specs.AppDef("a", roles=roles), app_id="a-abc12345", options=ManifestOptions())
 
 
 def test_a_jobset_has_a_replicated_job_per_role_gang_restarts_and_the_first_role_decides_success() -> None:
     app = ddp("--lr", "0.1", script="train.py", j="2x2", image="registry.example/train:1", max_retries=3)
-    manifests = build_manifests(app, app_id="train-abc12345", options=KubernetesOptions(backend="jobset"))
+    manifests = build_manifests(app, app_id="train-abc12345", options=ManifestOptions(backend="jobset"))
 
     (jobset,) = check(manifests)
     golden("jobset_ddp_2x2", manifests)
@@ -291,7 +291,7 @@ def test_a_jobset_has_a_replicated_job_per_role_gang_restarts_and_the_first_role
 def test_a_queued_jobset_is_created_suspended_with_kueues_label() -> None:
     app = ddp(script="train.py", j="4x8", h="aws_p5.48xlarge", image="registry.example/train:1")
     manifests = build_manifests(app, app_id="train-abc12345",
-                                options=KubernetesOptions(backend="jobset", queue="gpu-queue"))
+                                options=ManifestOptions(backend="jobset", queue="gpu-queue"))
 
     (jobset,) = check(manifests)
     golden("jobset_ddp_4x8_p5_queued", manifests)
@@ -303,7 +303,7 @@ def test_a_queued_jobset_is_created_suspended_with_kueues_label() -> None:
 
 def test_a_volcano_job_is_torchxs_shape_with_our_pods_and_a_min_available_gang() -> None:
     app = ddp("--lr", "0.1", script="train.py", j="2x2", image="registry.example/train:1", max_retries=2)
-    manifests = build_manifests(app, app_id="train-abc12345", options=KubernetesOptions(backend="volcano"))
+    manifests = build_manifests(app, app_id="train-abc12345", options=ManifestOptions(backend="volcano"))
 
     (job,) = check(manifests)
     golden("volcano_ddp_2x2", manifests)
@@ -316,7 +316,7 @@ def test_a_volcano_job_is_torchxs_shape_with_our_pods_and_a_min_available_gang()
     assert {"event": "PodFailed", "action": "RestartJob"} in task["policies"]
     # No retries: a failed pod ends the job, which keeps the pods that ended (and their logs).
     once = check(build_manifests(ddp(script="train.py", j="2x2", image="img:1"), app_id="train-abc12345",
-                                 options=KubernetesOptions(backend="volcano")))[0]
+                                 options=ManifestOptions(backend="volcano")))[0]
     assert once["spec"]["tasks"][0]["policies"][0] == {"event": "PodFailed", "action": "TerminateJob"}
     container = task["template"]["spec"]["containers"][0]
     env = {item["name"]: item["value"] for item in container["env"]}
@@ -326,15 +326,15 @@ def test_a_volcano_job_is_torchxs_shape_with_our_pods_and_a_min_available_gang()
 def test_an_elastic_role_in_volcano_and_jobset_keeps_its_pods_failures_to_itself() -> None:
     app = ddp(script="train.py", j="2:4x1", image="img:1", max_retries=1)
     volcano = check(build_manifests(app, app_id="elastic-abc12345",
-                                    options=KubernetesOptions(backend="volcano", queue="research")))[0]
+                                    options=ManifestOptions(backend="volcano", queue="research")))[0]
     golden("volcano_ddp_elastic_2_4", build_manifests(app, app_id="elastic-abc12345",
-                                                      options=KubernetesOptions(backend="volcano", queue="research")))
+                                                      options=ManifestOptions(backend="volcano", queue="research")))
     task = volcano["spec"]["tasks"][0]
     assert volcano["spec"]["queue"] == "research" and volcano["spec"]["minAvailable"] == 2
     assert task["minAvailable"] == 2 and task["replicas"] == 4
     assert task["policies"] == [{"event": "PodEvicted", "action": "RestartJob"}]
 
-    jobset = check(build_manifests(app, app_id="elastic-abc12345", options=KubernetesOptions(backend="jobset")))[0]
+    jobset = check(build_manifests(app, app_id="elastic-abc12345", options=ManifestOptions(backend="jobset")))[0]
     job = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]
     assert job["backoffLimitPerIndex"] == 1 and job["maxFailedIndexes"] == 2
     assert job["successPolicy"] == {"rules": [{"succeededIndexes": "0"}]}
@@ -343,7 +343,7 @@ def test_an_elastic_role_in_volcano_and_jobset_keeps_its_pods_failures_to_itself
 @pytest.mark.parametrize("backend", ["jobset", "volcano"])
 def test_the_replica_id_is_the_index_the_backends_controller_gives_each_pod(backend: str) -> None:
     app = ddp(script="train.py", j="2x1", image="img:1", rdzv_backend="static")
-    (top,) = check(build_manifests(app, app_id="a-abc12345", options=KubernetesOptions(backend=backend)))
+    (top,) = check(build_manifests(app, app_id="a-abc12345", options=ManifestOptions(backend=backend)))
     pod = (top["spec"]["replicatedJobs"][0]["template"]["spec"]["template"] if backend == "jobset"
            else top["spec"]["tasks"][0]["template"])
     args = pod["spec"]["containers"][0]["args"]

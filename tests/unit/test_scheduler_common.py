@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from torchx_ext.errors import InvalidArgumentError, StateTransitionError
 from torchx_ext.schedulers.common.app_ids import DOCKER, KUBERNETES, LOCAL, AppIdRules, new_app_id
-from torchx_ext.schedulers.common.error_file import ErrorReport, read_error_file, write_error_file
+from torchx_ext.error_file import ErrorReport, read_error_file, write_error_file
 from torchx_ext.schedulers.common.logs import LogQuery
 from torchx_ext.schedulers.common.states import JOB_MOVES, REPLICA_MOVES, State, app_state, job_move, job_state_from_replicas, replica_move
 

@@ -17,11 +17,11 @@ from torchx_ext.errors import InvalidArgumentError, WorkerFailedError
 from torchx_ext.launcher import preload_server
 from torchx_ext.launcher.bootstrap import BoundCallable, encode_plan
 from torchx_ext.launcher.caller_state import caller_state_kept
-from torchx_ext.launcher.cli import FRESH_STORE_PER_ATTEMPT_ENV, needs_fresh_store_per_attempt
+from torchx_ext.launcher.rendezvous_store import use_fresh_store_per_attempt_if_needed
 from torchx_ext.launcher.inputs import StdSpec, check_rdzv_backend, std_spec
 from torchx_ext.launcher.worker_binding import plan_workers
 from torchx_ext.numa.topology import DEFAULT_SYSFS_ROOT
-from torchx_ext.schedulers.common.error_file import read_error_file
+from torchx_ext.error_file import read_error_file
 
 __all__ = ["launch", "WorkerFailedError"]  # WorkerFailedError lived here first: still importable from here
 
@@ -113,8 +113,7 @@ def launch(
         # recorded by the process we were forked from is useless here.
         preload_server.forget_inherited()
     with caller_state_kept():
-        if needs_fresh_store_per_attempt(config):
-            os.environ.setdefault(*FRESH_STORE_PER_ATTEMPT_ENV)
+        use_fresh_store_per_attempt_if_needed(config)
         try:
             results: dict[int, Any] = elastic_launch(config, entrypoint)("${local_rank}")
         except ChildFailedError as error:

@@ -26,30 +26,18 @@ from torchx_ext.launcher import preload_server
 from torchx_ext.launcher.bootstrap import BOOTSTRAP_CODE, BoundCallable, encode_plan, run_preloaded, run_script_path
 from torchx_ext.launcher.caller_state import caller_state_kept
 from torchx_ext.launcher.streams import lock_standard_streams
+from torchx_ext.launcher.rendezvous_store import use_fresh_store_per_attempt_if_needed
 from torchx_ext.launcher.inputs import check_rdzv_backend, local_world_size, privateuse1_name, std_spec
 from torchx_ext.launcher.worker_binding import plan_workers
 from torchx_ext.options import OMP_THREADS_FORMS, check_mode
-from torchx_ext.options import DEVICE_KINDS, MODES, RDZV_PORT_ENV
+from torchx_ext.options import DEVICE_KINDS, MODES
 from torchx_ext.numa.topology import DEFAULT_SYSFS_ROOT
-from torchx_ext.schedulers.common.error_file import ERROR_FILE_ENV, ErrorReport, read_error_file, write_error_file
+from torchx_ext.error_file import ErrorReport, read_error_file, write_error_file
+from torchx_ext.replica_env import ERROR_FILE_ENV, RDZV_PORT_ENV
 
 logger = logging.getLogger("torchx_ext.launcher")
 
 DEFAULT_RDZV_PORT = 29500
-# With the c10d rendezvous, torchelastic by default hands workers the agent's own TCPStore,
-# one key space for every restart: a restarted attempt can read the previous attempt's gloo
-# addresses and fail or hang in init_process_group (torchrun: 2 of 10 restarts here). This
-# documented switch gives each attempt a fresh store hosted by its rank 0. It costs about
-# 0.3 s per start here, so it is only used where a second attempt or round can happen.
-FRESH_STORE_PER_ATTEMPT_ENV = ("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
-
-
-
-
-def needs_fresh_store_per_attempt(config: Any) -> bool:
-    return bool(config.max_restarts > 0 or config.min_nodes != config.max_nodes)
-
-
 WORKER_STARTS = ("preloaded", "fresh")
 # torch waits 30 s by default before SIGKILL; a stopped job should be gone well within 10 s.
 DEFAULT_SHUTDOWN_TIMEOUT_S = 5
@@ -233,8 +221,7 @@ def run(config: Any, entrypoint: Callable[..., Any] | str, entry_args: list[str]
     from torch.distributed.elastic.rendezvous import RendezvousError
     from torch.distributed.launcher.api import elastic_launch
 
-    if needs_fresh_store_per_attempt(config):
-        os.environ.setdefault(*FRESH_STORE_PER_ATTEMPT_ENV)
+    use_fresh_store_per_attempt_if_needed(config)
     try:
         elastic_launch(config=config, entrypoint=entrypoint)(*entry_args)
     except ChildFailedError as error:

@@ -1,4 +1,5 @@
-"""Dividing one host among the replicas that share it: pure, from a Topology to ReplicaSlices.
+"""Dividing one host among the replicas that share it: pure, from a Topology to ReplicaSlices
+(``host_topology`` reads that Topology, for local_cwd and local_docker alike).
 
 When several replicas of a job run on one host (``-j 2x4`` on a workstation), each gets its
 own slice of the CPUs this process may use and of the GPUs, so that simulated nodes do not
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field
 
 from torchx_ext.errors import InvalidArgumentError
 from torchx_ext.numa.cpulist import format_cpulist
-from torchx_ext.numa.topology import Gpu, Topology
+from torchx_ext.numa.topology import DEFAULT_SYSFS_ROOT, Gpu, Topology, planning_cpus, read_topology
 
 
 @dataclass(frozen=True)
@@ -112,3 +113,12 @@ def _with_gpus(topology: Topology, slices: list[ReplicaSlice], gpus: tuple[Gpu, 
         ReplicaSlice(piece.replica_id, piece.cpus, piece.numa_nodes, tuple(sorted(mine)), piece.warnings)
         for piece, mine in zip(slices, assigned)
     ]
+
+
+def host_topology(sysfs_root: str | None) -> Topology:
+    """The topology to slice, read from ``sysfs_root`` (default: this host's) for all of its
+    CPUs: slices are planned before anyone knows whether the job will run here, and replicas
+    are pinned by their scheduler, not by this process's own affinity; a tree of another
+    machine (a fixture, a snapshot) is planned as a ``--dryrun`` shows it."""
+    root = sysfs_root or DEFAULT_SYSFS_ROOT
+    return read_topology(root, allowed_cpus=planning_cpus(root, applying=False))

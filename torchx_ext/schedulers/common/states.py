@@ -6,7 +6,10 @@ PENDING -> RUNNING -> SUCCEEDED | FAILED | CANCELLED (RUNNING -> RUNNING is a re
 PENDING -> FAILED a replica that could not start, PENDING -> CANCELLED one never started);
 a job goes SUBMITTED -> RUNNING -> SUCCEEDED | FAILED | CANCELLED, or straight from
 SUBMITTED to CANCELLED (cancelled before it started) or FAILED (its runner died first).
-Terminal states are final.
+Terminal states are final. A ``JobEnd`` is an end a scheduler decided that exit codes cannot
+tell (a cancel; a failure for which the other replicas were stopped); each backend keeps it
+where its jobs live (``docker.job_view``: a volume's labels; ``kubernetes.app_view``: an
+annotation).
 
 Standard library only; torchx's AppState is imported when asked for.
 """
@@ -14,6 +17,7 @@ Standard library only; torchx's AppState is imported when asked for.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
@@ -37,6 +41,18 @@ class State(str, Enum):
 
 
 TERMINAL = frozenset({State.SUCCEEDED, State.FAILED, State.CANCELLED})
+
+
+@dataclass(frozen=True)
+class JobEnd:
+    """An end of a job decided by us, not read from its replicas' exit codes."""
+
+    state: State
+    """CANCELLED or FAILED."""
+    at: float
+    message: str
+    replica: str = ""
+    """The replica (``role/id``) whose failure ended the job; empty for a cancel."""
 _ENDS = frozenset(TERMINAL)
 REPLICA_MOVES: dict[State, frozenset[State]] = {
     State.PENDING: frozenset({State.RUNNING, State.FAILED, State.CANCELLED}),

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from torchx_ext.errors import EngineError, InvalidArgumentError
-from torchx_ext.schedulers.docker.job import ContainerView, JobEnd
+from torchx_ext.schedulers.common.states import JobEnd
+from torchx_ext.schedulers.docker.job_view import ContainerView, end_from_labels, end_labels
 from torchx_ext.schedulers.docker.request import (
     LABEL_APP_ID,
     LABEL_SCHEDULER,
@@ -61,7 +62,7 @@ class Engine:
         ends = {}
         for volume in volumes:
             labels = volume.attrs.get("Labels") or {}
-            end = JobEnd.from_labels(labels)
+            end = end_from_labels(labels)
             if end is not None and labels.get(LABEL_APP_ID):
                 ends[labels[LABEL_APP_ID]] = end
         return ends
@@ -95,10 +96,10 @@ class Engine:
         """Record ``end`` unless an end is recorded already; returns the one that stands.
         Creating a volume under an existing name gives back the existing one (the engine's
         answer to a race between a cancel and a failure), so the first writer wins."""
-        labels = {LABEL_SCHEDULER: SCHEDULER, LABEL_APP_ID: app_id, **end.labels()}
+        labels = {LABEL_SCHEDULER: SCHEDULER, LABEL_APP_ID: app_id, **end_labels(end)}
         volume = self._call(lambda: self.client.volumes.create(name=end_volume_name(app_id), labels=labels),
                             "record the end of the job")
-        return JobEnd.from_labels(volume.attrs.get("Labels") or {}) or end
+        return end_from_labels(volume.attrs.get("Labels") or {}) or end
 
     def ensure_images(self, images: tuple[str, ...]) -> dict[str, str]:
         """Every image on the engine, pulled if missing, by its id; else an error saying what to do."""

@@ -16,15 +16,14 @@ from torchx import specs
 from torchx_ext.errors import InvalidArgumentError
 from torchx_ext.numa.cpulist import format_cpulist
 from torchx_ext.numa.topology import Topology
-from torchx_ext.schedulers.common.error_file import ERROR_FILE_ENV
+from torchx_ext.replica_env import ERROR_FILE_ENV, RANK0_HOST_ENV
+from torchx_ext.schedulers.common.checks import shm_mb
 from torchx_ext.schedulers.placement import ReplicaSlice, slice_host
 
 SCHEDULER = "local_docker"
-RANK0_HOST_ENV = "TORCHX_RANK0_HOST"
 # Inside the container: /tmp exists in practically every image and is writable.
 ERROR_FILE = "/tmp/torchx_ext_error.json"
 HOSTNAME_MAX = 63
-DEFAULT_SHM_NO_LIMIT_MB = 2048
 SHM_FORMS = "'auto', or a size such as 512m, 2g, 1073741824 (bytes), 64k"
 
 # Labels: everything describe/list/cancel/delete need, on every container of the job.
@@ -108,7 +107,7 @@ def build_request(
     position = 0
     for role in app.roles:
         memory_mb = role.resource.memMB if role.resource.memMB > 0 else None
-        shm_mb = _shm_mb(shm_size, memory_mb)
+        shm = shm_mb(shm_size, memory_mb, parse_size_mb, "the replica's")
         for replica_id in range(role.num_replicas):
             values = specs.macros.Values(img_root="", app_id=app_id, replica_id=str(replica_id), rank0_env=RANK0_HOST_ENV)
             resolved = values.apply(role)
@@ -143,7 +142,7 @@ def build_request(
                     gpus=_gpus(role, piece, vendor),
                     gpu_vendor=vendor if role.resource.gpu > 0 else None,
                     memory_mb=memory_mb,
-                    shm_mb=shm_mb,
+                    shm_mb=shm,
                     nano_cpus=int(role.resource.cpu * 1e9) if piece is None and role.resource.cpu > 0 else None,
                     mounts=tuple(_mount(mount, role.name) for mount in role.mounts),
                     max_retries=role.max_retries,
@@ -190,20 +189,6 @@ def parse_size_mb(text: str, what: str) -> int:
         raise InvalidArgumentError(f"invalid {what} {text!r}: expected {SHM_FORMS}")
     scale = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[match[2]]
     return -(-int(match[1]) * scale // (1 << 20))
-
-
-def _shm_mb(shm_size: str, memory_mb: int | None) -> int:
-    # /dev/shm is a tmpfs whose pages count against the container's memory limit, so it can
-    # never usefully exceed it; half of it leaves the processes the other half.
-    if shm_size.strip().lower() == "auto":
-        return max(64, memory_mb // 2) if memory_mb else DEFAULT_SHM_NO_LIMIT_MB
-    shm_mb = parse_size_mb(shm_size, "shm_size")
-    if memory_mb is not None and shm_mb > memory_mb:
-        raise InvalidArgumentError(
-            f"shm_size {shm_size!r} ({shm_mb} MiB) is more than the replica's memory limit ({memory_mb} MiB), "
-            "which /dev/shm counts against: give a smaller shm_size, 'auto', or more memMB"
-        )
-    return shm_mb
 
 
 def _container_names(app: specs.AppDef, app_id: str) -> dict[tuple[str, int], str]:

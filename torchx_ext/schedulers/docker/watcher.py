@@ -19,7 +19,7 @@ from pathlib import Path
 
 from torchx_ext.schedulers.docker.engine import connect
 from torchx_ext.schedulers.docker.request import LABEL_APP_ID
-from torchx_ext.schedulers.docker.tracking import end_if_failed, snapshot
+from torchx_ext.schedulers.docker.snapshot import end_if_failed, snapshot
 
 
 def watcher_log(app_id: str) -> Path:

@@ -1,7 +1,7 @@
 """What differs per backend once an app exists: how it is read, ended, deleted and listed.
 
 Each reads with a constant number of requests (the top object, its Jobs, its pods), whatever
-the replica count. Ending writes our end (``tracking.JobEnd``) on the top object, whose state it
+the replica count. Ending writes our end (``common.states.JobEnd``, as ``app_view.end_annotation`` writes it) on the top object, whose state it
 then is whatever the stopped pods exit with, with what stops the pods:
 
 - ``job``: each Job suspended, or, when Kueue queues it (Kueue un-suspends a Job it admitted),
@@ -18,11 +18,11 @@ from typing import Any, Protocol
 
 from torchx_ext.errors import KubernetesError
 
-from torchx_ext.schedulers.common.states import State
+from torchx_ext.schedulers.common.states import JobEnd, State
 from torchx_ext.schedulers.kubernetes import names
 from torchx_ext.schedulers.kubernetes.client import JOBSET, KUEUE_WORKLOAD, VOLCANO_COMMAND, VOLCANO_JOB, Cluster
 from torchx_ext.schedulers.kubernetes.jobset import read_jobset
-from torchx_ext.schedulers.kubernetes.tracking import AppView, JobEnd, read_app
+from torchx_ext.schedulers.kubernetes.app_view import AppView, end_annotation, read_app
 from torchx_ext.schedulers.kubernetes.volcano import read_volcano
 
 # Past at once, counted from the Job's (re)start: a queued Job fails a second after admission.
@@ -42,7 +42,7 @@ class Backend(Protocol):
 
 
 def _annotation(end: JobEnd) -> dict[str, Any]:
-    return {"metadata": {"annotations": {names.ANNOTATION_END: end.to_annotation()}}}
+    return {"metadata": {"annotations": {names.ANNOTATION_END: end_annotation(end)}}}
 
 
 def _selector(name: str) -> str:
@@ -147,7 +147,7 @@ class VolcanoBackend:
                 for job in cluster.list_custom(VOLCANO_JOB, namespace, names.LABEL_APP_ID)]
 
 
-BACKENDS: dict[str, Backend] = {backend.name: backend for backend in (JobBackend(), JobSetBackend(), VolcanoBackend())}
+BACKEND_BY_NAME: dict[str, Backend] = {backend.name: backend for backend in (JobBackend(), JobSetBackend(), VolcanoBackend())}
 
 
 def _with_kueue_reason(cluster: Cluster, namespace: str, view: AppView, owners: list[dict[str, Any]]) -> AppView:

@@ -19,12 +19,11 @@ from typing import Any
 from torchx import specs
 
 from torchx_ext.schedulers.common.states import State
-
 from torchx_ext.schedulers.kubernetes import names
-from torchx_ext.schedulers.kubernetes.manifests import JOB_INDEX_REFERENCE, app_labels, indexed_job
-from torchx_ext.schedulers.kubernetes.options import KubernetesOptions
-from torchx_ext.schedulers.kubernetes.pods import Placement
-from torchx_ext.schedulers.kubernetes.tracking import AppView, failure_message, read_app
+from torchx_ext.schedulers.kubernetes.app_view import AppView, failure_message, read_app
+from torchx_ext.schedulers.kubernetes.indexed_job import JOB_INDEX_REFERENCE, indexed_job
+from torchx_ext.schedulers.kubernetes.options import ManifestOptions
+from torchx_ext.schedulers.kubernetes.pods import PodAddressing
 
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
 # Our cancel of a Kueue-queued JobSet gives its Jobs an active deadline they are past (Kueue
@@ -36,7 +35,7 @@ def child_job_name(app_id: str, replicated_job: str) -> str:
     return f"{app_id}-{replicated_job}-0"
 
 
-def jobset(app: specs.AppDef, app_id: str, options: KubernetesOptions) -> dict[str, Any]:
+def jobset(app: specs.AppDef, app_id: str, options: ManifestOptions) -> dict[str, Any]:
     roles = [(role.name, role.num_replicas) for role in app.roles]
     # The Job name gets "-0" after the replicated job's name, and JobSet's webhook wants even its
     # pods' names ({job}-{index}-{5 random}) to be DNS labels: eight characters kept for those.
@@ -44,8 +43,8 @@ def jobset(app: specs.AppDef, app_id: str, options: KubernetesOptions) -> dict[s
     replicated_jobs = []
     for role in app.roles:
         job_name = child_job_name(app_id, replicated[role.name])
-        placement = Placement(f"{names.pod_hostname(job_name, 0)}.{app_id}", JOB_INDEX_REFERENCE)
-        job = indexed_job(app, role, job_name, app_id, options, placement, gang=True)
+        addressing = PodAddressing(f"{names.pod_hostname(job_name, 0)}.{app_id}", JOB_INDEX_REFERENCE)
+        job = indexed_job(app, role, job_name, app_id, options, addressing, gang=True)
         replicated_jobs.append({
             "name": replicated[role.name],
             "replicas": 1,
@@ -53,7 +52,7 @@ def jobset(app: specs.AppDef, app_id: str, options: KubernetesOptions) -> dict[s
                                       "annotations": job["metadata"]["annotations"]},
                          "spec": job["spec"]},
         })
-    labels = app_labels(app, app_id)
+    labels = names.app_labels(app, app_id)
     if options.queue:
         labels[names.LABEL_KUEUE_QUEUE] = options.queue
     spec: dict[str, Any] = {

@@ -1,4 +1,5 @@
-"""Object names, label keys and label values: every one valid for the API, every one readable.
+"""Object names, our labels and annotations (keys and values): every one valid for the API,
+every one readable.
 
 Kubernetes refuses a Job whose name is not a DNS-1123 label of at most 63 characters (it
 becomes a label value on its pods), a Service not an RFC 1035 label, and a pod hostname
@@ -9,6 +10,8 @@ names the Service and leaves room for ``-{role}-{index}`` in the rest.
 from __future__ import annotations
 
 import re
+
+from torchx import specs
 
 from torchx_ext.errors import InvalidArgumentError
 
@@ -76,3 +79,24 @@ def check_dns_label(name: str, what: str) -> str:
             "starting with a letter and ending with a letter or digit"
         )
     return name
+
+
+def app_labels(app: specs.AppDef, app_id: str) -> dict[str, str]:
+    return {LABEL_APP_ID: app_id, LABEL_APP_NAME: label_value(app.name) or "app"}
+
+
+def role_labels(app: specs.AppDef, role: specs.Role, app_id: str) -> dict[str, str]:
+    return {**app_labels(app, app_id), LABEL_ROLE: label_value(role.name) or "role"}
+
+
+def min_replicas(role: specs.Role) -> int:
+    return int(role.min_replicas) if role.min_replicas is not None else role.num_replicas
+
+
+def role_annotations(app: specs.AppDef, role: specs.Role, pull_timeout_s: int) -> dict[str, str]:
+    return {
+        ANNOTATION_APP_NAME: app.name,
+        ANNOTATION_ROLE_NAME: role.name,
+        ANNOTATION_MIN_REPLICAS: str(min_replicas(role)),
+        ANNOTATION_PULL_TIMEOUT: str(pull_timeout_s),
+    }

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from torchx_ext.errors import InvalidArgumentError
 
-BACKENDS = ("job", "jobset", "volcano")
+BACKEND_NAMES = ("job", "jobset", "volcano")
 """What runs a role's pods: an Indexed batch/v1 Job, a JobSet (jobset.x-k8s.io) or a Volcano Job
 (batch.volcano.sh)."""
 SHM_FORMS = "'auto', or a size such as 512Mi, 2Gi, 512m, 2g"
@@ -16,10 +16,16 @@ PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 TOLERATION_FORMS = "KEY=VALUE:EFFECT, KEY:EFFECT (any value) or KEY=VALUE (any effect)"
 EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 DEFAULT_VOLCANO_QUEUE = "default"
+DEFAULT_PULL_TIMEOUT_S = 300
+DEFAULT_CANCEL_GRACE_S = 30
+IMAGE_HINT = "a registry image the cluster's nodes can pull"
 
 
 @dataclass(frozen=True)
-class KubernetesOptions:
+class ManifestOptions:
+    """``-cfg`` (torchx's ``KubernetesOpts``) checked and with its defaults: what the manifests
+    are built from."""
+
     namespace: str = "default"
     backend: str = "job"
     queue: str | None = None
@@ -34,12 +40,12 @@ class KubernetesOptions:
     shm_size: str = "auto"
     numa_aligned: bool | None = None
     """None: when the role's named resource describes a NUMA host."""
-    image_pull_timeout_s: int = 300
-    cancel_grace_s: int = 30
+    image_pull_timeout_s: int = DEFAULT_PULL_TIMEOUT_S
+    cancel_grace_s: int = DEFAULT_CANCEL_GRACE_S
 
     def check(self) -> None:
-        if self.backend not in BACKENDS:
-            raise InvalidArgumentError(f"invalid backend {self.backend!r}: expected one of {', '.join(BACKENDS)} "
+        if self.backend not in BACKEND_NAMES:
+            raise InvalidArgumentError(f"invalid backend {self.backend!r}: expected one of {', '.join(BACKEND_NAMES)} "
                                        "(job: no CRDs needed; jobset: JobSet installed; volcano: Volcano installed)")
         if self.image_pull_policy is not None and self.image_pull_policy not in PULL_POLICIES:
             raise InvalidArgumentError(

@@ -4,7 +4,7 @@ NUMA-aligned pods ask for integer CPUs and memory with requests equal to limits 
 QoS: what a kubelet's static CPU manager and Topology Manager pin to NUMA nodes). /dev/shm is
 a memory-backed emptyDir. Arguments and env values are escaped against the kubelet's
 ``$(VAR)`` expansion; the replica id becomes the one reference the backend's controller
-defines on each pod (``Placement.index_reference``).
+defines on each pod (``PodAddressing.index_reference``).
 """
 
 from __future__ import annotations
@@ -18,22 +18,21 @@ from torchx import specs
 
 from torchx_ext.errors import InvalidArgumentError
 from torchx_ext.resources import GPU_VENDOR, K8S_INSTANCE_TYPE, NUMA_NODES
-from torchx_ext.schedulers.common.error_file import ERROR_FILE_ENV
+from torchx_ext.replica_env import ERROR_FILE_ENV, RANK0_HOST_ENV
+from torchx_ext.schedulers.common.checks import shm_mb
 from torchx_ext.schedulers.kubernetes import names
-from torchx_ext.schedulers.kubernetes.options import KubernetesOptions, parse_quantity_mb, parse_toleration
+from torchx_ext.schedulers.kubernetes.options import ManifestOptions, parse_quantity_mb, parse_toleration
 
-RANK0_HOST_ENV = "TORCHX_RANK0_HOST"
 # The kubelet keeps what a container writes here as its termination message (at most 4 KiB),
 # readable through the API after the pod ended: the launcher's error report goes there.
 TERMINATION_LOG = "/dev/termination-log"
 # Kubelets keep some CPU for themselves: a whole host's named resource would never fit.
 RESERVED_MILLICPU = 100
-DEFAULT_SHM_NO_LIMIT_MB = 2048
 _INDEX_MARK = "\x00torchx-ext-index\x00"
 
 
 @dataclass(frozen=True)
-class Placement:
+class PodAddressing:
     """Where a role's pods are found: rank 0's DNS name and the ``$(VAR)`` holding the replica id."""
 
     rank0_host: str
@@ -42,24 +41,24 @@ class Placement:
     """Set on the pod when the backend does not set it itself."""
 
 
-def pod_template(app: specs.AppDef, role: specs.Role, app_id: str, placement: Placement,
-                 options: KubernetesOptions, labels: dict[str, str]) -> dict[str, Any]:
+def pod_template(app: specs.AppDef, role: specs.Role, app_id: str, addressing: PodAddressing,
+                 options: ManifestOptions, labels: dict[str, str]) -> dict[str, Any]:
     """``{"metadata": ..., "spec": ...}`` of the role's pods; InvalidArgumentError names bad input."""
     return {
         "metadata": {"labels": labels, "annotations": {names.ANNOTATION_ROLE_NAME: role.name}},
-        "spec": _pod_spec(app, role, app_id, placement, options),
+        "spec": _pod_spec(app, role, app_id, addressing, options),
     }
 
 
-def _pod_spec(app: specs.AppDef, role: specs.Role, app_id: str, placement: Placement,
-              options: KubernetesOptions) -> dict[str, Any]:
+def _pod_spec(app: specs.AppDef, role: specs.Role, app_id: str, addressing: PodAddressing,
+              options: ManifestOptions) -> dict[str, Any]:
     values = specs.macros.Values(img_root="", app_id=app_id, replica_id=_INDEX_MARK, rank0_env=RANK0_HOST_ENV)
     resolved = values.apply(role)
     aligned = _aligned(role, options)
     memory_mb = role.resource.memMB if role.resource.memMB > 0 else None
-    shm_mb = _shm_mb(options.shm_size, memory_mb)
+    shm = shm_mb(options.shm_size, memory_mb, parse_quantity_mb, "the role's")
     env = {
-        RANK0_HOST_ENV: placement.rank0_host,
+        RANK0_HOST_ENV: addressing.rank0_host,
         ERROR_FILE_ENV: TERMINATION_LOG,
         **resolved.env,
     }
@@ -67,7 +66,7 @@ def _pod_spec(app: specs.AppDef, role: specs.Role, app_id: str, placement: Place
         if not key or "=" in key:
             raise InvalidArgumentError(f"role {role.name!r}: invalid environment variable name {key!r}: "
                                        "expected a non-empty name without '='")
-    volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm_mb}Mi"}}]
+    volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm}Mi"}}]
     mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
     for position, mount in enumerate(role.mounts):
         volume, volume_mount = _volume(mount, role.name, f"mount-{position}")
@@ -76,9 +75,9 @@ def _pod_spec(app: specs.AppDef, role: specs.Role, app_id: str, placement: Place
     container: dict[str, Any] = {
         "name": re.sub(r"[^a-z0-9-]+", "-", role.name.lower()).strip("-")[: names.NAME_MAX].strip("-") or "main",
         "image": role.image,
-        "command": [_literal(resolved.entrypoint, placement)],
-        "args": [_literal(arg, placement) for arg in resolved.args],
-        "env": [{"name": key, "value": _literal(value, placement)} for key, value in env.items()],
+        "command": [_literal(resolved.entrypoint, addressing)],
+        "args": [_literal(arg, addressing) for arg in resolved.args],
+        "env": [{"name": key, "value": _literal(value, addressing)} for key, value in env.items()],
         "resources": _resources(role, aligned, memory_mb),
         "volumeMounts": mounts,
         # The launcher's report when it wrote one, else the end of the output.
@@ -88,7 +87,7 @@ def _pod_spec(app: specs.AppDef, role: specs.Role, app_id: str, placement: Place
         container["imagePullPolicy"] = options.image_pull_policy
     pod: dict[str, Any] = {
         "restartPolicy": "Never",
-        **({"subdomain": placement.subdomain} if placement.subdomain else {}),
+        **({"subdomain": addressing.subdomain} if addressing.subdomain else {}),
         # Every Service of the namespace as env vars: noise in the worker's environment.
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": options.cancel_grace_s,
@@ -113,12 +112,12 @@ def _pod_spec(app: specs.AppDef, role: specs.Role, app_id: str, placement: Place
     return pod
 
 
-def _literal(value: str, placement: Placement) -> str:
+def _literal(value: str, addressing: PodAddressing) -> str:
     # Doubling every "$" makes the kubelet's $(VAR) expansion give the value back byte for byte.
-    return value.replace("$", "$$").replace(_INDEX_MARK, placement.index_reference)
+    return value.replace("$", "$$").replace(_INDEX_MARK, addressing.index_reference)
 
 
-def _aligned(role: specs.Role, options: KubernetesOptions) -> bool:
+def _aligned(role: specs.Role, options: ManifestOptions) -> bool:
     if options.numa_aligned is not None:
         return options.numa_aligned
     return bool(role.resource.capabilities.get(NUMA_NODES))
@@ -149,19 +148,6 @@ def _resources(role: specs.Role, aligned: bool, memory_mb: int | None) -> dict[s
     requests = {**requests, **extended}
     limits = {**limits, **extended}
     return {key: value for key, value in (("requests", requests), ("limits", limits)) if value}
-
-
-def _shm_mb(shm_size: str, memory_mb: int | None) -> int:
-    # /dev/shm is a memory-backed emptyDir whose pages count against the container's memory
-    # limit: half of it leaves the processes the other half.
-    if shm_size.strip().lower() == "auto":
-        return max(64, memory_mb // 2) if memory_mb else DEFAULT_SHM_NO_LIMIT_MB
-    shm_mb = parse_quantity_mb(shm_size, "shm_size")
-    if memory_mb is not None and shm_mb > memory_mb:
-        raise InvalidArgumentError(
-            f"shm_size {shm_size!r} ({shm_mb} MiB) is more than the role's memory limit ({memory_mb} MiB), "
-            "which /dev/shm counts against: give a smaller shm_size, 'auto', or more memMB")
-    return shm_mb
 
 
 def _volume(mount: object, role: str, name: str) -> tuple[dict[str, Any], dict[str, Any]]:

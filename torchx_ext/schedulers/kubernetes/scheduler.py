@@ -11,28 +11,39 @@ with them unless the cluster ships logs elsewhere, and the app stays, CANCELLED,
 
 from __future__ import annotations
 
-import datetime
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, Dict, List, Optional, TypedDict
+from typing import Any, Dict, List, Optional
 
-from torchx.schedulers.api import DescribeAppResponse, ListAppResponse, Scheduler, Stream
-from torchx.specs import AppDef, AppDryRunInfo, ReplicaStatus, Role, RoleStatus, runopts
+from torchx.schedulers.api import DescribeAppResponse, ListAppResponse
+from torchx.specs import AppDef, AppDryRunInfo, Role, runopts
 
+from torchx_ext.error_file import ErrorReport
 from torchx_ext.errors import InvalidArgumentError, KubernetesError
 from torchx_ext.schedulers.common.app_ids import KUBERNETES, new_app_id
-from torchx_ext.schedulers.common.error_file import ErrorReport
-from torchx_ext.schedulers.common.states import State, app_state
-from torchx_ext.schedulers.kubernetes.backends import BACKENDS, Backend
+from torchx_ext.schedulers.common.checks import seconds_option
+from torchx_ext.schedulers.common.logs import LogQuery
+from torchx_ext.schedulers.common.scheduler import CancelGraceOpts, ReplicaReport
+from torchx_ext.schedulers.common.scheduler import SchedulerShell, add_cancel_grace_opt, describe_response
+from torchx_ext.schedulers.common.states import JobEnd, State, app_state
+from torchx_ext.schedulers.kubernetes.backends import BACKEND_BY_NAME, Backend
 from torchx_ext.schedulers.kubernetes.client import Cluster, connect
-from torchx_ext.schedulers.kubernetes.manifests import AppManifests, KubernetesOptions, build_manifests
-from torchx_ext.schedulers.kubernetes.tracking import AppView, JobEnd, end_due
+from torchx_ext.schedulers.kubernetes.manifests import AppManifests, build_manifests
+from torchx_ext.schedulers.kubernetes.options import (
+    DEFAULT_CANCEL_GRACE_S,
+    DEFAULT_PULL_TIMEOUT_S,
+    IMAGE_HINT,
+    ManifestOptions,
+)
+from torchx_ext.schedulers.kubernetes.app_view import AppView, end_due
 
 SCHEDULER = "kubernetes"
 _CANCEL_CHECK_S = 10
 
 
-class KubernetesOpts(TypedDict, total=False):
+class KubernetesOpts(CancelGraceOpts, total=False):
+    """``-cfg`` as torchx passes it; ``options.ManifestOptions`` is what it is checked into."""
+
     namespace: Optional[str]
     backend: Optional[str]
     queue: Optional[str]
@@ -45,10 +56,11 @@ class KubernetesOpts(TypedDict, total=False):
     shm_size: Optional[str]
     numa_aligned: Optional[bool]
     image_pull_timeout: Optional[int]
-    cancel_grace: Optional[int]
 
 
-class KubernetesScheduler(Scheduler[KubernetesOpts]):
+class KubernetesScheduler(SchedulerShell[KubernetesOpts]):
+    image_hint = IMAGE_HINT
+
     def __init__(self, session_name: str) -> None:
         super().__init__(SCHEDULER, session_name)
         self._cluster: Cluster | None = None
@@ -85,17 +97,10 @@ class KubernetesScheduler(Scheduler[KubernetesOpts]):
                  help="integer CPU and memory requests equal to limits (Guaranteed pods, which a kubelet with "
                  "the static CPU manager and a Topology Manager pins to NUMA nodes); default: when the named "
                  "resource (-h) describes a NUMA host")
-        opts.add("image_pull_timeout", type_=int, default=300,
+        opts.add("image_pull_timeout", type_=int, default=DEFAULT_PULL_TIMEOUT_S,
                  help="seconds a pod's image may fail to pull before the job is stopped as FAILED")
-        opts.add("cancel_grace", type_=int, default=30,
-                 help="seconds between SIGTERM and SIGKILL when pods are stopped (terminationGracePeriodSeconds)")
+        add_cancel_grace_opt(opts, DEFAULT_CANCEL_GRACE_S, "pods are stopped (terminationGracePeriodSeconds)")
         return opts
-
-    def _validate(self, app: AppDef, scheduler: str, cfg: Optional[Mapping[str, Any]] = None) -> None:
-        for role in app.roles:
-            if not role.image:
-                raise InvalidArgumentError(f"role {role.name!r} has no image: give one with --image (a registry "
-                                           "image the cluster's nodes can pull)")
 
     def _submit_dryrun(self, app: AppDef, cfg: KubernetesOpts) -> AppDryRunInfo:
         manifests = build_manifests(app, app_id=new_app_id(app.name, KUBERNETES), options=_options(cfg))
@@ -108,7 +113,7 @@ class KubernetesScheduler(Scheduler[KubernetesOpts]):
 
     def describe(self, app_id: str) -> Optional[DescribeAppResponse]:
         """The app as its objects and pods are now (two or three requests, whatever its size).
-        Whoever looks ends an app that needs it (``tracking.end_due``): an image that has not
+        Whoever looks ends an app that needs it (``app_view.end_due``): an image that has not
         pulled for ``image_pull_timeout`` seconds, a failed role whose app still runs other roles."""
         namespace, backend, name = self._split(app_id)
         view = backend.view(self.cluster, namespace, name)
@@ -125,37 +130,25 @@ class KubernetesScheduler(Scheduler[KubernetesOpts]):
         one list per backend (a backend whose CRD the cluster lacks has none)."""
         namespace = (cfg or {}).get("namespace") or self.cluster.connection.namespace
         return [ListAppResponse(app_id=_app_id(namespace, backend.name, app), state=app_state(state))
-                for backend in BACKENDS.values() for app, state in sorted(backend.apps(self.cluster, namespace),
+                for backend in BACKEND_BY_NAME.values() for app, state in sorted(backend.apps(self.cluster, namespace),
                                                                           key=lambda item: item[0])]
 
-    def log_iter(
-        self,
-        app_id: str,
-        role_name: str,
-        k: int = 0,
-        regex: Optional[str] = None,
-        since: Optional[datetime.datetime] = None,
-        until: Optional[datetime.datetime] = None,
-        should_tail: bool = False,
-        streams: Optional[Stream] = None,
-    ) -> Iterable[str]:
-        from torchx_ext.schedulers.common.logs import LogQuery
+    def _replica_lines(self, app_id: str, role_name: str, replica_id: int,
+                       query: LogQuery) -> Iterable[tuple[float, str]]:
         from torchx_ext.schedulers.kubernetes.client import lines_of
         from torchx_ext.schedulers.kubernetes.logs import since_seconds, timed_lines
 
-        query = LogQuery.of(regex=regex, since=since, until=until, streams=streams, should_tail=should_tail)
         if query.stream != "combined":
             raise InvalidArgumentError(f"streams={query.stream!r}: Kubernetes keeps a pod's stdout and stderr as one "
                                        "log; leave streams out (combined)")
         namespace, backend, name = self._split(app_id)
         view = backend.view(self.cluster, namespace, name)
         if view.state is None:
-            raise InvalidArgumentError(f"unknown kubernetes app {app_id!r}: `torchx list -s kubernetes` shows the "
-                                       "known ones")
-        replica = next((found for found in view.replicas if (found.role, found.replica_id) == (role_name, k)), None)
+            raise self.unknown_app(app_id)
+        replica = next((found for found in view.replicas if (found.role, found.replica_id) == (role_name, replica_id)),
+                       None)
         if replica is None:
-            known = ", ".join(found.key for found in view.replicas)
-            raise InvalidArgumentError(f"app {app_id} has no replica {role_name}/{k}: it has {known}")
+            raise self.unknown_replica(app_id, role_name, replica_id, (found.key for found in view.replicas))
         if not replica.pod and replica.state is not State.PENDING:
             raise InvalidArgumentError(f"replica {replica.key} of {app_id} has no pod ({replica.state}): "
                                        "its pods were removed, and their logs with them")
@@ -167,14 +160,14 @@ class KubernetesScheduler(Scheduler[KubernetesOpts]):
             while True:
                 if pod:
                     try:
-                        response = self.cluster.pod_log(pod, namespace, None, follow=should_tail,
+                        response = self.cluster.pod_log(pod, namespace, None, follow=query.should_tail,
                                                         since_seconds=since_seconds(query))
                         yield from timed_lines(lines_of(response), query.until)
                         return
                     except KubernetesError as error:
                         if error.status != 400 or "waiting to start" not in str(error):
                             raise
-                if not should_tail:
+                if not query.should_tail:
                     return
                 time.sleep(1)
                 current = backend.view(self.cluster, namespace, name)
@@ -183,7 +176,7 @@ class KubernetesScheduler(Scheduler[KubernetesOpts]):
                     return
                 pod = found.pod
 
-        return query.select(lines())
+        return lines()
 
     def _cancel_existing(self, app_id: str) -> None:
         namespace, backend, name = self._split(app_id)
@@ -205,16 +198,11 @@ class KubernetesScheduler(Scheduler[KubernetesOpts]):
             view = backend.view(self.cluster, namespace, name)
             end = end_due(view, time.time()) if view.state is not None else None
 
-    def delete(self, app_id: str) -> None:
-        """Removes the app's objects (their pods with them, never orphaned) (torchx-nightly's
-        ``torchx delete``; ours on torchx 0.7.0)."""
-        self._delete_existing(app_id)
-
     def _delete_existing(self, app_id: str) -> None:
+        """Removes the app's objects (their pods with them, never orphaned)."""
         namespace, backend, name = self._split(app_id)
         if not backend.delete(self.cluster, namespace, name):
-            raise InvalidArgumentError(f"unknown kubernetes app {app_id!r}: `torchx list -s kubernetes` shows the "
-                                       "known ones")
+            raise self.unknown_app(app_id)
 
     def close(self) -> None:
         # Jobs belong to the cluster, not this process: they outlive the CLI that started them.
@@ -227,7 +215,7 @@ class KubernetesScheduler(Scheduler[KubernetesOpts]):
         parts = app_id.split(":")
         name = parts[-1]
         namespace = (parts[0] if len(parts) > 1 and parts[0] else self.cluster.connection.namespace)
-        backend = BACKENDS.get(parts[1] if len(parts) == 3 else "job")
+        backend = BACKEND_BY_NAME.get(parts[1] if len(parts) == 3 else "job")
         if backend is None or len(parts) > 3:
             raise InvalidArgumentError(f"invalid kubernetes app id {app_id!r}: expected NAMESPACE:NAME, "
                                        "NAMESPACE:jobset:NAME or NAMESPACE:volcano:NAME")
@@ -238,15 +226,9 @@ def create_scheduler(session_name: str, **kwargs: Any) -> KubernetesScheduler:
     return KubernetesScheduler(session_name)
 
 
-def _options(cfg: Mapping[str, Any]) -> KubernetesOptions:
+def _options(cfg: Mapping[str, Any]) -> ManifestOptions:
     namespace = cfg.get("namespace") or _context_namespace()
-    seconds = {"image_pull_timeout": 300, "cancel_grace": 30}
-    for key in seconds:
-        value = cfg.get(key)
-        if value is not None and (not isinstance(value, int) or value < 0):
-            raise InvalidArgumentError(f"invalid {key} {value!r}: expected seconds, 0 or more")
-        seconds[key] = seconds[key] if value is None else value
-    return KubernetesOptions(
+    return ManifestOptions(
         namespace=namespace,
         backend=cfg.get("backend") or "job",
         queue=cfg.get("queue") or None,
@@ -258,8 +240,8 @@ def _options(cfg: Mapping[str, Any]) -> KubernetesOptions:
         image_pull_policy=cfg.get("image_pull_policy") or None,
         shm_size=cfg.get("shm_size") or "auto",
         numa_aligned=cfg.get("numa_aligned"),
-        image_pull_timeout_s=seconds["image_pull_timeout"],
-        cancel_grace_s=seconds["cancel_grace"],
+        image_pull_timeout_s=seconds_option(cfg, "image_pull_timeout", DEFAULT_PULL_TIMEOUT_S),
+        cancel_grace_s=seconds_option(cfg, "cancel_grace", DEFAULT_CANCEL_GRACE_S),
     )
 
 
@@ -275,31 +257,23 @@ def _context_namespace() -> str:
 
 
 def _response(app_id: str, view: AppView) -> DescribeAppResponse:
+    assert view.state is not None  # an app with no objects is not described
     failing = view.failing
     error = None
     if failing is not None and view.state is State.FAILED:
         error = ErrorReport(message=failing.root_cause or failing.reason or view.message,
-                            error_code=failing.exit_code, timestamp=int(failing.finished_at or time.time())).to_json()
-    roles_statuses = []
-    for role in view.roles:
-        replicas = [
-            ReplicaStatus(id=replica.replica_id, state=app_state(replica.state), role=role.name,
-                          hostname=f"{replica.hostname}.{view.app_id}",
-                          structured_error_msg=error if error and replica is failing else "<NONE>")
-            for replica in view.replicas if replica.role == role.name
-        ]
-        roles_statuses.append(RoleStatus(role.name, replicas))
-    response = DescribeAppResponse(
-        app_id=app_id,
-        state=app_state(view.state),
+                            error_code=failing.exit_code, timestamp=int(failing.finished_at or time.time()))
+    return describe_response(
+        app_id,
+        view.state,
+        roles=[Role(name=role.name, image=role.image, num_replicas=role.replicas) for role in view.roles],
+        replicas=[ReplicaReport(replica.role, replica.replica_id, replica.state, f"{replica.hostname}.{view.app_id}",
+                                error if replica is failing else None)
+                  for replica in view.replicas],
+        error=error,
         num_restarts=view.restarts,
         msg="; ".join(text for text in (view.message, view.elastic_summary) if text),
-        roles=[Role(name=role.name, image=role.image, num_replicas=role.replicas) for role in view.roles],
-        roles_statuses=roles_statuses,
     )
-    if error:
-        response.structured_error_msg = error
-    return response
 
 
 def _app_id(namespace: str, backend: str, name: str) -> str:

@@ -22,12 +22,10 @@ from typing import Any
 from torchx import specs
 
 from torchx_ext.schedulers.common.states import State
-
 from torchx_ext.schedulers.kubernetes import names
-from torchx_ext.schedulers.kubernetes.manifests import app_labels, min_replicas, role_annotations, role_labels
-from torchx_ext.schedulers.kubernetes.options import DEFAULT_VOLCANO_QUEUE, KubernetesOptions
-from torchx_ext.schedulers.kubernetes.pods import Placement, pod_template
-from torchx_ext.schedulers.kubernetes.tracking import AppView, failure_message, read_app
+from torchx_ext.schedulers.kubernetes.app_view import AppView, failure_message, read_app
+from torchx_ext.schedulers.kubernetes.options import DEFAULT_VOLCANO_QUEUE, ManifestOptions
+from torchx_ext.schedulers.kubernetes.pods import PodAddressing, pod_template
 
 API_VERSION = "batch.volcano.sh/v1alpha1"
 INDEX_REFERENCE = "$(VC_TASK_INDEX)"
@@ -43,30 +41,30 @@ def _policies(role: specs.Role) -> list[dict[str, str]]:
     # A restart deletes every pod, the failed one and its log with it; ending a job instead
     # (TerminateJob) keeps the pods that ended, so a job with no retries left says why it failed.
     policies = [{"event": "PodEvicted", "action": "RestartJob"}]
-    if min_replicas(role) == role.num_replicas:
+    if names.min_replicas(role) == role.num_replicas:
         policies.insert(0, {"event": "PodFailed", "action": "RestartJob" if role.max_retries else "TerminateJob"})
     return policies
 
 
-def volcano_job(app: specs.AppDef, app_id: str, options: KubernetesOptions) -> dict[str, Any]:
+def volcano_job(app: specs.AppDef, app_id: str, options: ManifestOptions) -> dict[str, Any]:
     tasks = []
     task_of = task_names(app, app_id)
     rank0_host = f"{app_id}-{task_of[app.roles[0].name]}-0.{app_id}"
     for role in app.roles:
-        template = pod_template(app, role, app_id, Placement(rank0_host, INDEX_REFERENCE), options,
-                                role_labels(app, role, app_id))
-        template["metadata"]["annotations"].update(role_annotations(app, role, options))
+        template = pod_template(app, role, app_id, PodAddressing(rank0_host, INDEX_REFERENCE), options,
+                                names.role_labels(app, role, app_id))
+        template["metadata"]["annotations"].update(names.role_annotations(app, role, options.image_pull_timeout_s))
         tasks.append({
             "name": task_of[role.name],
             "replicas": role.num_replicas,
-            "minAvailable": min_replicas(role),
+            "minAvailable": names.min_replicas(role),
             "policies": _policies(role),
             "template": template,
         })
     spec: dict[str, Any] = {
         "schedulerName": "volcano",
         "queue": options.queue or DEFAULT_VOLCANO_QUEUE,
-        "minAvailable": sum(min_replicas(role) for role in app.roles),
+        "minAvailable": sum(names.min_replicas(role) for role in app.roles),
         "maxRetry": min(role.max_retries for role in app.roles) + 1,
         # The svc plugin's Service publishes the pods' names before they are ready: ranks look
         # up rank 0 while it starts.
@@ -81,7 +79,7 @@ def volcano_job(app: specs.AppDef, app_id: str, options: KubernetesOptions) -> d
         "metadata": {
             "name": app_id,
             "namespace": options.namespace,
-            "labels": app_labels(app, app_id),
+            "labels": names.app_labels(app, app_id),
             "annotations": {names.ANNOTATION_APP_NAME: app.name,
                             names.ANNOTATION_PULL_TIMEOUT: str(options.image_pull_timeout_s)},
         },

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import MISSING, asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -23,12 +22,9 @@ from typing import Any, TypeVar
 from torchx_ext.errors import JobRecordError
 from torchx_ext.schedulers.common.app_ids import LOCAL
 from torchx_ext.schedulers.common.states import State
+from torchx_ext.schedulers.local.processes import boot_id, process_start_ticks
 
 STATE_ROOT_ENV = "TORCHX_EXT_LOCAL_STATE"
-# Every process of a job carries this variable (children inherit it), which is how cancel
-# finds workers that left their replica's process group.
-JOB_MARKER_ENV = "TORCHX_EXT_LOCAL_JOB"
-REPLICA_MARKER_ENV = "TORCHX_EXT_LOCAL_REPLICA"  # role/replica_id
 # Written into every record; a record of another format is reported, not guessed at.
 FORMAT_VERSION = 1
 FORMAT_KEY = "format"
@@ -273,13 +269,6 @@ def _read(path: Path, parse: Callable[[str], _Record]) -> _Record:
         raise JobRecordError(f"{path}: malformed ({error!r})") from None
 
 
-def boot_id() -> str:
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return "unknown"
-
-
 def state_root() -> Path:
     """Where local_cwd keeps its registry and, by default, its logs."""
     explicit = os.environ.get(STATE_ROOT_ENV)
@@ -328,64 +317,3 @@ def write_atomically(path: Path, text: str) -> None:
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise
-
-
-def process_start_ticks(pid: int) -> int | None:
-    """When ``pid`` started, which tells it apart from a later process with the same pid."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # The command name (field 2) may hold spaces and parentheses: split after its last ")".
-    fields = stat[stat.rindex(")") + 2 :].split()
-    if fields[0] == "Z":
-        return None  # exited, not yet reaped
-    return int(fields[19])
-
-
-def marked_processes(app_id: str, replica: str | None = None) -> list[int]:
-    """Live processes whose environment marks them as part of job ``app_id`` (and of its
-    replica ``role/replica_id``, when given)."""
-    marker = f"{JOB_MARKER_ENV}={app_id}".encode()
-    replica_marker = None if replica is None else f"{REPLICA_MARKER_ENV}={replica}".encode()
-    found = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/environ", "rb") as file:
-                environ = file.read()
-        except OSError:
-            continue  # gone, or another user's
-        variables = environ.split(b"\0")
-        if marker not in variables or (replica_marker is not None and replica_marker not in variables):
-            continue
-        if process_start_ticks(int(entry.name)) is not None:
-            found.append(int(entry.name))
-    return found
-
-
-def stop_processes(find: Callable[[], Iterable[int]], grace_s: float, reap: Callable[[], None] = lambda: None) -> None:
-    """SIGTERM what ``find`` returns, SIGKILL whatever is still there after ``grace_s``."""
-    for pid in find():
-        signal_process(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        reap()
-        if not list(find()):
-            return
-        time.sleep(0.05)
-    for pid in find():
-        signal_process(pid, signal.SIGKILL)
-    for _ in range(100):
-        reap()
-        if not list(find()):
-            return
-        time.sleep(0.05)
-
-
-def signal_process(pid: int, sig: signal.Signals) -> None:
-    try:
-        os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass

@@ -17,18 +17,15 @@ from torchx import specs
 from torchx_ext.errors import InvalidArgumentError
 from torchx_ext.numa.cpulist import format_cpulist
 from torchx_ext.numa.topology import Topology
-from torchx_ext.options import RDZV_PORT_ENV
-from torchx_ext.schedulers.common.error_file import ERROR_FILE_ENV
+from torchx_ext.replica_env import ERROR_FILE_ENV, RANK0_HOST_ENV, RDZV_PORT_ENV
+from torchx_ext.schedulers.local.processes import JOB_MARKER_ENV, REPLICA_MARKER_ENV
 from torchx_ext.schedulers.local.records import (
-    JOB_MARKER_ENV,
-    REPLICA_MARKER_ENV,
     LocalJobRequest,
     ReplicaRequest,
     RoleRequest,
 )
 from torchx_ext.schedulers.placement import slice_host
 
-RANK0_HOST_ENV = "TORCHX_RANK0_HOST"
 ERROR_FILE_NAME = "error.json"
 
 

@@ -9,7 +9,6 @@ same from the submitting CLI and from a new shell, while the job runs and after 
 
 from __future__ import annotations
 
-import datetime
 import logging
 import os
 import shutil
@@ -18,45 +17,45 @@ import sys
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Optional, TypedDict
+from typing import Any, Optional
 
-from torchx.schedulers.api import DescribeAppResponse, ListAppResponse, Scheduler, Stream
-from torchx.specs import NONE, AppDef, AppDryRunInfo, AppState, ReplicaStatus, RoleStatus, runopts
+from torchx.schedulers.api import DescribeAppResponse, ListAppResponse
+from torchx.specs import AppDef, AppDryRunInfo, AppState, runopts
 
+from torchx_ext.error_file import ErrorReport
 from torchx_ext.errors import InvalidArgumentError, JobRecordError
-from torchx_ext.numa.topology import DEFAULT_SYSFS_ROOT, planning_cpus, read_topology
 from torchx_ext.schedulers.common.app_ids import LOCAL, new_app_id
+from torchx_ext.schedulers.common.checks import seconds_option
+from torchx_ext.schedulers.common.logs import LogQuery
+from torchx_ext.schedulers.common.scheduler import HostSliceOpts, ReplicaReport, SchedulerShell
+from torchx_ext.schedulers.common.scheduler import add_cancel_grace_opt, add_host_slice_opts, describe_response
 from torchx_ext.schedulers.common.states import State, app_state
+from torchx_ext.schedulers.local.processes import marked_processes, signal_process, stop_processes
 from torchx_ext.schedulers.local.records import (
     JobDir,
     JobState,
     ReplicaState,
-    find_job,
-    marked_processes,
     SupervisorRecord,
+    find_job,
     register,
     registered_jobs,
     registry,
-    signal_process,
-    stop_processes,
     state_root,
 )
 from torchx_ext.schedulers.local.request import build_request, describe_request, role_from_spec
+from torchx_ext.schedulers.placement import host_topology
 
 logger = logging.getLogger("torchx_ext.local_cwd")
 # After its grace period the supervisor SIGKILLs; give it that long and a little more.
 CANCEL_MARGIN_S = 5.0
 
 
-class LocalOpts(TypedDict, total=False):
+class LocalOpts(HostSliceOpts, total=False):
     log_dir: Optional[str]
     prepend_cwd: Optional[bool]
-    slice_replicas: Optional[bool]
-    sysfs_root: Optional[str]
-    cancel_grace: Optional[int]
 
 
-class LocalScheduler(Scheduler[LocalOpts]):  # type: ignore[misc]  # torchx has no types
+class LocalScheduler(SchedulerShell[LocalOpts]):
     def __init__(self, session_name: str) -> None:
         super().__init__("local_cwd", session_name)
         self._submitted: list[str] = []
@@ -68,25 +67,14 @@ class LocalScheduler(Scheduler[LocalOpts]):  # type: ignore[misc]  # torchx has 
                  "each job writes {log_dir}/{app_id}")
         opts.add("prepend_cwd", type_=bool, default=False,
                  help="put the current directory before (not after) PATH's entries")
-        opts.add("slice_replicas", type_=bool, default=True,
-                 help="give each replica its own CPUs (whole NUMA nodes, else whole cores) and GPUs; "
-                 "false: every replica may use the whole host")
-        opts.add("sysfs_root", type_=str, default=DEFAULT_SYSFS_ROOT,
-                 help="read the host topology from this sysfs tree (another tree: plan, e.g. with --dryrun, "
-                 "as if on that machine)")
-        opts.add("cancel_grace", type_=int, default=10,
-                 help="seconds between SIGTERM and SIGKILL when a job is cancelled or fails")
+        add_host_slice_opts(opts, "replica", "CPUs")
+        add_cancel_grace_opt(opts, 10, "a job is cancelled or fails")
         return opts
-
-    def _validate(self, app: AppDef, scheduler: str, cfg: Optional[Mapping[str, Any]] = None) -> None:
-        pass  # local replicas need no resource request (cfg: torchx-nightly passes it, 0.7.0 does not)
 
     def _submit_dryrun(self, app: AppDef, cfg: LocalOpts) -> AppDryRunInfo:
         app_id = new_app_id(app.name, LOCAL)
         log_dir = Path(cfg.get("log_dir") or state_root() / "logs")
-        grace = cfg.get("cancel_grace")
-        if grace is None or grace < 0:
-            raise InvalidArgumentError(f"invalid cancel_grace {grace!r}: expected seconds, 0 or more")
+        grace = seconds_option(cfg, "cancel_grace")
         request = build_request(
             app,
             app_id=app_id,
@@ -94,7 +82,7 @@ class LocalScheduler(Scheduler[LocalOpts]):  # type: ignore[misc]  # torchx has 
             cwd=os.getcwd(),
             interpreter=sys.executable,
             environ=os.environ,
-            topology=_host_topology(cfg) if cfg.get("slice_replicas") else None,
+            topology=host_topology(cfg.get("sysfs_root")) if cfg.get("slice_replicas") else None,
             prepend_cwd=bool(cfg.get("prepend_cwd")),
             cancel_grace_s=float(grace),
         )
@@ -129,7 +117,7 @@ class LocalScheduler(Scheduler[LocalOpts]):  # type: ignore[misc]  # torchx has 
         if job is None:
             return None
         try:
-            state = _current_state(job)
+            state = _read_state_ending_orphaned_job(job)
             request = job.read_request()
         except JobRecordError as error:
             # The job exists but its record is unreadable: say so rather than "not found".
@@ -141,30 +129,23 @@ class LocalScheduler(Scheduler[LocalOpts]):  # type: ignore[misc]  # torchx has 
             if replica.state is State.FAILED
         }
         states = {(replica.role, replica.replica_id): replica.state for replica in state.replicas}
-        response = DescribeAppResponse(
-            app_id=app_id,
-            state=app_state(state.state),
+        # A replica not started yet is SUBMITTED with its job, else not reported (UNKNOWN).
+        not_started = State.SUBMITTED if state.state is State.SUBMITTED else None
+        failed = next((replica for replica in state.replicas if replica.state is State.FAILED), None)
+        return describe_response(
+            app_id,
+            state.state,
+            roles=[role_from_spec(role.spec) for role in request.roles],
+            replicas=[
+                ReplicaReport(replica.role, replica.replica_id, states.get((replica.role, replica.replica_id), not_started),
+                              "localhost", errors.get((replica.role, replica.replica_id)))
+                for replica in request.replicas()
+            ],
+            error=errors[(failed.role, failed.replica_id)] if failed is not None else None,
             num_restarts=state.num_restarts,
             msg=state.msg,
             ui_url=f"file://{job.path}",
-            roles=[role_from_spec(role.spec) for role in request.roles],
         )
-        for role in request.roles:
-            replicas = [
-                ReplicaStatus(
-                    id=replica.replica_id,
-                    state=_replica_app_state(states.get((role.name, replica.replica_id)), state.state),
-                    role=role.name,
-                    hostname="localhost",
-                    structured_error_msg=errors.get((role.name, replica.replica_id), NONE),
-                )
-                for replica in role.replicas
-            ]
-            response.roles_statuses.append(RoleStatus(role.name, replicas))
-        failed = next((replica for replica in state.replicas if replica.state is State.FAILED), None)
-        if failed is not None:
-            response.structured_error_msg = errors[(failed.role, failed.replica_id)]
-        return response
 
     def describe_native(self, app_id: str) -> Optional[AppDryRunInfo]:
         """The request the job was submitted with (torchx-nightly's read-back of a dry-run)."""
@@ -183,43 +164,30 @@ class LocalScheduler(Scheduler[LocalOpts]):  # type: ignore[misc]  # torchx has 
             if job is None:
                 continue
             try:
-                state = _current_state(job).state
+                state = _read_state_ending_orphaned_job(job).state
             except JobRecordError as error:
                 print(f"warning: local_cwd: skipping job {app_id}: {error}", file=sys.stderr)
                 continue
             listed.append(ListAppResponse(app_id=app_id, state=app_state(state)))
         return listed
 
-    def log_iter(
-        self,
-        app_id: str,
-        role_name: str,
-        k: int = 0,
-        regex: Optional[str] = None,
-        since: Optional[datetime.datetime] = None,
-        until: Optional[datetime.datetime] = None,
-        should_tail: bool = False,
-        streams: Optional[Stream] = None,
-    ) -> Iterable[str]:
+    def _replica_lines(self, app_id: str, role_name: str, replica_id: int,
+                       query: LogQuery) -> Iterable[tuple[float, str]]:
         job = find_job(app_id)
         if job is None:
-            raise InvalidArgumentError(f"unknown local_cwd app {app_id!r}: `torchx list -s local_cwd` shows the known ones")
-        # Imported here: only `torchx log` needs them, every other command starts faster.
-        from torchx_ext.schedulers.common.logs import LogQuery
+            raise self.unknown_app(app_id)
+        # Imported here: only `torchx log` needs it, every other command starts faster.
         from torchx_ext.schedulers.local.logs import read_timed_lines
 
-        query = LogQuery.of(regex=regex, since=since, until=until, streams=streams, should_tail=should_tail)
         replicas = {(replica.role, replica.replica_id): replica for replica in job.read_request().replicas()}
-        replica = replicas.get((role_name, k))
+        replica = replicas.get((role_name, replica_id))
         if replica is None:
-            known = ", ".join(f"{role}/{index}" for role, index in replicas)
-            raise InvalidArgumentError(f"app {app_id} has no replica {role_name}/{k}: it has {known}")
-        lines = read_timed_lines(
+            raise self.unknown_replica(app_id, role_name, replica_id, (f"{role}/{index}" for role, index in replicas))
+        return read_timed_lines(
             replica.log_path(query.stream),
             should_tail=query.should_tail,
-            finished=lambda: _current_state(job).state.terminal,
+            finished=lambda: _read_state_ending_orphaned_job(job).state.terminal,
         )
-        return query.select(lines)
 
     def _cancel_existing(self, app_id: str) -> None:
         job = find_job(app_id)
@@ -250,15 +218,8 @@ class LocalScheduler(Scheduler[LocalOpts]):  # type: ignore[misc]  # torchx has 
         state.state, state.ended_at, state.msg = State.CANCELLED, time.time(), "cancelled by request (its supervisor was gone)"
         job.write_state(state)
 
-    def delete(self, app_id: str) -> None:
-        """Cancel the job if it runs, then remove its directory (logs included) and its entry
-        (torchx-nightly's ``torchx delete``)."""
-        job = find_job(app_id)
-        if job is None:
-            return
-        self._delete_existing(app_id)
-
     def _delete_existing(self, app_id: str) -> None:
+        """Cancel the job if it runs, then remove its directory (logs included) and its entry."""
         job = find_job(app_id)
         if job is None:
             return
@@ -287,7 +248,9 @@ def create_scheduler(session_name: str, **kwargs: Any) -> LocalScheduler:
     return LocalScheduler(session_name)
 
 
-def _current_state(job: JobDir) -> JobState:
+def _read_state_ending_orphaned_job(job: JobDir) -> JobState:
+    """The job's state; a job whose supervisor died without ending it is ended here (what it
+    left is stopped, FAILED recorded), whoever looks first."""
     state = job.read_state()
     if state.state.terminal or job.supervisor_alive():
         return state
@@ -306,23 +269,6 @@ def _current_state(job: JobDir) -> JobState:
     return state
 
 
-def _error_report(replica: ReplicaState, ended_at: float | None) -> str:
-    # torchx parses these as torchelastic error files (its status formatting needs the message,
-    # a timestamp and an error code), so the root cause is given in that shape.
-    from torchx_ext.schedulers.common.error_file import ErrorReport
-
-    stamp = int(ended_at or time.time())
-    return ErrorReport(message=replica.error, error_code=replica.exit_code, timestamp=stamp).to_json()
-
-
-def _replica_app_state(state: State | None, job_state: State) -> AppState:
-    if state is None:  # not started (yet)
-        return AppState.SUBMITTED if job_state is State.SUBMITTED else AppState.UNKNOWN
-    return app_state(state)
-
-
-def _host_topology(cfg: LocalOpts) -> Any:
-    # Slices are planned before anyone knows whether the job will run here: a tree of another
-    # machine (a fixture, a snapshot) is planned for all of its CPUs, as a --dryrun shows it.
-    root = cfg.get("sysfs_root") or DEFAULT_SYSFS_ROOT
-    return read_topology(root, allowed_cpus=planning_cpus(root, applying=False))
+def _error_report(replica: ReplicaState, ended_at: float | None) -> ErrorReport:
+    # torchx's status formatting needs the message, a timestamp and an error code.
+    return ErrorReport(message=replica.error, error_code=replica.exit_code, timestamp=int(ended_at or time.time()))

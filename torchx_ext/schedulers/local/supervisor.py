@@ -25,21 +25,13 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
+from torchx_ext.error_file import read_error_file
 from torchx_ext.errors import TorchxExtError
 from torchx_ext.numa.bind import bound_thread
-from torchx_ext.options import RDZV_PORT_ENV
-from torchx_ext.schedulers.common.error_file import read_error_file
+from torchx_ext.replica_env import RDZV_PORT_ENV
 from torchx_ext.schedulers.common.states import State, job_move, replica_move
-from torchx_ext.schedulers.local.records import (
-    JobDir,
-    JobState,
-    LocalJobRequest,
-    ReplicaRequest,
-    ReplicaState,
-    marked_processes,
-    signal_process as _signal,
-    stop_processes,
-)
+from torchx_ext.schedulers.local.processes import marked_processes, signal_process as _signal, stop_processes
+from torchx_ext.schedulers.local.records import JobDir, JobState, LocalJobRequest, ReplicaRequest, ReplicaState
 from torchx_ext.schedulers.local.logs import ReplicaLogWriter
 from torchx_ext.schedulers.local.request import ERROR_FILE_NAME
 

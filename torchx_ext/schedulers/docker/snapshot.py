@@ -6,15 +6,14 @@ watcher is gone is still ended by the first process that looks at it.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from torchx_ext.schedulers.common.error_file import ErrorReport
-from torchx_ext.schedulers.common.states import State
+from torchx_ext.error_file import parse_error_report
+from torchx_ext.schedulers.common.states import JobEnd, State
 from torchx_ext.schedulers.docker.engine import Engine
-from torchx_ext.schedulers.docker.job import ContainerView, JobEnd, JobView, failure_message, read_job
+from torchx_ext.schedulers.docker.job_view import ContainerView, JobView, failure_message, read_job
 from torchx_ext.schedulers.docker.request import ERROR_FILE, LABEL_GRACE
 
 DEFAULT_GRACE_S = 10
@@ -59,7 +58,7 @@ def end_if_failed(engine: Engine, current: Snapshot) -> Snapshot:
         return current
     found = current.find(failing.role, failing.replica_id)
     cause = root_cause(engine, failing, found[1] if found else None)
-    end = JobEnd(State.FAILED, failing.finished_at or time.time(), failing.key, failure_message(failing, cause))
+    end = JobEnd(State.FAILED, failing.finished_at or time.time(), failure_message(failing, cause), replica=failing.key)
     engine.record_end(current.app_id, end)
     engine.stop(current.running, current.grace_s)
     return snapshot(engine, current.app_id)
@@ -69,19 +68,10 @@ def root_cause(engine: Engine, view: ContainerView, container: Any) -> str:
     """The launcher's error file in the container, else the engine's error, else stderr's tail."""
     if container is not None:
         data = engine.read_file(container, ERROR_FILE)
-        if data:
-            try:
-                report = ErrorReport.from_data(json.loads(data))
-            except ValueError:
-                report = None
-            if report is not None and report.message:
-                return report.message
+        report = parse_error_report(data) if data else None
+        if report is not None and report.message:
+            return report.message
     if view.engine_error:
         return view.engine_error
     tail = engine.stderr_tail(container) if container is not None else ""
     return tail or "no error output"
-
-
-def error_report(message: str, exit_code: int | None, at: float | None) -> str:
-    # torchx parses a replica's structured error as a torchelastic error file.
-    return ErrorReport(message=message, error_code=exit_code, timestamp=int(at or time.time())).to_json()

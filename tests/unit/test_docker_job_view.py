@@ -7,7 +7,8 @@ from dataclasses import replace
 import pytest
 
 from torchx_ext.schedulers.common.states import State
-from torchx_ext.schedulers.docker.job import ContainerView, JobEnd, engine_time, read_job
+from torchx_ext.schedulers.common.states import JobEnd
+from torchx_ext.schedulers.docker.job_view import ContainerView, end_from_labels, end_labels, engine_time, read_job
 
 RUNNING = ContainerView("a-r-0", "r", 0, "running", None, 100.0, None, 0, 0)
 
@@ -32,7 +33,7 @@ def test_one_failed_for_good_fails_the_job_and_asks_to_be_ended() -> None:
 
 
 def test_after_the_end_only_the_failing_replica_is_failed_the_stopped_ones_cancelled() -> None:
-    end = JobEnd(State.FAILED, 110.0, "r/1", "replica r/1 exited with code 7")
+    end = JobEnd(State.FAILED, 110.0, "replica r/1 exited with code 7", replica="r/1")
     view = read_job([exited(0, 143, 110.5), exited(1, 7, 110.0)], end)
 
     assert view.state is State.FAILED and not view.unended
@@ -41,7 +42,7 @@ def test_after_the_end_only_the_failing_replica_is_failed_the_stopped_ones_cance
 
 @pytest.mark.parametrize("codes", [(0, 0), (137, 143), (1, 0)])
 def test_a_cancelled_job_is_cancelled_whatever_its_containers_exited_with(codes: tuple[int, int]) -> None:
-    end = JobEnd(State.CANCELLED, 109.0, "", "cancelled by request")
+    end = JobEnd(State.CANCELLED, 109.0, "cancelled by request")
     view = read_job([exited(0, codes[0], 110), exited(1, codes[1], 110)], end)
 
     assert view.state is State.CANCELLED
@@ -68,9 +69,9 @@ def test_the_earliest_failure_is_the_root_cause() -> None:
 
 
 def test_end_labels_round_trip() -> None:
-    end = JobEnd(State.FAILED, 1700000000.25, "r/1", "message")
-    assert JobEnd.from_labels(end.labels()) == end
-    assert JobEnd.from_labels({"other": "x"}) is None
+    end = JobEnd(State.FAILED, 1700000000.25, "message", replica="r/1")
+    assert end_from_labels(end_labels(end)) == end
+    assert end_from_labels({"other": "x"}) is None
 
 
 def test_engine_times() -> None:

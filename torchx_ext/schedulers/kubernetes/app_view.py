@@ -16,8 +16,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from torchx_ext.schedulers.common.error_file import ErrorReport
-from torchx_ext.schedulers.common.states import State
+from torchx_ext.error_file import parse_error_report
+from torchx_ext.schedulers.common.states import JobEnd, State
 from torchx_ext.schedulers.kubernetes import names
 
 PULL_FAILURES = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
@@ -26,30 +26,21 @@ STUCK_REASONS = PULL_FAILURES | {"CreateContainerConfigError", "CreateContainerE
 KUBELET_REJECTIONS = re.compile(r"TopologyAffinityError|OutOf\w+|UnexpectedAdmissionError|NodeAffinity|Evicted")
 
 
-@dataclass(frozen=True)
-class JobEnd:
-    """Our own end of an app (cancel, an image that never pulls), kept on its Jobs."""
+def end_annotation(end: JobEnd) -> str:
+    """``end`` as the value of our end annotation (on an app's top object or its Jobs)."""
+    data = {"state": end.state.value, "at": end.at, "message": end.message}
+    if end.replica:
+        data["replica"] = end.replica
+    return json.dumps(data)
 
-    state: State
-    at: float
-    message: str
-    replica: str = ""
-    """The replica (``role/index``) whose failure ended the app, if one did."""
 
-    def to_annotation(self) -> str:
-        data = {"state": self.state.value, "at": self.at, "message": self.message}
-        if self.replica:
-            data["replica"] = self.replica
-        return json.dumps(data)
-
-    @staticmethod
-    def from_annotations(annotations: Mapping[str, str]) -> "JobEnd | None":
-        try:
-            data = json.loads(annotations[names.ANNOTATION_END])
-            return JobEnd(State(data["state"]), float(data["at"]), str(data.get("message", "")),
-                          str(data.get("replica", "")))
-        except (KeyError, ValueError, TypeError):
-            return None
+def end_from_annotations(annotations: Mapping[str, str]) -> JobEnd | None:
+    try:
+        data = json.loads(annotations[names.ANNOTATION_END])
+        return JobEnd(State(data["state"]), float(data["at"]), str(data.get("message", "")),
+                      str(data.get("replica", "")))
+    except (KeyError, ValueError, TypeError):
+        return None
 
 
 @dataclass(frozen=True)
@@ -74,7 +65,7 @@ class ReplicaView:
 
     @property
     def root_cause(self) -> str:
-        report = parse_report(self.termination_message)
+        report = parse_error_report(self.termination_message)
         if report is not None and report.message:
             return report.message
         return self.termination_message.strip().splitlines()[-1] if self.termination_message.strip() else ""
@@ -149,7 +140,7 @@ def read_app(app_id: str, jobs: list[dict[str, Any]], pods: list[dict[str, Any]]
     jobs = sorted(jobs, key=lambda job: job["metadata"].get("creationTimestamp") or "")
     # Two ends written at once (a cancel, a describe ending a failure) may each reach some Jobs:
     # the earlier one is the app's, on every reader.
-    end = min((found for job in jobs if (found := JobEnd.from_annotations(_annotations(job)))),
+    end = min((found for job in jobs if (found := end_from_annotations(_annotations(job)))),
               key=lambda found: found.at, default=None)
     job_states = [(_job_state(job), job) for job in jobs]
     roles = tuple(_role(job, state) for (state, _), job in job_states)
@@ -209,22 +200,10 @@ def end_due(view: AppView, now: float) -> JobEnd | None:
         stuck = next(replica for replica in view.replicas if replica.reason.split(":")[0] in PULL_FAILURES)
         return JobEnd(State.FAILED, now, (
             f"replica {stuck.key} (pod {stuck.pod}): its image did not pull within {timeout} s ({stuck.reason}); "
-            "the job was stopped: check the image name, the registry and -cfg image_pull_secrets"), stuck.key)
+            "the job was stopped: check the image name, the registry and -cfg image_pull_secrets"), replica=stuck.key)
     if view.state is State.FAILED and not view.gang and any(not role.ended for role in view.roles):
-        return JobEnd(State.FAILED, now, view.message, view.failing.key if view.failing else "")
+        return JobEnd(State.FAILED, now, view.message, replica=view.failing.key if view.failing else "")
     return None
-
-
-def parse_report(text: str) -> ErrorReport | None:
-    """The launcher's error report in a termination message (the kubelet cuts those at 4 KiB:
-    the message comes first in the report, so it survives a cut traceback)."""
-    if not text.strip().startswith("{"):
-        return None
-    try:
-        return ErrorReport.from_data(json.loads(text))
-    except ValueError:
-        match = re.search(r'"message": \{"message": ("(?:[^"\\]|\\.)*")', text)
-        return ErrorReport(message=json.loads(match[1])) if match else None
 
 
 def rfc3339(text: object) -> float | None:

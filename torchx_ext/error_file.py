@@ -1,20 +1,23 @@
-"""torchelastic's error-file shape: the one place that reads and writes it.
+"""torchelastic's error-file shape: the one place that reads, parses and writes it.
 
 torchelastic's ``@record`` writes ``{"message": {"message": ..., "extraInfo": {"py_callstack":
 ..., "timestamp": ...}, "errorCode": ...}}`` to ``$TORCHELASTIC_ERROR_FILE``; torchx parses the
 same shape out of a scheduler's ``structured_error_msg``. The launcher writes one for a worker
-that exited without raising, schedulers read the launcher's and hand one to torchx.
+that exited without raising, schedulers read the launcher's and hand one to torchx. A leaf
+module, below both (standard library only).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"
+# The report's own message: written before the traceback, it survives a cut that loses the rest.
+_MESSAGE_OF_REPORT = re.compile(r'\{"message": \{"message": ("(?:[^"\\]|\\.)*")')
 
 
 @dataclass(frozen=True)
@@ -52,11 +55,25 @@ class ErrorReport:
         )
 
 
+def parse_error_report(text: str | bytes) -> ErrorReport | None:
+    """The report in an error file's content; None when it is not in torchelastic's shape.
+    Content cut short (Kubernetes keeps 4 KiB of a termination message) still gives its message."""
+    if isinstance(text, bytes):
+        text = text.decode(errors="replace")
+    if not text.strip().startswith("{"):
+        return None
+    try:
+        return ErrorReport.from_data(json.loads(text))
+    except ValueError:
+        match = _MESSAGE_OF_REPORT.search(text)
+        return ErrorReport(message=json.loads(match[1])) if match else None
+
+
 def read_error_file(path: str | os.PathLike[str]) -> ErrorReport | None:
     """The report in ``path``; None when there is none or it is not in torchelastic's shape."""
     try:
-        return ErrorReport.from_data(json.loads(Path(path).read_text()))
-    except (OSError, ValueError):
+        return parse_error_report(Path(path).read_text())
+    except OSError:
         return None
 
 

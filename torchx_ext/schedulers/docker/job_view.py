@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from torchx_ext.schedulers.common.states import State
+from torchx_ext.schedulers.common.states import JobEnd, State
 from torchx_ext.schedulers.docker.request import LABEL_MAX_RETRIES, LABEL_REPLICA, LABEL_ROLE
 
 LABEL_END_STATE = "torchx_ext.end_state"
@@ -68,30 +68,22 @@ class ContainerView:
         )
 
 
-@dataclass(frozen=True)
-class JobEnd:
-    state: State
-    """CANCELLED or FAILED."""
-    at: float
-    replica: str
-    """The failing replica (role/id) of a FAILED job; empty for a cancelled one."""
-    message: str
+def end_labels(end: JobEnd) -> dict[str, str]:
+    """``end`` as the labels of the job's end volume."""
+    return {
+        LABEL_END_STATE: end.state.value,
+        LABEL_END_AT: f"{end.at:.6f}",
+        LABEL_END_REPLICA: end.replica,
+        LABEL_END_MESSAGE: end.message,
+    }
 
-    def labels(self) -> dict[str, str]:
-        return {
-            LABEL_END_STATE: self.state.value,
-            LABEL_END_AT: f"{self.at:.6f}",
-            LABEL_END_REPLICA: self.replica,
-            LABEL_END_MESSAGE: self.message,
-        }
 
-    @staticmethod
-    def from_labels(labels: Mapping[str, str]) -> "JobEnd | None":
-        try:
-            return JobEnd(State(labels[LABEL_END_STATE]), float(labels[LABEL_END_AT]),
-                          labels.get(LABEL_END_REPLICA, ""), labels.get(LABEL_END_MESSAGE, ""))
-        except (KeyError, ValueError):
-            return None
+def end_from_labels(labels: Mapping[str, str]) -> JobEnd | None:
+    try:
+        return JobEnd(State(labels[LABEL_END_STATE]), float(labels[LABEL_END_AT]),
+                      message=labels.get(LABEL_END_MESSAGE, ""), replica=labels.get(LABEL_END_REPLICA, ""))
+    except (KeyError, ValueError):
+        return None
 
 
 @dataclass(frozen=True)

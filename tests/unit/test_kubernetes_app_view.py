@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from torchx_ext.schedulers.common.states import State
-from torchx_ext.schedulers.kubernetes.tracking import JobEnd, end_due, parse_report, read_app
+from torchx_ext.schedulers.common.states import JobEnd, State
+from torchx_ext.error_file import parse_error_report
+from torchx_ext.schedulers.kubernetes.app_view import end_annotation, end_due, read_app
 
 APP = "train-abc12345"
 WAITING_MESSAGES = {"CreateContainerConfigError": 'secret "creds" not found'}
@@ -87,12 +88,12 @@ def test_a_failed_job_names_the_first_failed_replica_its_code_and_the_launchers_
 
 def test_a_cut_termination_message_still_gives_the_reports_message() -> None:
     report = json.dumps({"message": {"message": "loss is nan", "extraInfo": {"py_callstack": "x" * 5000}}})
-    parsed = parse_report(report[:4096])
+    parsed = parse_error_report(report[:4096])
     assert parsed is not None and parsed.message == "loss is nan"
 
 
 def test_a_cancelled_app_is_cancelled_whatever_its_pods_exited_with() -> None:
-    end = JobEnd(State.CANCELLED, 1.0, "cancelled by request").to_annotation()
+    end = end_annotation(JobEnd(State.CANCELLED, 1.0, "cancelled by request"))
     view = read_app(APP, [job([("Suspended", "JobSuspended")], suspend=True, annotations={"torchx-ext/end": end})],
                     [pod(0, "Failed", exit_code=143), pod(1, "Succeeded", exit_code=0)])
     assert view.state is State.CANCELLED
@@ -151,7 +152,7 @@ def test_an_image_that_never_pulls_ends_the_app_after_its_timeout_even_a_zero_on
 
     # Once ended (the annotation on the suspended Job, its pods deleted): the stuck replica is the
     # failed one, the other was stopped.
-    ended = read_app(APP, [job(suspend=True, annotations={"torchx-ext/end": end.to_annotation()})], [])
+    ended = read_app(APP, [job(suspend=True, annotations={"torchx-ext/end": end_annotation(end)})], [])
     assert ended.state is State.FAILED and "did not pull within 0 s" in ended.message
     assert [replica.state for replica in ended.replicas] == [State.FAILED, State.CANCELLED]
     assert ended.failing is not None and ended.failing.key == "train/0"
@@ -172,8 +173,8 @@ def test_a_failed_role_ends_the_roles_still_running_and_keeps_its_failing_replic
     assert "exited with code 3" in end.message
 
     # The reader's pods stopped by that end exit 143; the app stays FAILED for trainer/0's reason.
-    ended_jobs = [job([("Failed", "PodFailurePolicy")], role="trainer", annotations={"torchx-ext/end": end.to_annotation()}),
-                  job(suspend=True, role="reader", annotations={"torchx-ext/end": end.to_annotation()})]
+    ended_jobs = [job([("Failed", "PodFailurePolicy")], role="trainer", annotations={"torchx-ext/end": end_annotation(end)}),
+                  job(suspend=True, role="reader", annotations={"torchx-ext/end": end_annotation(end)})]
     stopped = [pod(index, "Failed", exit_code=143, role="reader", finished="2026-11-22T10:05:09Z") for index in (0, 1)]
     ended = read_app(APP, ended_jobs, pods[:2] + stopped)
     assert ended.state is State.FAILED and ended.message == end.message
@@ -193,15 +194,15 @@ def test_a_failed_single_role_app_needs_no_end_from_us(condition: str) -> None:
 
 def test_an_end_that_reached_only_some_jobs_is_due_again_and_the_earliest_end_wins() -> None:
     cancel = JobEnd(State.CANCELLED, 100.0, "cancelled by request")
-    later = JobEnd(State.FAILED, 200.0, "replica b/0 failed", "b/0")
-    jobs = [job(ready=2, role="a", annotations={"torchx-ext/end": later.to_annotation()}, suspend=True),
-            job(ready=2, role="b"), job(ready=2, role="c", annotations={"torchx-ext/end": cancel.to_annotation()})]
+    later = JobEnd(State.FAILED, 200.0, "replica b/0 failed", replica="b/0")
+    jobs = [job(ready=2, role="a", annotations={"torchx-ext/end": end_annotation(later)}, suspend=True),
+            job(ready=2, role="b"), job(ready=2, role="c", annotations={"torchx-ext/end": end_annotation(cancel)})]
     view = read_app(APP, jobs, [pod(0, "Running", role="b"), pod(1, "Running", role="b")])
 
     assert view.state is State.CANCELLED and view.end == cancel
     assert end_due(view, now=300.0) == cancel  # role b was never stopped
 
-    jobs[1] = job(role="b", annotations={"torchx-ext/end": cancel.to_annotation()}, suspend=True)
+    jobs[1] = job(role="b", annotations={"torchx-ext/end": end_annotation(cancel)}, suspend=True)
     assert end_due(read_app(APP, jobs, []), now=300.0) is None
 
 

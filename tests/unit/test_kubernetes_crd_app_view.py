@@ -9,10 +9,11 @@ from typing import Any
 import pytest
 
 from torchx_ext.components.dist import ddp
-from torchx_ext.schedulers.common.states import State
+from torchx_ext.schedulers.common.states import JobEnd, State
 from torchx_ext.schedulers.kubernetes.jobset import read_jobset
-from torchx_ext.schedulers.kubernetes.manifests import KubernetesOptions, build_manifests
-from torchx_ext.schedulers.kubernetes.tracking import JobEnd, end_due
+from torchx_ext.schedulers.kubernetes.manifests import build_manifests
+from torchx_ext.schedulers.kubernetes.options import ManifestOptions
+from torchx_ext.schedulers.kubernetes.app_view import end_annotation, end_due
 from torchx_ext.schedulers.kubernetes.volcano import PHASES, read_volcano
 
 APP = "train-abc12345"
@@ -21,7 +22,7 @@ CREATED = "2026-11-22T10:00:00Z"
 
 def built(backend: str, queue: str | None = None, j: str = "2x1") -> dict[str, Any]:
     app = ddp(script="train.py", j=j, image="img:1")
-    obj = build_manifests(app, app_id=APP, options=KubernetesOptions(backend=backend, queue=queue)).objects[0]
+    obj = build_manifests(app, app_id=APP, options=ManifestOptions(backend=backend, queue=queue)).objects[0]
     obj = copy.deepcopy(obj)
     obj["metadata"].update(uid="u-1", creationTimestamp=CREATED)
     return obj
@@ -87,7 +88,7 @@ def test_a_failed_volcano_job_names_the_failed_replica_and_its_restarts() -> Non
 
 def test_our_end_on_a_volcano_job_is_its_state_whatever_the_phase() -> None:
     end = JobEnd(State.CANCELLED, 1.0, "cancelled by request")
-    view = read_volcano(APP, volcano("Running", annotations={"torchx-ext/end": end.to_annotation()}),
+    view = read_volcano(APP, volcano("Running", annotations={"torchx-ext/end": end_annotation(end)}),
                         [volcano_pod(0, "Running"), volcano_pod(1, "Failed", 143)])
     assert view.state is State.CANCELLED
     assert {replica.state for replica in view.replicas} == {State.CANCELLED}
@@ -154,7 +155,7 @@ def test_our_end_on_a_jobset_is_applied_again_to_a_job_it_did_not_stop() -> None
     end = JobEnd(State.CANCELLED, 1.0, "cancelled by request")
     jobset = built("jobset", queue="team-a")
     jobset["spec"]["suspend"] = False  # admitted by Kueue
-    jobset["metadata"]["annotations"]["torchx-ext/end"] = end.to_annotation()
+    jobset["metadata"]["annotations"]["torchx-ext/end"] = end_annotation(end)
     running = child(jobset)  # recreated by a restart after the cancel: no deadline
     view = read_jobset(APP, jobset, [running], [jobset_pod(0, "Running")])
     assert view.state is State.CANCELLED and end_due(view, 2.0) == end
@@ -175,7 +176,7 @@ def test_a_queued_jobset_cancelled_by_suspending_it_only_is_stopped_again() -> N
     # Kueue un-suspends a JobSet it admitted: only its Jobs' deadline stops a queued one.
     end = JobEnd(State.CANCELLED, 1.0, "cancelled by request")
     jobset = built("jobset", queue="team-a")
-    jobset["metadata"]["annotations"]["torchx-ext/end"] = end.to_annotation()
+    jobset["metadata"]["annotations"]["torchx-ext/end"] = end_annotation(end)
     view = read_jobset(APP, jobset, [child(jobset)], [])
     assert [role.queue for role in view.roles] == ["team-a"]
     assert end_due(view, 2.0) == end

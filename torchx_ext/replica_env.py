@@ -1,0 +1,14 @@
+"""The environment variables a scheduler gives every replica, by the names both sides read.
+
+A leaf module below the launcher and the schedulers: the schedulers set these, the launcher
+(and the user's script) reads them.
+"""
+
+RANK0_HOST_ENV = "TORCHX_RANK0_HOST"
+"""The host of rank 0's replica, whose agent hosts the rendezvous (torchx's ``rank0_env`` macro
+names it to the component, which passes its name to the launcher)."""
+ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"
+"""Where the launcher writes its replica's error report (``error_file.py``)."""
+RDZV_PORT_ENV = "TORCHX_EXT_RDZV_PORT"
+"""Set by a scheduler that runs several replicas on one host (local_cwd): the rendezvous port
+it picked for the job, which wins over the launcher's ``--rdzv-port``."""

@@ -1,0 +1,174 @@
+"""The torchx-facing shell of every backend: one level below torchx's ``Scheduler``.
+
+torchx's ``Scheduler`` owns the public verbs (``submit_dryrun`` checks options, ``cancel``
+checks ``exists()`` first) and leaves hooks. ``SchedulerShell`` fills the ones that are the same
+on every backend of ours, so a backend writes only what really differs (submission,
+``describe``'s reading, ``list``, ``_cancel_existing``, ``_delete_existing``) plus one hook,
+``_replica_lines``:
+
+- ``log_iter``: torchx's eight arguments checked once (``LogQuery``), then the backend's lines
+  of one replica, filtered; an unknown app or replica is one error naming the known ones;
+- ``delete``: torchx-nightly's verb, which torchx 0.7.0 lacks (``torchx delete`` is ours there);
+- ``_validate``: every role has an image, on backends that run images (``image_hint``).
+
+``describe_response`` builds torchx's ``DescribeAppResponse`` from what a backend read, with
+one placeholder for "no error".
+"""
+
+from __future__ import annotations
+
+import abc
+import datetime
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Optional, TypedDict, TypeVar
+
+from torchx.schedulers.api import DescribeAppResponse, Scheduler, Stream
+from torchx.specs import NONE, AppDef, ReplicaStatus, Role, RoleStatus, runopts
+
+from torchx_ext.error_file import ErrorReport
+from torchx_ext.numa.topology import DEFAULT_SYSFS_ROOT
+from torchx_ext.errors import InvalidArgumentError
+from torchx_ext.schedulers.common.checks import check_image
+from torchx_ext.schedulers.common.logs import LogQuery
+from torchx_ext.schedulers.common.states import State, app_state
+
+NO_ERROR = NONE
+"""A replica's ``structured_error_msg`` when it has no error (torchx's placeholder)."""
+
+Opts = TypeVar("Opts")
+
+
+class CancelGraceOpts(TypedDict, total=False):
+    """The ``-cfg`` every backend takes."""
+
+    cancel_grace: Optional[int]
+
+
+class HostSliceOpts(CancelGraceOpts, total=False):
+    """The ``-cfg`` of backends that run every replica on this host (local_cwd, local_docker)."""
+
+    slice_replicas: Optional[bool]
+    sysfs_root: Optional[str]
+
+
+def add_cancel_grace_opt(opts: runopts, default: int, when: str) -> None:
+    opts.add("cancel_grace", type_=int, default=default, help=f"seconds between SIGTERM and SIGKILL when {when}")
+
+
+def add_host_slice_opts(opts: runopts, unit: str, cpus: str) -> None:
+    """``slice_replicas`` and ``sysfs_root``; ``unit``: what runs a replica, ``cpus``: what of
+    the host's CPUs and memory it is given."""
+    opts.add("slice_replicas", type_=bool, default=True,
+             help=f"give each {unit} its own {cpus} (whole NUMA nodes, else whole cores) and GPUs; "
+             f"false: every {unit} may use the whole host")
+    opts.add("sysfs_root", type_=str, default=DEFAULT_SYSFS_ROOT,
+             help="read the host topology from this sysfs tree (another tree: plan, e.g. with --dryrun, "
+             "as if on that machine)")
+
+
+@dataclass(frozen=True)
+class ReplicaReport:
+    """One replica as a backend read it, for ``describe_response``."""
+
+    role: str
+    replica_id: int
+    state: State | None
+    """None: not reported yet (torchx's UNKNOWN)."""
+    hostname: str
+    error: ErrorReport | None = None
+
+
+def describe_response(
+    app_id: str,
+    state: State,
+    *,
+    roles: Sequence[Role],
+    replicas: Iterable[ReplicaReport],
+    error: ErrorReport | None = None,
+    num_restarts: int = 0,
+    msg: str = "",
+    ui_url: str | None = None,
+) -> DescribeAppResponse:
+    """torchx's answer to ``describe``: the replicas grouped under ``roles`` (in that order, each
+    by id), every replica's error report as torchx parses it (torchelastic's error-file JSON)
+    or the no-error placeholder, and ``error``, the one that ended the app, for the app."""
+    by_role: dict[str, list[ReplicaReport]] = {role.name: [] for role in roles}
+    for replica in replicas:
+        by_role.setdefault(replica.role, []).append(replica)
+    response = DescribeAppResponse(
+        app_id=app_id,
+        state=app_state(state),
+        num_restarts=num_restarts,
+        msg=msg,
+        ui_url=ui_url,
+        roles=list(roles),
+        roles_statuses=[
+            RoleStatus(name, [
+                ReplicaStatus(
+                    id=replica.replica_id,
+                    state=app_state(replica.state),
+                    role=name,
+                    hostname=replica.hostname,
+                    structured_error_msg=replica.error.to_json() if replica.error else NO_ERROR,
+                )
+                for replica in sorted(found, key=lambda replica: replica.replica_id)
+            ])
+            for name, found in by_role.items()
+        ],
+    )
+    if error is not None:
+        response.structured_error_msg = error.to_json()
+    return response
+
+
+class SchedulerShell(Scheduler[Opts]):  # type: ignore[misc]  # torchx has no types
+    image_hint: ClassVar[str | None] = None
+    """What image a role needs (said when it has none); None: the backend runs no images."""
+
+    def _validate(self, app: AppDef, scheduler: str, cfg: Optional[Mapping[str, Any]] = None) -> None:
+        # torchx-nightly passes cfg, 0.7.0 does not; no backend's check depends on it.
+        if self.image_hint is not None:
+            for role in app.roles:
+                check_image(role, self.image_hint)
+
+    def log_iter(
+        self,
+        app_id: str,
+        role_name: str,
+        k: int = 0,
+        regex: Optional[str] = None,
+        since: Optional[datetime.datetime] = None,
+        until: Optional[datetime.datetime] = None,
+        should_tail: bool = False,
+        streams: Optional[Stream] = None,
+    ) -> Iterable[str]:
+        """The lines of replica ``k`` of ``role_name`` that the query selects, with their ``\\n``.
+        Bad arguments, an unknown app or replica raise here, before any line is read."""
+        query = LogQuery.of(regex=regex, since=since, until=until, streams=streams, should_tail=should_tail)
+        return query.select(self._replica_lines(app_id, role_name, k, query))
+
+    @abc.abstractmethod
+    def _replica_lines(self, app_id: str, role_name: str, replica_id: int,
+                       query: LogQuery) -> Iterable[tuple[float, str]]:
+        """(arrival time, line) of one replica's log for ``query.stream``, following it while
+        ``query.should_tail`` and the job runs. Raises ``unknown_app`` or ``unknown_replica``
+        when called (so not written as a generator function)."""
+
+    def unknown_app(self, app_id: str) -> InvalidArgumentError:
+        return InvalidArgumentError(
+            f"unknown {self.backend} app {app_id!r}: `torchx list -s {self.backend}` shows the known ones")
+
+    @staticmethod
+    def unknown_replica(app_id: str, role_name: str, replica_id: int, known: Iterable[str]) -> InvalidArgumentError:
+        """``known``: the app's replicas as ``role/id``."""
+        return InvalidArgumentError(f"app {app_id} has no replica {role_name}/{replica_id}: it has {', '.join(known)}")
+
+    def delete(self, app_id: str) -> None:
+        """Cancel the job if it runs, then remove what it left, logs included (torchx-nightly's
+        ``torchx delete``; ours on torchx 0.7.0, which has no such verb)."""
+        self._delete_existing(app_id)
+
+    @abc.abstractmethod
+    def _delete_existing(self, app_id: str) -> None:
+        """Cancel, then remove the app's processes, containers or objects and records."""

@@ -1,0 +1,100 @@
+"""The ``job`` backend: a headless Service and one Indexed ``batch/v1`` Job per role, built purely
+from the AppDef (the ``jobset`` backend runs these same Jobs, one per replicated job).
+
+A role's replica id is its pod's completion index; its pods are ``{job}-{index}`` under the
+Service (``subdomain``), so the rank-0 host is ``{job}-0.{service}``, resolvable before the pod
+is ready (``publishNotReadyAddresses``). ``max_retries`` is each index's own backoff
+(``backoffLimitPerIndex``); with none the first failed pod fails the Job (``podFailurePolicy``
+FailJob); failed pods are replaced only once fully terminated (``podReplacementPolicy``).
+An elastic role (``-j MIN:MAX``) gets MAX pods; up to MAX - MIN indexes may fail for good
+(``maxFailedIndexes``) and index 0 decides success (``successPolicy``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torchx import specs
+
+from torchx_ext.schedulers.kubernetes import names
+from torchx_ext.schedulers.kubernetes.options import ManifestOptions
+from torchx_ext.schedulers.kubernetes.pods import PodAddressing, pod_template
+
+JOB_INDEX_REFERENCE = "$(JOB_COMPLETION_INDEX)"
+
+
+def job_objects(app: specs.AppDef, app_id: str, options: ManifestOptions) -> tuple[dict[str, Any], ...]:
+    """The Service, then each role's Indexed Job."""
+    job_names = names.job_names(app_id, [(role.name, role.num_replicas) for role in app.roles])
+    jobs = tuple(
+        indexed_job(app, role, job_names[role.name], app_id, options,
+                    PodAddressing(f"{names.pod_hostname(job_names[role.name], 0)}.{app_id}", JOB_INDEX_REFERENCE,
+                                  app_id))
+        for role in app.roles
+    )
+    return (headless_service(app, app_id, options.namespace), *jobs)
+
+
+def headless_service(app: specs.AppDef, app_id: str, namespace: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": app_id, "namespace": namespace, "labels": names.app_labels(app, app_id),
+                     "annotations": {names.ANNOTATION_APP_NAME: app.name}},
+        "spec": {
+            "clusterIP": "None",
+            # Ranks look up rank 0 before its pod is ready (it is never "ready" otherwise).
+            "publishNotReadyAddresses": True,
+            "selector": {names.LABEL_APP_ID: app_id},
+        },
+    }
+
+
+def indexed_job(app: specs.AppDef, role: specs.Role, job_name: str, app_id: str, options: ManifestOptions,
+                addressing: PodAddressing, *, gang: bool = False) -> dict[str, Any]:
+    """A role's Indexed Job. ``gang``: inside a JobSet, whose ``failurePolicy`` restarts every
+    Job when one fails: a non-elastic role's Job then fails at its first failed pod."""
+    replicas = role.num_replicas
+    least = names.min_replicas(role)
+    elastic = least < replicas
+    labels = names.role_labels(app, role, app_id)
+    job_labels = dict(labels)
+    if options.queue and not gang:
+        job_labels[names.LABEL_KUEUE_QUEUE] = options.queue
+    retries = 0 if gang and not elastic else role.max_retries
+    spec: dict[str, Any] = {
+        "completionMode": "Indexed",
+        "completions": replicas,
+        "parallelism": replicas,
+        "backoffLimitPerIndex": retries,
+        "maxFailedIndexes": replicas - least,
+        "podReplacementPolicy": "Failed",
+        "podFailurePolicy": {"rules": _failure_rules(retries, elastic)},
+    }
+    if elastic:
+        spec["successPolicy"] = {"rules": [{"succeededIndexes": "0"}]}
+    if options.queue and not gang:
+        spec["suspend"] = True
+    spec["template"] = pod_template(app, role, app_id, addressing, options, labels)
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": job_name,
+            "namespace": options.namespace,
+            "labels": job_labels,
+            "annotations": names.role_annotations(app, role, options.image_pull_timeout_s),
+        },
+        "spec": spec,
+    }
+
+
+def _failure_rules(retries: int, elastic: bool) -> list[dict[str, Any]]:
+    # A pod evicted or preempted (DisruptionTarget) is not the program's failure: replaced
+    # without counting against max_retries.
+    rules: list[dict[str, Any]] = [
+        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
+    ]
+    if retries == 0 and not elastic:
+        rules.append({"action": "FailJob", "onExitCodes": {"operator": "NotIn", "values": [0]}})
+    return rules

@@ -1,0 +1,87 @@
+"""local_cwd's control of a job's processes through /proc: which live processes belong to a job
+(by the marker every one of them inherits), whether a recorded one is still the same process,
+and stopping them (SIGTERM, then SIGKILL after a grace period).
+
+Standard library only: the supervisor imports this module and should start fast.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+# Every process of a job carries this variable (children inherit it), which is how cancel
+# finds workers that left their replica's process group.
+JOB_MARKER_ENV = "TORCHX_EXT_LOCAL_JOB"
+REPLICA_MARKER_ENV = "TORCHX_EXT_LOCAL_REPLICA"  # role/replica_id
+
+
+def boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return "unknown"
+
+
+def process_start_ticks(pid: int) -> int | None:
+    """When ``pid`` started, which tells it apart from a later process with the same pid."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: split after its last ")".
+    fields = stat[stat.rindex(")") + 2 :].split()
+    if fields[0] == "Z":
+        return None  # exited, not yet reaped
+    return int(fields[19])
+
+
+def marked_processes(app_id: str, replica: str | None = None) -> list[int]:
+    """Live processes whose environment marks them as part of job ``app_id`` (and of its
+    replica ``role/replica_id``, when given)."""
+    marker = f"{JOB_MARKER_ENV}={app_id}".encode()
+    replica_marker = None if replica is None else f"{REPLICA_MARKER_ENV}={replica}".encode()
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/environ", "rb") as file:
+                environ = file.read()
+        except OSError:
+            continue  # gone, or another user's
+        variables = environ.split(b"\0")
+        if marker not in variables or (replica_marker is not None and replica_marker not in variables):
+            continue
+        if process_start_ticks(int(entry.name)) is not None:
+            found.append(int(entry.name))
+    return found
+
+
+def stop_processes(find: Callable[[], Iterable[int]], grace_s: float, reap: Callable[[], None] = lambda: None) -> None:
+    """SIGTERM what ``find`` returns, SIGKILL whatever is still there after ``grace_s``."""
+    for pid in find():
+        signal_process(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        reap()
+        if not list(find()):
+            return
+        time.sleep(0.05)
+    for pid in find():
+        signal_process(pid, signal.SIGKILL)
+    for _ in range(100):
+        reap()
+        if not list(find()):
+            return
+        time.sleep(0.05)
+
+
+def signal_process(pid: int, sig: signal.Signals) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
