@@ -9,19 +9,21 @@ import pytest
 from tests.fixtures.machines import MACHINES, SNAPSHOTS
 from tests.fixtures.fake_sysfs import write_sysfs
 from torchx_ext.numa.topology import ALL_ONLINE, Topology, read_topology
+from torchx_ext.schedulers.local.records import STATE_ROOT_ENV
 
 MachineRoot = Callable[[str], Path]
 # docker_client and test_image, for tests/docker and the conformance suite's local_docker;
-# kube_cluster (the fake Kubernetes API server) for tests/kubernetes and its kubernetes.
-pytest_plugins = ["tests.fixtures.docker_engine", "tests.fixtures.kube_api"]
+# kube_cluster (the fake Kubernetes API server) for tests/kubernetes and its kubernetes;
+# runner (torchx's Runner) for every suite that submits jobs.
+pytest_plugins = ["tests.fixtures.docker_engine", "tests.fixtures.kube_api", "tests.helpers"]
 
 
 @pytest.fixture(scope="session", autouse=True)
 def local_cwd_state(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Jobs the tests submit to local_cwd are recorded here, not in the user's state directory."""
     state = tmp_path_factory.mktemp("local_cwd_state")
-    os.environ.setdefault("TORCHX_EXT_LOCAL_STATE", str(state))
-    return Path(os.environ["TORCHX_EXT_LOCAL_STATE"])
+    os.environ.setdefault(STATE_ROOT_ENV, str(state))
+    return Path(os.environ[STATE_ROOT_ENV])
 
 
 @pytest.fixture(scope="session")

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from torchx.runner import Runner, get_runner
 
+from tests.helpers import STATE_ROOT_ENV, alive
 from torchx_ext.schedulers.local.processes import marked_processes
 
 JOBS = Path(__file__).parent / "jobs"
@@ -51,14 +51,8 @@ def _local_processes(app_id: str) -> list[str]:
                 continue
             if app_id.encode() in command:
                 found.add(int(entry.name))
-    return [f"pid {pid}: {Path(f'/proc/{pid}/cmdline').read_bytes()!r}" for pid in sorted(found) if _alive(pid)]
+    return [f"pid {pid}: {Path(f'/proc/{pid}/cmdline').read_bytes()!r}" for pid in sorted(found) if alive(pid)]
 
-
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def _docker_leftovers(client: Any) -> Callable[[str], list[str]]:
@@ -102,7 +96,7 @@ def scheduler(
     request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[SchedulerUnderTest]:
     if request.param == "local_cwd":
-        monkeypatch.setenv("TORCHX_EXT_LOCAL_STATE", str(tmp_path / "state"))
+        monkeypatch.setenv(STATE_ROOT_ENV, str(tmp_path / "state"))
         yield SchedulerUnderTest("local_cwd", {"log_dir": str(tmp_path / "logs"), "cancel_grace": 5}, _local_leftovers)
     elif request.param == "local_docker":
         client = request.getfixturevalue("docker_client")
@@ -142,7 +136,3 @@ def scheduler(
         raise AssertionError(request.param)
 
 
-@pytest.fixture
-def runner() -> Iterator[Runner]:
-    with get_runner() as runner:  # closing it cancels whatever a failed test left running
-        yield runner

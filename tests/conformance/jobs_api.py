@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import re
-import sys
 import time
 from collections.abc import Callable
 
 from torchx.runner import Runner
 from torchx.specs import AppState, AppStatus
 
-# The torchx CLI of the interpreter running the tests, whatever is on PATH.
-TORCHX = [sys.executable, "-c", "import sys; from torchx.cli.main import main; sys.exit(main())"]
 
 
 def wait(runner: Runner, handle: str, timeout_s: float = 120) -> AppState:

@@ -13,7 +13,8 @@ from torchx.runner import Runner
 from torchx.specs import AppDef, AppState, parse_app_handle
 
 from tests.conformance.conftest import JOBS, SchedulerUnderTest
-from tests.conformance.jobs_api import TORCHX, wait, wait_for_line
+from tests.helpers import TORCHX
+from tests.conformance.jobs_api import wait, wait_for_line
 from torchx_ext.components.dist import ddp
 
 LINES_PER_RANK = 100_000

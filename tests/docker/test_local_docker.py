@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from torchx.runner import Runner, get_runner
+from torchx.runner import Runner
 from torchx.schedulers.api import Stream
 from torchx.specs import AppDef, AppState, parse_app_handle
 
-from tests.conformance.jobs_api import TORCHX, wait, wait_for_line
+from tests.helpers import TORCHX
+from tests.conformance.jobs_api import wait, wait_for_line
 from torchx_ext.components.dist import ddp
 from torchx_ext.errors import EngineError, InvalidArgumentError
 from torchx_ext.schedulers.docker.scheduler import DockerScheduler
@@ -29,12 +30,6 @@ from torchx_ext.schedulers.docker.scheduler import DockerScheduler
 JOBS = Path(__file__).parent / "jobs"
 CONFORMANCE_JOBS = Path(__file__).parents[1] / "conformance" / "jobs"
 DGX_ROOT_MACHINE = "dgx-h100"
-
-
-@pytest.fixture
-def runner() -> Iterator[Runner]:
-    with get_runner() as runner:
-        yield runner
 
 
 @pytest.fixture

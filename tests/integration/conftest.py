@@ -1,22 +1,16 @@
-"""Fixtures for tests that submit local_cwd jobs of their own."""
+"""Every integration test gets a local_cwd state directory of its own: the jobs it submits
+(through the ``runner`` fixture, ``torchx``, or a launcher) are the only ones it lists."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from torchx.runner import Runner, get_runner
+
+from tests.helpers import STATE_ROOT_ENV
 
 
-@pytest.fixture
+@pytest.fixture(autouse=True)
 def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A local_cwd state directory of the test's own: its jobs are the only ones listed."""
-    monkeypatch.setenv("TORCHX_EXT_LOCAL_STATE", str(tmp_path / "state"))
+    monkeypatch.setenv(STATE_ROOT_ENV, str(tmp_path / "state"))
     return tmp_path / "state"
-
-
-@pytest.fixture
-def runner(state_dir: Path) -> Iterator[Runner]:
-    with get_runner() as runner:
-        yield runner

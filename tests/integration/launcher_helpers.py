@@ -53,17 +53,6 @@ def worker_pids(out_dir: Path) -> list[int]:
     return [int(path.name.split(".")[1]) for path in out_dir.glob("pid*.*")]
 
 
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie is dead for every purpose here.
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
 
 def run_caller(
     directory: Path, source: str, *args: str, env: dict[str, str] | None = None, timeout: float = 120

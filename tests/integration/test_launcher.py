@@ -14,11 +14,11 @@ import pytest
 
 from tests.conftest import MachineRoot
 from torchx_ext.numa.cpulist import format_cpulist
+from tests.helpers import alive, free_port
 from tests.integration.launcher_helpers import (
     JOBS,
     LAUNCHER,
     REPORT,
-    alive,
     clean_env,
     reports,
     run_launcher,
@@ -142,7 +142,7 @@ def test_omp_threads_flag_and_user_export(tmp_path: Path) -> None:
 
 
 def test_rendezvous_host_from_an_env_var(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     result = run_launcher(
         ["--nnodes", "1", "--nproc-per-node", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint-env", "MY_MASTER",
          "--rdzv-port", str(port), REPORT, str(tmp_path)],
@@ -226,7 +226,7 @@ def test_rendezvous_that_cannot_complete_ends_with_a_clear_message(tmp_path: Pat
     start = time.monotonic()
     result = run_launcher(
         ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint",
-         f"localhost:{_free_port()}", "--rdzv-id", "lonely", "--rdzv-conf", "join_timeout=5", REPORT, str(tmp_path)],
+         f"localhost:{free_port()}", "--rdzv-id", "lonely", "--rdzv-conf", "join_timeout=5", REPORT, str(tmp_path)],
         timeout=90,
     )
     assert result.returncode == 1
@@ -258,7 +258,7 @@ def test_static_rendezvous_that_cannot_complete_ends_with_a_clear_message(tmp_pa
     start = time.monotonic()
     result = run_launcher(
         ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "static", "--node-rank", "0",
-         "--master-port", str(_free_port()), "--rdzv-conf", "timeout=5", REPORT, str(tmp_path)],
+         "--master-port", str(free_port()), "--rdzv-conf", "timeout=5", REPORT, str(tmp_path)],
         timeout=90,
     )
     assert result.returncode == 1, result.stderr[-2000:]
@@ -272,10 +272,3 @@ def test_missing_script_is_refused(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert f"training script '{tmp_path / 'nope.py'}' does not exist" in result.stderr
 
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("localhost", 0))
-        return int(probe.getsockname()[1])

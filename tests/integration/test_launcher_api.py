@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import free_port
 from tests.integration.launcher_helpers import JOBS, clean_env, last_json_line, run_caller
 from torchx_ext.errors import InvalidArgumentError
 from torchx_ext.launcher import launch
@@ -101,7 +102,7 @@ if __name__ == "__main__":
 
 
 def test_static_rendezvous_takes_this_nodes_rank_from_rdzv_configs(tmp_path: Path) -> None:
-    settings = {"rdzv_backend": "static", "rdzv_endpoint": f"localhost:{_free_port()}", "rdzv_configs": {"rank": 0}}
+    settings = {"rdzv_backend": "static", "rdzv_endpoint": f"localhost:{free_port()}", "rdzv_configs": {"rank": 0}}
     result = run_caller(tmp_path, ALL_REDUCE_CALLER, json.dumps(settings))
 
     assert result.returncode == 0, result.stderr[-3000:]
@@ -148,10 +149,3 @@ def test_a_log_dir_that_is_a_file_is_refused(tmp_path: Path) -> None:
     with pytest.raises(InvalidArgumentError, match="invalid log_dir .*: it is a file; expected a directory"):
         launch(print, nproc_per_node=2, log_dir=file)
 
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("localhost", 0))
-        return int(probe.getsockname()[1])

@@ -7,9 +7,7 @@ import os
 import subprocess
 from pathlib import Path
 
-import pytest
-
-from tests.conformance.jobs_api import TORCHX
+from tests.helpers import TORCHX
 
 JOB = Path(__file__).parent / "jobs" / "allreduce.py"
 # As the issue asked: twelve single-node jobs; and four two-replica jobs in the same burst,
@@ -17,8 +15,7 @@ JOB = Path(__file__).parent / "jobs" / "allreduce.py"
 SHAPES = ["1x2"] * 12 + ["2x1"] * 4
 
 
-def test_sixteen_jobs_submitted_at_once_all_succeed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TORCHX_EXT_LOCAL_STATE", str(tmp_path / "state"))
+def test_sixteen_jobs_submitted_at_once_all_succeed(state_dir: Path) -> None:
     clis = [
         subprocess.Popen(
             [*TORCHX, "run", "-s", "local_cwd", "dist.ddp", "-j", shape, "--script", str(JOB)],

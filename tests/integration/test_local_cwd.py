@@ -18,16 +18,13 @@ from torchx.specs import AppState, parse_app_handle
 
 from tests.conformance.conftest import JOBS as CONFORMANCE_JOBS
 from tests.conformance.conftest import _local_leftovers, _local_processes
-from tests.conformance.jobs_api import TORCHX, wait, wait_for_line
+from tests.helpers import TORCHX, torchx
+from tests.conformance.jobs_api import wait, wait_for_line
 from torchx_ext.components.dist import ddp
 from torchx_ext.errors import InvalidArgumentError
 from torchx_ext.schedulers.local.processes import process_start_ticks
 
 JOBS = Path(__file__).parent / "jobs"
-
-
-def torchx(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*TORCHX, *args], capture_output=True, text=True, timeout=timeout)
 
 
 def start_cli_job(j: str) -> tuple[subprocess.Popen[str], str]:

@@ -13,7 +13,8 @@ import pytest
 from torchx.runner import Runner
 from torchx.specs import AppState, parse_app_handle
 
-from tests.conformance.jobs_api import TORCHX, wait
+from tests.helpers import TORCHX
+from tests.conformance.jobs_api import wait
 from torchx_ext.components.dist import ddp
 from torchx_ext.schedulers.local import create_scheduler
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from torchx.runner import Runner, get_runner
+from torchx.runner import Runner
 from torchx.schedulers import get_scheduler_factories
 from torchx.specs import AppDef, AppState
 
@@ -22,12 +22,6 @@ from torchx_ext.components.dist import ddp
 
 JOBS = Path(__file__).parent / "jobs"
 CONFORMANCE_JOBS = Path(__file__).parents[1] / "conformance" / "jobs"
-
-
-@pytest.fixture
-def runner(kube_cluster: TestCluster) -> Any:
-    with get_runner() as runner:
-        yield runner
 
 
 def _python_app(code: str, image: str, replicas: int = 2, max_retries: int = 0, mounts: list[str] | None = None,

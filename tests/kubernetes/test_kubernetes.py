@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from kubernetes import client as kube
 from kubernetes import config as kube_config
-from torchx.runner import Runner, get_runner
+from torchx.runner import Runner
 from torchx.schedulers import get_scheduler_factories
 from torchx.specs import AppDef, AppState, Resource, Role
 
@@ -27,12 +27,6 @@ from torchx_ext.errors import KubernetesError
 
 JOBS = Path(__file__).parents[1] / "conformance" / "jobs"
 AFFINITY = Path(__file__).parents[1] / "docker" / "jobs" / "affinity.py"
-
-
-@pytest.fixture
-def runner(kube_cluster: TestCluster) -> Iterator[Runner]:
-    with get_runner() as runner:
-        yield runner
 
 
 @pytest.fixture

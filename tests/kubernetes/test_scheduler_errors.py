@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+
+from tests.helpers import free_port, torchx as run_torchx
 
 TORCHX = str(Path(sys.executable).with_name("torchx"))
 
@@ -24,20 +24,14 @@ def kubeconfig(path: Path, server: str) -> Path:
     return path
 
 
-def closed_port() -> int:
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        return int(listener.getsockname()[1])
-
-
 def torchx(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    # Warnings of the libraries (urllib3, the client) are not what a user's error looks like.
-    return subprocess.run([TORCHX, *args], env={**os.environ, "PYTHONWARNINGS": "ignore", **env}, cwd=cwd,
-                          capture_output=True, text=True, timeout=120)
+    # The installed command, as a user runs it. Warnings of the libraries (urllib3, the client)
+    # are not what a user's error looks like.
+    return run_torchx(*args, env={"PYTHONWARNINGS": "ignore", **env}, cwd=cwd, command=[TORCHX])
 
 
 def test_an_unreachable_api_server_is_one_line_naming_it(tmp_path: Path) -> None:
-    server = f"http://127.0.0.1:{closed_port()}"
+    server = f"http://127.0.0.1:{free_port()}"
     env = {"KUBECONFIG": str(kubeconfig(tmp_path / "config", server))}
 
     run = torchx("run", "-s", "kubernetes", "dist.ddp", "-j", "1x1", "--image", "img:1", "--script", "train.py",
@@ -63,7 +57,7 @@ def test_no_kubeconfig_says_how_to_give_one(tmp_path: Path) -> None:
 
 
 def test_the_dry_run_needs_no_cluster_and_takes_the_contexts_namespace(tmp_path: Path) -> None:
-    env = {"KUBECONFIG": str(kubeconfig(tmp_path / "config", f"http://127.0.0.1:{closed_port()}"))}
+    env = {"KUBECONFIG": str(kubeconfig(tmp_path / "config", f"http://127.0.0.1:{free_port()}"))}
 
     result = torchx("run", "-s", "kubernetes", "--dryrun", "dist.ddp", "-j", "2x1", "--image", "img:1",
                     "--script", "train.py", env=env, cwd=tmp_path)
@@ -74,7 +68,7 @@ def test_the_dry_run_needs_no_cluster_and_takes_the_contexts_namespace(tmp_path:
 
 @pytest.mark.parametrize(("backend", "kind"), [("jobset", "kind: JobSet"), ("volcano", "apiVersion: batch.volcano.sh/v1alpha1")])
 def test_the_dry_run_of_each_backend_needs_no_cluster(tmp_path: Path, backend: str, kind: str) -> None:
-    env = {"KUBECONFIG": str(kubeconfig(tmp_path / "config", f"http://127.0.0.1:{closed_port()}"))}
+    env = {"KUBECONFIG": str(kubeconfig(tmp_path / "config", f"http://127.0.0.1:{free_port()}"))}
 
     result = torchx("run", "-s", "kubernetes", "-cfg", f"backend={backend}", "--dryrun", "dist.ddp", "-j", "2x1",
                     "--image", "img:1", "--script", "train.py", env=env, cwd=tmp_path)
@@ -84,7 +78,7 @@ def test_the_dry_run_of_each_backend_needs_no_cluster(tmp_path: Path, backend: s
 
 
 def test_a_malformed_app_id_is_one_line_naming_the_forms(tmp_path: Path) -> None:
-    env = {"KUBECONFIG": str(kubeconfig(tmp_path / "config", f"http://127.0.0.1:{closed_port()}"))}
+    env = {"KUBECONFIG": str(kubeconfig(tmp_path / "config", f"http://127.0.0.1:{free_port()}"))}
 
     result = torchx("status", "kubernetes://torchx/team-a:kubeflow:train-abc12345", env=env, cwd=tmp_path)
 
@@ -94,7 +88,7 @@ def test_a_malformed_app_id_is_one_line_naming_the_forms(tmp_path: Path) -> None
 
 
 def test_unknown_runopts_are_refused_listing_the_valid_ones(tmp_path: Path) -> None:
-    env = {"KUBECONFIG": str(kubeconfig(tmp_path / "config", f"http://127.0.0.1:{closed_port()}"))}
+    env = {"KUBECONFIG": str(kubeconfig(tmp_path / "config", f"http://127.0.0.1:{free_port()}"))}
 
     result = torchx("run", "-s", "kubernetes", "-cfg", "namespce=x", "--dryrun", "dist.ddp", "-j", "1x1",
                     "--image", "img:1", "--script", "train.py", env=env, cwd=tmp_path)
@@ -117,7 +111,7 @@ def test_bad_input_is_one_line_naming_the_value_before_anything_is_sent(
     tmp_path: Path, cfg: str, component: list[str], expected: str
 ) -> None:
     # The server is unreachable: nothing may be sent before the input is checked.
-    env = {"KUBECONFIG": str(kubeconfig(tmp_path / "config", f"http://127.0.0.1:{closed_port()}"))}
+    env = {"KUBECONFIG": str(kubeconfig(tmp_path / "config", f"http://127.0.0.1:{free_port()}"))}
     image = [] if "--image" in component else ["--image", "img:1"]
 
     result = torchx("run", "-s", "kubernetes", *(["-cfg", cfg] if cfg else []), "dist.ddp", "-j", "1x1", *image,

@@ -25,6 +25,7 @@ from decimal import Decimal
 from typing import Any
 
 from tests.kubernetes.apiserver import api, errors
+from tests.kubernetes.apiserver.conditions import condition, set_condition, true_condition
 from tests.kubernetes.apiserver.control_loop import ControlLoop
 from tests.kubernetes.apiserver.node import pod_requests
 from tests.kubernetes.apiserver.resources import (JOBS, JOBSETS, PODS, SERVICES, VOLCANO_COMMANDS, VOLCANO_JOBS,
@@ -41,24 +42,6 @@ pod of scheduler ``volcano``."""
 TERMINAL_POD = ("Succeeded", "Failed")
 
 
-def _condition(kind: str, reason: str, message: str, status: str = "True") -> dict[str, Any]:
-    return {"type": kind, "status": status, "reason": reason, "message": message,
-            "lastTransitionTime": now_rfc3339()}
-
-
-def _has(obj: Obj, kind: str) -> dict[str, Any] | None:
-    return next((c for c in (obj.get("status") or {}).get("conditions") or []
-                 if c.get("type") == kind and c.get("status") == "True"), None)
-
-
-def _set_condition(status: dict[str, Any], new: dict[str, Any]) -> None:
-    conditions = [c for c in status.get("conditions") or [] if c["type"] != new["type"]]
-    old = next((c for c in status.get("conditions") or [] if c["type"] == new["type"]), None)
-    if old is not None and all(old.get(k) == new.get(k) for k in ("status", "reason", "message")):
-        new = old
-    status["conditions"] = [*conditions, new]
-
-
 def _owner(obj: Obj) -> dict[str, Any]:
     return {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": obj["metadata"]["name"],
             "uid": obj["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}
@@ -71,7 +54,7 @@ def _owned(objects: list[Obj], owner: Obj) -> list[Obj]:
 
 def _job_finished(job: Obj) -> str | None:
     for kind in ("Complete", "Failed"):
-        if _has(job, kind):
+        if true_condition(job.get("status"), kind):
             return kind
     return None
 
@@ -109,7 +92,7 @@ class CrdControllers(ControlLoop):
     def _reconcile_jobset(self, jobset: Obj, children: list[Obj]) -> None:
         meta, spec = jobset["metadata"], jobset["spec"]
         status = copy.deepcopy(jobset.get("status") or {})
-        if _has(jobset, "Completed") or _has(jobset, "Failed"):
+        if true_condition(jobset.get("status"), "Completed") or true_condition(jobset.get("status"), "Failed"):
             for child in children:
                 if not _job_finished(child):
                     self._delete(JOBS, child)
@@ -139,28 +122,29 @@ class CrdControllers(ControlLoop):
                     self._store.update(JOBS, meta["namespace"], name,
                                        lambda o: o["spec"].update(suspend=suspend) and None)
         if suspend:
-            _set_condition(status, _condition("Suspended", "SuspendedJobs", "jobset is suspended"))
-        elif _has(jobset, "Suspended"):
-            _set_condition(status, _condition("Suspended", "ResumeJobs", "jobset is resumed", "False"))
+            set_condition(status, condition("Suspended", True, "SuspendedJobs", "jobset is suspended"))
+        elif true_condition(jobset.get("status"), "Suspended"):
+            set_condition(status, condition("Suspended", False, "ResumeJobs", "jobset is resumed"))
         failed = [c for c in children if _job_finished(c) == "Failed"]
         if failed:
-            reason = (_has(failed[0], "Failed") or {}).get("reason", "")
+            reason = (true_condition(failed[0].get("status"), "Failed") or {}).get("reason", "")
             rules = (spec.get("failurePolicy") or {}).get("rules") or []
             rule = next((r for r in rules if not r.get("onJobFailureReasons") or reason in r["onJobFailureReasons"]), None)
             action = rule["action"] if rule else "RestartJobSet"
             first = failed[0]["metadata"]["name"]
             if action == "FailJobSet":
-                _set_condition(status, _condition("Failed", f"FailurePolicy_{rule['name'] if rule else ''}",
-                                                  f"jobset failed due to failure policy rule (first failed job: {first})"))
+                set_condition(status, condition("Failed", True, f"FailurePolicy_{rule['name'] if rule else ''}",
+                                                f"jobset failed due to failure policy rule (first failed job: {first})"))
                 status["terminalState"] = "Failed"
             elif restarts >= int((spec.get("failurePolicy") or {}).get("maxRestarts", 0)):
-                _set_condition(status, _condition("Failed", "ReachedMaxRestarts", "jobset failed due to reaching max "
-                                                  f"number of restarts (first failed job: {first})"))
+                set_condition(status, condition("Failed", True, "ReachedMaxRestarts",
+                                                "jobset failed due to reaching max "
+                                                f"number of restarts (first failed job: {first})"))
                 status["terminalState"] = "Failed"
             else:
                 status["restarts"] = status["restartsCountTowardsMax"] = restarts + 1
-                _set_condition(status, _condition("RestartingJobSet", "DefaultFailurePolicy",
-                                                  f"restarting jobset (first failed job: {first})"))
+                set_condition(status, condition("RestartingJobSet", True, "DefaultFailurePolicy",
+                                                f"restarting jobset (first failed job: {first})"))
         else:
             targets = (spec.get("successPolicy") or {}).get("targetReplicatedJobs") or [
                 r["name"] for r in spec["replicatedJobs"]]
@@ -168,7 +152,7 @@ class CrdControllers(ControlLoop):
                       for i in range(int(r.get("replicas", 1)))]
             if wanted and all(by_name.get(name) is not None and _job_finished(by_name[name]) == "Complete"
                               for name in wanted):
-                _set_condition(status, _condition("Completed", "AllJobsCompleted", "jobset completed successfully"))
+                set_condition(status, condition("Completed", True, "AllJobsCompleted", "jobset completed successfully"))
                 status["terminalState"] = "Completed"
         status["replicatedJobsStatus"] = [{
             "name": r["name"],
@@ -354,7 +338,8 @@ class CrdControllers(ControlLoop):
         used: dict[str, Decimal] = {}
         for rtype, obj in queued:
             workload = workloads.get(obj["metadata"]["uid"])
-            if workload is not None and _has(workload, "Admitted") and not _has(workload, "Finished"):
+            admitted = workload is not None and true_condition(workload.get("status"), "Admitted")
+            if admitted and not true_condition((workload or {}).get("status"), "Finished"):
                 queue = obj["metadata"]["labels"][QUEUE_LABEL]
                 used[queue] = used.get(queue, Decimal(0)) + _cpus(rtype, obj)
         for rtype, obj in queued:
@@ -373,12 +358,13 @@ class CrdControllers(ControlLoop):
         meta = obj["metadata"]
         status = copy.deepcopy(workload.get("status") or {})
         finished = _job_finished(obj) if rtype is JOBS else (
-            "Complete" if _has(obj, "Completed") else "Failed" if _has(obj, "Failed") else None)
+            "Complete" if true_condition(obj.get("status"), "Completed")
+            else "Failed" if true_condition(obj.get("status"), "Failed") else None)
         suspended = bool(obj["spec"].get("suspend"))
         if finished:
-            _set_condition(status, _condition("Finished", "Succeeded" if finished == "Complete" else "Failed",
-                                              f"the {rtype.kind} finished"))
-        elif _has(workload, "Admitted"):
+            set_condition(status, condition("Finished", True, "Succeeded" if finished == "Complete" else "Failed",
+                                            f"the {rtype.kind} finished"))
+        elif true_condition(workload.get("status"), "Admitted"):
             if suspended and workload["spec"].get("active", True):  # Kueue starts an admitted job again
                 self._store.update(rtype, meta["namespace"], meta["name"], lambda o: o["spec"].update(suspend=False))
         elif suspended:
@@ -386,17 +372,17 @@ class CrdControllers(ControlLoop):
             need = _cpus(rtype, obj)
             quota = self.kueue_queues.get(queue)
             if quota is None:
-                _set_condition(status, _condition("QuotaReserved", "Inadmissible",
-                                                  f"LocalQueue {queue} doesn't exist", "False"))
+                set_condition(status, condition("QuotaReserved", False, "Inadmissible",
+                                                f"LocalQueue {queue} doesn't exist"))
             elif used.get(queue, Decimal(0)) + need > Decimal(str(quota)):
                 more = used.get(queue, Decimal(0)) + need - Decimal(str(quota))
-                _set_condition(status, _condition("QuotaReserved", "Pending", (
+                set_condition(status, condition("QuotaReserved", False, "Pending", (
                     f"couldn't assign flavors to pod set main: insufficient unused quota for cpu in flavor "
-                    f"default-flavor, {more} more needed"), "False"))
+                    f"default-flavor, {more} more needed")))
             else:
                 used[queue] = used.get(queue, Decimal(0)) + need
-                _set_condition(status, _condition("QuotaReserved", "QuotaReserved", f"Quota reserved in {queue}"))
-                _set_condition(status, _condition("Admitted", "Admitted", "The workload is admitted"))
+                set_condition(status, condition("QuotaReserved", True, "QuotaReserved", f"Quota reserved in {queue}"))
+                set_condition(status, condition("Admitted", True, "Admitted", "The workload is admitted"))
                 self._store.update(rtype, meta["namespace"], meta["name"], lambda o: o["spec"].update(suspend=False))
         self._write_status(WORKLOADS, workload, status)
 

@@ -17,6 +17,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from tests.kubernetes.apiserver import api, errors
+from tests.kubernetes.apiserver.conditions import condition, set_condition, true_condition
 from tests.kubernetes.apiserver.control_loop import ControlLoop
 from tests.kubernetes.apiserver.ranges import compress, expand
 from tests.kubernetes.apiserver.resources import COMPLETION_INDEX, CONTROLLER_UID, JOB_NAME, JOBS, PODS, Obj
@@ -45,16 +46,6 @@ def _index(pod: Obj) -> int:
         return int((pod["metadata"].get("annotations") or {}).get(COMPLETION_INDEX, "-1"))
     except ValueError:
         return -1
-
-
-def _condition(kind: str, reason: str, message: str, status: str = "True") -> dict[str, Any]:
-    now = now_rfc3339()
-    return {"type": kind, "status": status, "reason": reason, "message": message, "lastProbeTime": now,
-            "lastTransitionTime": now}
-
-
-def _has(status: dict[str, Any], kind: str) -> dict[str, Any] | None:
-    return next((c for c in status.get("conditions") or [] if c["type"] == kind and c["status"] == "True"), None)
 
 
 def failure_rule(job: Obj, pod: Obj) -> tuple[str, str] | None:
@@ -147,7 +138,7 @@ class JobController(ControlLoop):
                 self._store.remove(JOBS, meta["namespace"], meta["name"])
             return
         status = copy.deepcopy(job.get("status") or {})
-        if _has(status, "Complete") or _has(status, "Failed"):
+        if true_condition(status, "Complete") or true_condition(status, "Failed"):
             return  # finished Jobs create and count nothing more
         memory = self._memory.setdefault(meta["uid"], JobMemory())
         self._count(job, pods, memory)
@@ -161,7 +152,7 @@ class JobController(ControlLoop):
                 self._delete_pod(pod, memory)
             if not active and not terminating:
                 kind, reason, message = finishing
-                status.setdefault("conditions", []).append(_condition(kind, reason, message))
+                status.setdefault("conditions", []).append(condition(kind, True, reason, message, probed=True))
                 if kind == "Complete":
                     status["completionTime"] = now_rfc3339()
             active = []
@@ -169,14 +160,12 @@ class JobController(ControlLoop):
             for pod in active:
                 self._delete_pod(pod, memory)
             active = []
-            if not _has(status, "Suspended"):
-                status["conditions"] = [c for c in status.get("conditions") or [] if c["type"] != "Suspended"]
-                status["conditions"].append(_condition("Suspended", "JobSuspended", "Job suspended"))
+            if not true_condition(status, "Suspended"):
+                set_condition(status, condition("Suspended", True, "JobSuspended", "Job suspended", probed=True))
                 status.pop("startTime", None)
         else:
-            if _has(status, "Suspended"):
-                status["conditions"] = [c for c in status["conditions"] if c["type"] != "Suspended"]
-                status["conditions"].append(_condition("Suspended", "JobResumed", "Job resumed", "False"))
+            if true_condition(status, "Suspended"):
+                set_condition(status, condition("Suspended", False, "JobResumed", "Job resumed", probed=True))
             status.setdefault("startTime", now_rfc3339())
             active += self._create_pods(job, active, terminating, memory, indexed)
 
@@ -234,7 +223,7 @@ class JobController(ControlLoop):
         """(final condition, reason, message) once the Job must end; the interim FailureTarget or
         SuccessCriteriaMet condition is added to ``status`` when first decided."""
         for interim, final in (("FailureTarget", "Failed"), ("SuccessCriteriaMet", "Complete")):
-            existing = _has(status, interim)
+            existing = true_condition(status, interim)
             if existing:
                 return final, existing["reason"], existing["message"]
         spec = job["spec"]
@@ -265,7 +254,7 @@ class JobController(ControlLoop):
             decided = ("FailureTarget", "FailedIndexes", "Job has failed indexes")
         if decided is None:
             return None
-        status.setdefault("conditions", []).append(_condition(*decided))
+        status.setdefault("conditions", []).append(condition(decided[0], True, *decided[1:], probed=True))
         return ("Failed" if decided[0] == "FailureTarget" else "Complete"), decided[1], decided[2]
 
     def _create_pods(self, job: Obj, active: list[Obj], terminating: list[Obj], memory: JobMemory,

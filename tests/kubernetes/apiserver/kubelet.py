@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.kubernetes.apiserver import errors
+from tests.kubernetes.apiserver.conditions import condition, set_condition
 from tests.kubernetes.apiserver.control_loop import ControlLoop
 from tests.kubernetes.apiserver.containers import (argv, CLUSTER_LABEL, POD_LABEL, UID_LABEL, aliases, environment, host_config_args,
                                                     labels, network_name)
@@ -46,28 +47,6 @@ class Runtime:
 def _docker_time(text: str) -> str:
     """Docker's nanosecond timestamps as the API's second-precision RFC 3339."""
     return text[:19] + "Z" if text and not text.startswith("0001") else now_rfc3339()
-
-
-def _condition(kind: str, status: bool, reason: str | None = None, message: str | None = None) -> dict[str, Any]:
-    condition: dict[str, Any] = {"type": kind, "status": "True" if status else "False", "lastProbeTime": None,
-                                 "lastTransitionTime": now_rfc3339()}
-    if reason:
-        condition["reason"] = reason
-    if message:
-        condition["message"] = message
-    return condition
-
-
-def _set_condition(status: dict[str, Any], new: dict[str, Any]) -> None:
-    """Replace the condition of that type, keeping its transition time if nothing but time changed."""
-    conditions = status.setdefault("conditions", [])
-    for i, old in enumerate(conditions):
-        if old["type"] == new["type"]:
-            if all(old.get(k) == new.get(k) for k in ("status", "reason", "message")):
-                return
-            conditions[i] = new
-            return
-    conditions.append(new)
 
 
 def _ours_to_schedule(pod: Obj) -> bool:
@@ -192,14 +171,14 @@ class Kubelet(ControlLoop):
         else:
             reason = self.node.unschedulable_reason(pod, on_node)
         if reason is not None:
-            self._write_status(pod, lambda status: _set_condition(
-                status, _condition("PodScheduled", False, "Unschedulable", reason)))
+            self._write_status(pod, lambda status: set_condition(
+                status, condition("PodScheduled", False, "Unschedulable", reason)))
             return False
 
         def bind(current: Obj) -> None:
             if current["metadata"]["uid"] == pod["metadata"]["uid"]:
                 current["spec"]["nodeName"] = NODE_NAME
-                _set_condition(current.setdefault("status", {}), _condition("PodScheduled", True))
+                set_condition(current.setdefault("status", {}), condition("PodScheduled", True))
         try:
             self._store.update(PODS, pod["metadata"]["namespace"], pod["metadata"]["name"], bind)
         except errors.ApiError:
@@ -250,8 +229,8 @@ class Kubelet(ControlLoop):
                              "started": False, "restartCount": 0, "state": {"waiting": waiting}})
         status.update(phase="Pending", containerStatuses=statuses, hostIP="127.0.0.1")
         status.setdefault("startTime", now_rfc3339())
-        _set_condition(status, _condition("Ready", False, "ContainersNotReady",
-                                          f"containers with unready status: [{' '.join(failing)}]"))
+        set_condition(status, condition("Ready", False, "ContainersNotReady",
+                                        f"containers with unready status: [{' '.join(failing)}]"))
 
     # -- starting -----------------------------------------------------------------------------------
 
@@ -325,7 +304,7 @@ class Kubelet(ControlLoop):
                  "containerID": f"docker://{runtime.container_ids[c['name']]}", "ready": True, "started": True,
                  "restartCount": 0, "state": {"running": {"startedAt": started}}} for c in spec["containers"]]
             for kind in ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady"):
-                _set_condition(status, _condition(kind, True))
+                set_condition(status, condition(kind, True))
         self._write_status(pod, running)
         runtime.started = True
 
@@ -396,16 +375,16 @@ class Kubelet(ControlLoop):
         for entry in status.get("containerStatuses") or []:
             if entry["name"] in runtime.finished:
                 entry.update(ready=False, started=False, state={"terminated": runtime.finished[entry["name"]]})
-        _set_condition(status, _condition("Ready", False, "ContainersNotReady"))
-        _set_condition(status, _condition("ContainersReady", False, "ContainersNotReady"))
+        set_condition(status, condition("Ready", False, "ContainersNotReady"))
+        set_condition(status, condition("ContainersReady", False, "ContainersNotReady"))
 
     def _terminal(self, status: dict[str, Any], pod: Obj, runtime: Runtime) -> None:
         self._update_finished(status, runtime)
         codes = [t["exitCode"] for t in runtime.finished.values()]
         status["phase"] = "Succeeded" if codes and all(code == 0 for code in codes) else "Failed"
-        _set_condition(status, _condition("Ready", False, "PodCompleted"))
-        _set_condition(status, _condition("ContainersReady", False, "PodCompleted"))
-        _set_condition(status, _condition("PodReadyToStartContainers", False))
+        set_condition(status, condition("Ready", False, "PodCompleted"))
+        set_condition(status, condition("ContainersReady", False, "PodCompleted"))
+        set_condition(status, condition("PodReadyToStartContainers", False))
 
     # -- deleting -----------------------------------------------------------------------------------
 

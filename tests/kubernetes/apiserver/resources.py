@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tests.kubernetes.apiserver import validation
-from tests.kubernetes.apiserver.crd_schemas import crd_errors
+from tests.kubernetes.apiserver.crd_validation import crd_errors
 from tests.kubernetes.apiserver.errors import FieldError
 
 Obj = dict[str, Any]

@@ -1,0 +1,56 @@
+"""What many test modules share: a torchx Runner (a fixture, registered in tests/conftest.py),
+the torchx CLI in a process of its own, a free port, and whether a process is alive.
+
+State roots come from the code's own constant (``STATE_ROOT_ENV``), never spelled again here.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+
+import pytest
+from torchx.runner import Runner, get_runner
+
+from torchx_ext.schedulers.local.records import STATE_ROOT_ENV
+
+# The torchx CLI of the interpreter running the tests, whatever is on PATH.
+TORCHX = [sys.executable, "-c", "import sys; from torchx.cli.main import main; sys.exit(main())"]
+
+__all__ = ["STATE_ROOT_ENV", "TORCHX", "alive", "free_port", "runner", "torchx"]
+
+
+@pytest.fixture
+def runner() -> Iterator[Runner]:
+    """torchx's Runner, as a user's script makes it; closing it cancels whatever a failed test
+    left running."""
+    with get_runner() as made:
+        yield made
+
+
+def torchx(*args: str, env: Mapping[str, str] | None = None, cwd: str | Path | None = None, timeout: float = 120,
+           command: Sequence[str] = TORCHX, base_env: Mapping[str, str] | None = None,
+           ) -> subprocess.CompletedProcess[str]:
+    """``torchx ARGS`` run to its end: this interpreter's CLI, or ``command`` (an installed
+    script), with ``env`` added to ``base_env`` (default: the tests' environment)."""
+    environ = {**(os.environ if base_env is None else base_env), **(env or {})}
+    return subprocess.run([*command, *args], env=environ, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+def free_port() -> int:
+    """A port nothing listens on now (the kernel's pick; free until someone takes it)."""
+    with socket.socket() as probe:
+        probe.bind(("localhost", 0))
+        return int(probe.getsockname()[1])
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs; a zombie (exited, not yet reaped) is dead for every purpose here."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
