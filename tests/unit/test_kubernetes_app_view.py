@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 
 from torchx_ext.schedulers.common.states import JobEnd, State
-from torchx_ext.error_file import parse_error_report
 from torchx_ext.schedulers.kubernetes.app_view import end_annotation, end_due, read_app
 
 APP = "train-abc12345"
@@ -84,12 +83,6 @@ def test_a_failed_job_names_the_first_failed_replica_its_code_and_the_launchers_
     assert "replica train/1" in view.message and "exited with code 1" in view.message
     assert "rank 3 (local rank 1) exited with code 7" in view.message
     assert [replica.state for replica in view.replicas] == [State.CANCELLED, State.FAILED]
-
-
-def test_a_cut_termination_message_still_gives_the_reports_message() -> None:
-    report = json.dumps({"message": {"message": "loss is nan", "extraInfo": {"py_callstack": "x" * 5000}}})
-    parsed = parse_error_report(report[:4096])
-    assert parsed is not None and parsed.message == "loss is nan"
 
 
 def test_a_cancelled_app_is_cancelled_whatever_its_pods_exited_with() -> None:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from torchx_ext.errors import InvalidArgumentError, StateTransitionError
 from torchx_ext.schedulers.common.app_ids import DOCKER, KUBERNETES, LOCAL, AppIdRules, new_app_id
-from torchx_ext.error_file import ErrorReport, read_error_file, write_error_file
+from torchx_ext.error_file import ErrorReport, parse_error_report, read_error_file, write_error_file
 from torchx_ext.schedulers.common.logs import LogQuery
 from torchx_ext.schedulers.common.states import JOB_MOVES, REPLICA_MOVES, State, app_state, job_move, job_state_from_replicas, replica_move
 
@@ -146,3 +146,35 @@ def test_written_reports_keep_the_first_failure_and_read_back(tmp_path: Path) ->
     assert read_error_file(tmp_path / "missing.json") is None
     (tmp_path / "bad.json").write_text("[1, 2]")
     assert read_error_file(tmp_path / "bad.json") is None
+
+
+def test_a_cut_report_still_gives_its_message() -> None:
+    # Kubernetes keeps 4 KiB of a termination message; the message comes before the traceback.
+    report = json.dumps({"message": {"message": "loss is nan", "extraInfo": {"py_callstack": "x" * 5000}}})
+    parsed = parse_error_report(report[:4096])
+    assert parsed is not None and parsed.message == "loss is nan"
+    assert parse_error_report(report[:20]) is None
+    assert parse_error_report(b"Traceback (most recent call last):") is None
+
+
+def test_describe_response_groups_replicas_by_role_and_gives_every_backend_one_no_error_placeholder() -> None:
+    from torchx.specs import AppState, Role
+
+    from torchx_ext.schedulers.common.scheduler import NO_ERROR, ReplicaReport, describe_response
+
+    failure = ErrorReport(message="replica reader/0 exited with code 7", error_code=7, timestamp=5)
+    response = describe_response(
+        "app-1", State.FAILED,
+        roles=[Role(name="trainer", image="img", num_replicas=2), Role(name="reader", image="img", num_replicas=1)],
+        replicas=[ReplicaReport("trainer", 1, State.CANCELLED, "h1"),
+                  ReplicaReport("reader", 0, State.FAILED, "h2", failure),
+                  ReplicaReport("trainer", 0, None, "h0")],
+        error=failure, num_restarts=2, msg="failed")
+
+    assert response.state is AppState.FAILED and response.num_restarts == 2
+    assert [(role.role, [(replica.id, replica.state) for replica in role.replicas])
+            for role in response.roles_statuses] == [
+        ("trainer", [(0, AppState.UNKNOWN), (1, AppState.CANCELLED)]), ("reader", [(0, AppState.FAILED)])]
+    assert [replica.structured_error_msg for role in response.roles_statuses for replica in role.replicas] == [
+        NO_ERROR, NO_ERROR, failure.to_json()]
+    assert parse_error_report(response.structured_error_msg) == failure

@@ -1,5 +1,8 @@
-"""What every scheduler backend shares: job/replica states, log queries, app ids, error files.
+"""What every scheduler backend shares: the torchx-facing shell every backend's scheduler is
+(``scheduler.py``), job/replica states and our ends (``states.py``), log queries, app ids and
+the checks of what a backend is given. Error files and the env names a replica gets live below
+this package (``torchx_ext.error_file``, ``torchx_ext.replica_env``): the launcher uses them too.
 
-Standard library only (plus torchx where a module says so): the local supervisor and the
-launcher import pieces of it and should start fast.
+Standard library only, except ``scheduler.py`` and ``checks.py`` (torchx): the local supervisor
+imports pieces of it and should start fast.
 """

@@ -1,7 +1,9 @@
 """local_cwd: a job's replicas as processes on this host, each on its own slice of it.
 
-``scheduler.py`` is the torchx Scheduler, ``request.py`` its pure dry-run, ``supervisor.py``
-the process that runs a job, ``records.py`` what is kept on disk, ``logs.py`` the log files.
+``scheduler.py`` is the backend on the shared shell (``schedulers/common/scheduler.py``),
+``request.py`` its pure dry-run, ``supervisor.py`` the process that runs a job, ``records.py``
+what is kept on disk, ``processes.py`` a job's processes (found, checked and stopped through
+/proc), ``logs.py`` the log files.
 """
 
 from typing import Any
