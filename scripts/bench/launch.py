@@ -21,6 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from torchx_ext.schedulers.local.records import STATE_ROOT_ENV
+
 ROOT = Path(__file__).resolve().parents[2]
 OURS = ROOT / ".venv"
 BASELINE = ROOT / ".venv-baseline"
@@ -61,7 +63,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="torchx-ext-bench-") as scratch:
         workdir = Path(scratch)
         shutil.copy(JOB, workdir / JOB.name)
-        env = {**os.environ, "TORCHX_EXT_LOCAL_STATE": str(workdir / "state"), "LOGLEVEL": "WARNING"}
+        env = {**os.environ, STATE_ROOT_ENV: str(workdir / "state"), "LOGLEVEL": "WARNING"}
         env.pop("PYTHONPATH", None)
         for job in args.jobs.split(","):
             timed_run(OURS, job, workdir, env)  # warm the page cache for both sides
