@@ -12,3 +12,11 @@ ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"
 RDZV_PORT_ENV = "TORCHX_EXT_RDZV_PORT"
 """Set by a scheduler that runs several replicas on one host (local_cwd): the rendezvous port
 it picked for the job, which wins over the launcher's ``--rdzv-port``."""
+RDZV_IS_HOST_ENV = "TORCHX_EXT_RDZV_IS_HOST"
+"""Set by a scheduler that decides which replica hosts the rendezvous store (slurm: node rank
+0): ``1`` on that replica, ``0`` on the others. Without it torch guesses from the host name, and
+where several replicas share a name or address, whoever binds the port first hosts."""
+ALLOCATED_NODES_ENV = "TORCHX_EXT_ALLOCATED_NODES"
+"""Set by a scheduler that allocates an elastic job's nodes up front (slurm: ``--nodes=MIN-MAX``):
+how many it got, which caps the launcher's ``--nnodes`` MAX so the rendezvous completes as soon
+as they have all joined."""

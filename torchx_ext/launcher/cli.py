@@ -33,7 +33,7 @@ from torchx_ext.options import OMP_THREADS_FORMS, check_mode
 from torchx_ext.options import DEVICE_KINDS, MODES
 from torchx_ext.numa.topology import DEFAULT_SYSFS_ROOT
 from torchx_ext.error_file import ErrorReport, read_error_file, write_error_file
-from torchx_ext.replica_env import ERROR_FILE_ENV, RDZV_PORT_ENV
+from torchx_ext.replica_env import ALLOCATED_NODES_ENV, ERROR_FILE_ENV, RDZV_IS_HOST_ENV, RDZV_PORT_ENV
 
 logger = logging.getLogger("torchx_ext.launcher")
 
@@ -155,6 +155,7 @@ def prepare(args: argparse.Namespace) -> tuple[Any, Callable[..., Any] | str, li
         raise InvalidArgumentError(
             f"invalid --nnodes {args.nnodes!r}: expected N or MIN:MAX with 1 <= MIN <= MAX"
         )
+    max_nodes = _cap_at_allocation(args, min_nodes, max_nodes)
     nproc = local_world_size(args.nproc_per_node)
     check_rdzv_backend(args.rdzv_backend)
     std_spec(args.redirects, "--redirects")
@@ -174,6 +175,7 @@ def prepare(args: argparse.Namespace) -> tuple[Any, Callable[..., Any] | str, li
     finally:
         if omp_decided_here:
             os.environ.pop("OMP_NUM_THREADS", None)
+    _set_store_host(config.rdzv_configs)
     # LaunchConfig may still pick torch's default numa_options on CUDA hosts: clear them.
     config.numa_options = None
     if getattr(args, "shutdown_timeout", None) is None and "TORCH_ELASTIC_SHUTDOWN_TIMEOUT" not in os.environ:
@@ -289,6 +291,30 @@ def _check_entrypoint(args: argparse.Namespace) -> None:
             raise InvalidArgumentError(f"program {script!r} not found on PATH or not executable (--no-python)")
     elif not os.path.isfile(script):
         raise InvalidArgumentError(f"training script {script!r} does not exist (give a path, or -m MODULE)")
+
+
+def _cap_at_allocation(args: argparse.Namespace, min_nodes: int, max_nodes: int) -> int:
+    """MAX of ``--nnodes``, lowered to the nodes a scheduler allocated (``ALLOCATED_NODES_ENV``)."""
+    allocated = os.environ.get(ALLOCATED_NODES_ENV)
+    if not allocated:
+        return max_nodes
+    if not (allocated.isascii() and allocated.isdigit() and int(allocated) > 0):
+        raise InvalidArgumentError(f"invalid ${ALLOCATED_NODES_ENV} {allocated!r}: expected a node count, 1 or more")
+    if int(allocated) < min_nodes:
+        raise InvalidArgumentError(
+            f"the scheduler allocated {allocated} nodes (${ALLOCATED_NODES_ENV}), fewer than --nnodes {args.nnodes!r} needs")
+    if int(allocated) < max_nodes:
+        args.nnodes = f"{min_nodes}:{allocated}"
+        return int(allocated)
+    return max_nodes
+
+
+def _set_store_host(rdzv_configs: dict[str, Any]) -> None:
+    # The scheduler knows which replica hosts the store; torch would guess from host names,
+    # and replicas that share an address would race for the port.
+    decided = os.environ.get(RDZV_IS_HOST_ENV)
+    if decided in ("0", "1") and "is_host" not in rdzv_configs:
+        rdzv_configs["is_host"] = decided == "1"
 
 
 def _resolve_rendezvous(args: argparse.Namespace, max_nodes: int) -> None:

@@ -37,3 +37,10 @@ def scheduler_3_kubernetes(session_name: str, **kwargs: object) -> Scheduler:
     from torchx_ext.schedulers.kubernetes import create_scheduler
 
     return create_scheduler(session_name, **kwargs)
+
+
+@register.scheduler(name="slurm")
+def scheduler_4_slurm(session_name: str, **kwargs: object) -> Scheduler:
+    from torchx_ext.schedulers.slurm import create_scheduler
+
+    return create_scheduler(session_name, **kwargs)

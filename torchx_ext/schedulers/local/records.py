@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from collections.abc import Callable
 from dataclasses import MISSING, asdict, dataclass, field
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Any, TypeVar
 
 from torchx_ext.errors import JobRecordError
 from torchx_ext.schedulers.common.app_ids import LOCAL
+from torchx_ext.schedulers.common.files import write_atomically
 from torchx_ext.schedulers.common.states import State
 from torchx_ext.schedulers.local.processes import boot_id, process_start_ticks
 
@@ -28,9 +28,7 @@ STATE_ROOT_ENV = "TORCHX_EXT_LOCAL_STATE"
 # Written into every record; a record of another format is reported, not guessed at.
 FORMAT_VERSION = 1
 FORMAT_KEY = "format"
-# The user's logs, env values (API keys) and commands are nobody else's.
 DIR_MODE = 0o700
-FILE_MODE = 0o600
 
 
 @dataclass(frozen=True)
@@ -305,15 +303,3 @@ def registered_jobs() -> list[str]:
     except FileNotFoundError:
         return []
     return [entry.name for entry in sorted(entries, key=lambda entry: entry.stat().st_mtime) if entry.is_file()]
-
-
-def write_atomically(path: Path, text: str) -> None:
-    # Readers in other processes see the old content or the new, never half of it.
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.{time.monotonic_ns()}")
-    try:
-        with open(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE), "w") as file:
-            file.write(text)
-        os.replace(temporary, path)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from typing import Any, Mapping
+from typing import Mapping
 
 from torchx import specs
 
@@ -24,6 +24,7 @@ from torchx_ext.schedulers.local.records import (
     ReplicaRequest,
     RoleRequest,
 )
+from torchx_ext.schedulers.common.role_spec import role_spec
 from torchx_ext.schedulers.placement import slice_host
 
 ERROR_FILE_NAME = "error.json"
@@ -78,7 +79,7 @@ def build_request(
             replicas.append(
                 ReplicaRequest(role.name, replica_id, [entrypoint, *resolved.args], env, cwd, cpus, log_dir)
             )
-        roles.append(RoleRequest(role.name, role.max_retries, replicas, _role_spec(role)))
+        roles.append(RoleRequest(role.name, role.max_retries, replicas, role_spec(role)))
     return LocalJobRequest(
         app_id=app_id,
         app_dir=app_dir,
@@ -102,35 +103,6 @@ def describe_request(request: LocalJobRequest) -> str:
         lines.append(f"  argv: {replica.argv!r}")
         lines += [f"  env {key}={value!r}" for key, value in sorted(replica.env.items())]
     return "\n".join(lines)
-
-
-def role_from_spec(spec: Mapping[str, Any]) -> specs.Role:
-    resource = spec["resource"]
-    return specs.Role(
-        name=spec["name"],
-        image=spec["image"],
-        entrypoint=spec["entrypoint"],
-        args=list(spec["args"]),
-        env=dict(spec["env"]),
-        num_replicas=spec["num_replicas"],
-        max_retries=spec["max_retries"],
-        resource=specs.Resource(cpu=resource["cpu"], gpu=resource["gpu"], memMB=resource["memMB"]),
-        port_map=dict(spec["port_map"]),
-    )
-
-
-def _role_spec(role: specs.Role) -> dict[str, Any]:
-    return {
-        "name": role.name,
-        "image": role.image,
-        "entrypoint": role.entrypoint,
-        "args": list(role.args),
-        "env": dict(role.env),
-        "num_replicas": role.num_replicas,
-        "max_retries": role.max_retries,
-        "resource": {"cpu": role.resource.cpu, "gpu": role.resource.gpu, "memMB": role.resource.memMB},
-        "port_map": dict(role.port_map),
-    }
 
 
 def _resolve_entrypoint(role: specs.Role, interpreter: str, path: str, cwd: str) -> str:

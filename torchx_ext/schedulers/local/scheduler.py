@@ -42,7 +42,8 @@ from torchx_ext.schedulers.local.records import (
     registry,
     state_root,
 )
-from torchx_ext.schedulers.local.request import build_request, describe_request, role_from_spec
+from torchx_ext.schedulers.common.role_spec import role_from_spec
+from torchx_ext.schedulers.local.request import build_request, describe_request
 from torchx_ext.schedulers.placement import host_topology
 
 logger = logging.getLogger("torchx_ext.local_cwd")
@@ -177,7 +178,7 @@ class LocalScheduler(SchedulerShell[LocalOpts]):
         if job is None:
             raise self.unknown_app(app_id)
         # Imported here: only `torchx log` needs it, every other command starts faster.
-        from torchx_ext.schedulers.local.logs import read_timed_lines
+        from torchx_ext.schedulers.common.log_files import read_timed_lines
 
         replicas = {(replica.role, replica.replica_id): replica for replica in job.read_request().replicas()}
         replica = replicas.get((role_name, replica_id))

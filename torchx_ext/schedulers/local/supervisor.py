@@ -32,7 +32,7 @@ from torchx_ext.replica_env import RDZV_PORT_ENV
 from torchx_ext.schedulers.common.states import State, job_move, replica_move
 from torchx_ext.schedulers.local.processes import marked_processes, signal_process as _signal, stop_processes
 from torchx_ext.schedulers.local.records import JobDir, JobState, LocalJobRequest, ReplicaRequest, ReplicaState
-from torchx_ext.schedulers.local.logs import ReplicaLogWriter
+from torchx_ext.schedulers.common.log_files import ReplicaLogWriter
 from torchx_ext.schedulers.local.request import ERROR_FILE_NAME
 
 _PR_SET_CHILD_SUBREAPER = 36

@@ -1,50 +1,68 @@
-"""A replica's log files, with the time each piece arrived, and reading them back by line.
+"""Log files with the time each piece arrived, and reading them back by line.
 
-The supervisor appends what a replica writes to ``stdout.log``/``stderr.log`` and, in arrival
-order, ``combined.log`` (the same files torchx's local scheduler writes), and next to each an
-index ``<file>.idx`` of ``<byte offset> <unix time>`` lines: where each piece starts and when
-it came. A line's time is the time of the piece its first byte came in, which is what
-``since``/``until`` filter on.
+Next to each log file lies an index ``<file>.idx`` of ``<byte offset> <unix time>`` lines:
+where each piece starts and when it came. A line's time is the time of the piece its first
+byte came in, which is what ``since``/``until`` filter on. local_cwd's supervisor appends what
+a replica writes to ``stdout.log``/``stderr.log`` and, in arrival order, ``combined.log`` (the
+files torchx's local scheduler writes); slurm's step program passes a replica's streams on to
+the files ``srun --output/--error`` write and indexes them, and writes the combined file itself.
 """
 
 from __future__ import annotations
 
 import bisect
+import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import BinaryIO
-
 from torchx_ext.schedulers.common.logs import STREAMS
 
 TAIL_POLL_S = 0.1
 
 
+class IndexedLog:
+    """Appends to ``path`` and its index; with ``passthrough``, the bytes go to that file
+    descriptor instead, whose reader appends them to ``path`` (srun's ``--output``)."""
+
+    def __init__(self, path: Path, passthrough: int | None = None) -> None:
+        # Unbuffered: a reader in another process sees every piece as soon as it is written.
+        self._passthrough = passthrough
+        self._log = open(path, "ab", buffering=0) if passthrough is None else None
+        self._index = open(f"{path}.idx", "ab", buffering=0)
+        self._size = path.stat().st_size if path.exists() else 0
+
+    def write(self, data: bytes, now: float) -> None:
+        self._index.write(f"{self._size} {now:.6f}\n".encode())
+        if self._log is not None:
+            self._log.write(data)
+        else:
+            assert self._passthrough is not None
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self._passthrough, view):]
+        self._size += len(data)
+
+    def close(self) -> None:
+        if self._log is not None:
+            self._log.close()
+        self._index.close()
+
+
 class ReplicaLogWriter:
-    """Appends a replica's output; restarts of the replica append to the same files."""
+    """local_cwd's three files of a replica; restarts of the replica append to the same files."""
 
     def __init__(self, log_dir: Path) -> None:
         log_dir.mkdir(parents=True, exist_ok=True)
-        self._files: dict[str, tuple[BinaryIO, BinaryIO]] = {}
-        self._sizes: dict[str, int] = {}
-        for stream in STREAMS:
-            path = log_dir / f"{stream}.log"
-            # Unbuffered: a reader in another process sees every piece as soon as it is written.
-            self._files[stream] = (open(path, "ab", buffering=0), open(f"{path}.idx", "ab", buffering=0))
-            self._sizes[stream] = path.stat().st_size
+        self._logs = {stream: IndexedLog(log_dir / f"{stream}.log") for stream in STREAMS}
 
     def write(self, stream: str, data: bytes) -> None:
         now = time.time()
         for name in (stream, "combined"):
-            log, index = self._files[name]
-            index.write(f"{self._sizes[name]} {now:.6f}\n".encode())
-            log.write(data)
-            self._sizes[name] += len(data)
+            self._logs[name].write(data, now)
 
     def close(self) -> None:
-        for log, index in self._files.values():
+        for log in self._logs.values():
             log.close()
-            index.close()
 
 
 def read_timed_lines(

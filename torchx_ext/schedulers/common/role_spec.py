@@ -1,0 +1,36 @@
+"""A role as plain data: kept in a job's record as submitted, and a torchx Role again for describe."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from torchx import specs
+
+
+def role_from_spec(spec: Mapping[str, Any]) -> specs.Role:
+    resource = spec["resource"]
+    return specs.Role(
+        name=spec["name"],
+        image=spec["image"],
+        entrypoint=spec["entrypoint"],
+        args=list(spec["args"]),
+        env=dict(spec["env"]),
+        num_replicas=spec["num_replicas"],
+        max_retries=spec["max_retries"],
+        resource=specs.Resource(cpu=resource["cpu"], gpu=resource["gpu"], memMB=resource["memMB"]),
+        port_map=dict(spec["port_map"]),
+    )
+
+
+def role_spec(role: specs.Role) -> dict[str, Any]:
+    return {
+        "name": role.name,
+        "image": role.image,
+        "entrypoint": role.entrypoint,
+        "args": list(role.args),
+        "env": dict(role.env),
+        "num_replicas": role.num_replicas,
+        "max_retries": role.max_retries,
+        "resource": {"cpu": role.resource.cpu, "gpu": role.resource.gpu, "memMB": role.resource.memMB},
+        "port_map": dict(role.port_map),
+    }

@@ -1,0 +1,97 @@
+"""Slurm's commands, run as argument lists: sbatch, scancel, and the reading of job states.
+
+Every refusal becomes one line naming what Slurm said; a missing command says how to get it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterable
+from pathlib import Path
+
+from torchx_ext.errors import InvalidArgumentError, TorchxExtError
+from torchx_ext.schedulers.slurm.job_view import SlurmJob, parse_sacct, parse_squeue
+
+TIMEOUT_S = 60
+ACCOUNTING_DISABLED = "accounting storage is disabled"
+
+
+class SlurmError(TorchxExtError):
+    """A Slurm command could not be run or failed for a reason other than the user's input."""
+
+
+def run(command: list[str], check: bool = True) -> subprocess.CompletedProcess[str]:
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S)
+    except FileNotFoundError:
+        raise SlurmError(f"{command[0]} is not on PATH: the slurm scheduler runs Slurm's commands (install Slurm's "
+                         "client tools, or run from a login node)") from None
+    except subprocess.TimeoutExpired:
+        raise SlurmError(f"{command[0]} did not answer in {TIMEOUT_S} s: is the Slurm controller up?") from None
+    if check and done.returncode != 0:
+        raise SlurmError(f"{' '.join(command[:2])} failed: {last_line(done.stderr) or f'exit code {done.returncode}'}")
+    return done
+
+
+def last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def sbatch(script: Path) -> str:
+    """Queues ``script``; its job id. A refusal (an unknown partition, a node list that does not
+    exist, a time limit over the partition's) is an InvalidArgumentError of one line."""
+    done = run(["sbatch", "--parsable", str(script)], check=False)
+    if done.returncode != 0:
+        raise InvalidArgumentError(f"sbatch refused the job: {last_line(done.stderr) or done.returncode} "
+                                   "(check the -cfg values; nothing was queued)")
+    job_id = done.stdout.strip().split(";")[0]
+    if not job_id.isdigit():
+        raise SlurmError(f"sbatch answered {done.stdout.strip()!r}, not a job id")
+    return job_id
+
+
+def scancel(job_id: str) -> None:
+    done = run(["scancel", job_id], check=False)
+    if done.returncode != 0 and "Invalid job id" not in done.stderr and "already completing" not in done.stderr:
+        raise SlurmError(f"scancel {job_id} failed: {last_line(done.stderr)}")
+
+
+class JobStates:
+    """Slurm's states of jobs, by the cheapest source that knows them: ``sacct`` (one call for
+    many jobs) while accounting is on, else ``squeue`` (jobs the controller still holds)."""
+
+    def __init__(self) -> None:
+        self.accounting: bool | None = None
+        """None until sacct was tried."""
+
+    def read(self, job_ids: Iterable[str]) -> dict[str, SlurmJob]:
+        """The jobs Slurm still knows of among ``job_ids``; a job missing from the answer is
+        one Slurm forgot (or never had)."""
+        wanted = sorted(set(job_ids), key=int)
+        if not wanted:
+            return {}
+        found: dict[str, SlurmJob] = {}
+        if self.accounting is not False:
+            done = run(["sacct", "-X", "-P", "-n", "-o", "JobID,State", "-j", ",".join(wanted)], check=False)
+            if done.returncode == 0:
+                self.accounting = True
+                found = {job_id: job for job_id, job in parse_sacct(done.stdout).items() if job_id in wanted}
+            elif ACCOUNTING_DISABLED in done.stderr.lower():
+                self.accounting = False
+            else:
+                raise SlurmError(f"sacct failed: {last_line(done.stderr)}")
+        missing = [job_id for job_id in wanted if job_id not in found]
+        if missing:
+            # Accounting lags the controller by a moment after submission; squeue does not.
+            found.update(self._squeue(missing))
+        return found
+
+    @staticmethod
+    def _squeue(job_ids: list[str]) -> dict[str, SlurmJob]:
+        done = run(["squeue", "-h", "--states=all", "-o", "%i|%T|%r", "-j", ",".join(job_ids)], check=False)
+        if done.returncode != 0:
+            if "Invalid job id" in done.stderr:
+                return {}  # every one of them is forgotten
+            raise SlurmError(f"squeue failed: {last_line(done.stderr)}")
+        return {job_id: job for job_id, job in parse_squeue(done.stdout).items() if job_id in job_ids}

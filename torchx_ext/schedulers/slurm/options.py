@@ -1,0 +1,114 @@
+"""slurm's ``-cfg``: what each option becomes in the batch script, checked before anything is
+written or queued. Values Slurm itself must judge (does the partition exist?) are judged by
+``sbatch``, whose refusal is reported in one line with nothing queued.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any, List, Optional, TypedDict
+
+from torchx.specs import runopts
+
+from torchx_ext.errors import InvalidArgumentError
+
+TIME_FORMS = "MINUTES, MINUTES:SECONDS, HOURS:MINUTES:SECONDS, DAYS-HOURS[:MINUTES[:SECONDS]] or UNLIMITED"
+_TIME = re.compile(r"\d+(:\d+){0,2}|\d+-\d+(:\d+){0,2}|UNLIMITED|INFINITE", re.IGNORECASE)
+MAIL_TYPES = ("NONE", "BEGIN", "END", "FAIL", "REQUEUE", "ALL", "INVALID_DEPEND", "STAGE_OUT", "TIME_LIMIT",
+              "TIME_LIMIT_90", "TIME_LIMIT_80", "TIME_LIMIT_50", "ARRAY_TASKS")
+# The batch script sets these itself: given again, the job would not be the one we track.
+OWN_SBATCH_OPTIONS = frozenset({
+    "--nodes", "-N", "--ntasks", "-n", "--ntasks-per-node", "--cpus-per-task", "-c", "--mem", "--output", "-o",
+    "--error", "-e", "--open-mode", "--job-name", "-J", "--chdir", "-D", "--parsable", "--wrap", "--hold", "-H",
+    "--array", "-a",
+})
+# -cfg name -> sbatch option, in the order they are written.
+SBATCH_OPTION_OF = {
+    "partition": "--partition",
+    "time": "--time",
+    "account": "--account",
+    "qos": "--qos",
+    "constraint": "--constraint",
+    "nodelist": "--nodelist",
+    "exclude": "--exclude",
+    "reservation": "--reservation",
+    "mail_user": "--mail-user",
+    "mail_type": "--mail-type",
+}
+
+
+class SlurmOpts(TypedDict, total=False):
+    partition: Optional[str]
+    time: Optional[str]
+    account: Optional[str]
+    qos: Optional[str]
+    constraint: Optional[str]
+    nodelist: Optional[str]
+    exclude: Optional[str]
+    reservation: Optional[str]
+    mail_user: Optional[str]
+    mail_type: Optional[str]
+    exclusive: Optional[bool]
+    job_dir: Optional[str]
+    sbatch_args: Optional[List[str]]
+
+
+def slurm_runopts(default_job_dir: str) -> runopts:
+    opts = runopts()
+    opts.add("partition", type_=str, default=None, help="partition to run in (default: the cluster's default)")
+    opts.add("time", type_=str, default=None, help=f"time limit of the job: {TIME_FORMS}")
+    opts.add("account", type_=str, default=None, help="account to charge")
+    opts.add("qos", type_=str, default=None, help="quality of service")
+    opts.add("constraint", type_=str, default=None, help="node features required, e.g. a100&ib")
+    opts.add("exclusive", type_=bool, default=False,
+             help="whole nodes for the job: every CPU of a node is planned for its replica")
+    opts.add("nodelist", type_=str, default=None, help="nodes the job must include, e.g. node[1-4]")
+    opts.add("exclude", type_=str, default=None, help="nodes the job must not use")
+    opts.add("reservation", type_=str, default=None, help="reservation to run in")
+    opts.add("mail_user", type_=str, default=None, help="who gets Slurm's mail about the job")
+    opts.add("mail_type", type_=str, default=None, help=f"which mail: a list of {', '.join(MAIL_TYPES)}")
+    opts.add("job_dir", type_=str, default=None,
+             help=f"directory for the jobs' scripts, logs and records, seen by every node (default {default_job_dir}); "
+             "each job writes {job_dir}/{app name}-{suffix}")
+    opts.add("sbatch_args", type_=List[str], default=None,
+             help="any other sbatch options, each --name=value (e.g. --signal=B:USR1@60)")
+    return opts
+
+
+def sbatch_options(cfg: Mapping[str, Any]) -> list[str]:
+    """The ``#SBATCH`` options ``cfg`` asks for (besides those of the job's shape), checked."""
+    options = []
+    for key, option in SBATCH_OPTION_OF.items():
+        value = cfg.get(key)
+        if value is None or value == "":
+            continue
+        text = _one_line(key, value)
+        if key == "time" and not _TIME.fullmatch(text):
+            raise InvalidArgumentError(f"invalid time {text!r}: expected {TIME_FORMS}")
+        if key == "mail_type":
+            unknown = [kind for kind in text.upper().split(",") if kind not in MAIL_TYPES]
+            if unknown:
+                raise InvalidArgumentError(f"invalid mail_type {text!r} ({', '.join(unknown)}): expected a list of "
+                                           f"{', '.join(MAIL_TYPES)}")
+        options.append(f"{option}={text}")
+    if cfg.get("exclusive"):
+        options.append("--exclusive")
+    for extra in cfg.get("sbatch_args") or []:
+        text = _one_line("sbatch_args", extra)
+        name = text.split("=", 1)[0]
+        if not text.startswith("-"):
+            raise InvalidArgumentError(f"invalid sbatch_args entry {text!r}: expected --name=value or --flag")
+        if name in OWN_SBATCH_OPTIONS:
+            raise InvalidArgumentError(
+                f"sbatch_args entry {text!r}: {name} is set from the app (-j, resources) and job_dir; "
+                "change those instead")
+        options.append(text)
+    return options
+
+
+def _one_line(key: str, value: object) -> str:
+    text = str(value).strip()
+    if not text or "\n" in text or "\r" in text:
+        raise InvalidArgumentError(f"invalid {key} {value!r}: expected one line of text")
+    return text

@@ -1,0 +1,174 @@
+"""slurm's records: the job directory every node reads and writes, and the registry that finds
+it by app id (the Slurm job id) from any directory.
+
+A job directory must be visible at the same path on every node (a shared file system: home
+directories usually are). It holds ``request.json`` (what each role runs), ``batch.sh`` (the
+script given to ``sbatch``), the replicas' logs ``<role>-<k>.out``/``.err`` (``srun --output``
+and ``--error``) and ``<role>-<k>.log`` (both, in arrival order), each with an index of arrival
+times, ``<role>-<k>.started``/``.exit`` (written by the step program: the node it ran on, and
+how it ended), ``cancelled`` (a cancel was asked for) and ``final.json`` (the end Slurm
+reported, kept once read).
+
+Standard library only: the step program imports this module on every node.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from torchx_ext.errors import JobRecordError
+from torchx_ext.schedulers.common.files import write_atomically
+
+STATE_ROOT_ENV = "TORCHX_EXT_SLURM_STATE"
+FORMAT_VERSION = 1
+DIR_MODE = 0o700
+JOB_ID = re.compile(r"\d+")
+
+
+@dataclass(frozen=True)
+class RoleRequest:
+    name: str
+    min_replicas: int
+    num_replicas: int
+    entrypoint: str
+    """Resolved on the submitting host: ``python`` is the submitter's interpreter."""
+    args: list[str]
+    """As the role gave them: macros are applied by the step program, where their values are known."""
+    env: dict[str, str]
+    cwd: str
+    spec: dict[str, Any]
+    """The role as submitted, for describe."""
+
+
+@dataclass(frozen=True)
+class SlurmJobRequest:
+    app_name: str
+    job_dir: str
+    roles: list[RoleRequest]
+    script: str
+    """The batch script."""
+
+    def to_json(self) -> str:
+        return json.dumps({"format": FORMAT_VERSION, **asdict(self)}, indent=1)
+
+    @staticmethod
+    def from_json(text: str) -> "SlurmJobRequest":
+        data = json.loads(text)
+        if data.pop("format", None) != FORMAT_VERSION:
+            raise JobRecordError(f"not a slurm job request of format {FORMAT_VERSION}")
+        roles = [RoleRequest(**role) for role in data.pop("roles")]
+        return SlurmJobRequest(roles=roles, **data)
+
+    def role(self, name: str) -> RoleRequest | None:
+        return next((role for role in self.roles if role.name == name), None)
+
+
+@dataclass(frozen=True)
+class StepEnd:
+    """How a replica's program ended, as its step program saw it."""
+
+    exit_code: int
+    """Negative: killed by that signal."""
+    at: float
+    node: str
+
+
+class JobDir:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    @property
+    def request(self) -> Path:
+        return self.path / "request.json"
+
+    @property
+    def script(self) -> Path:
+        return self.path / "batch.sh"
+
+    @property
+    def cancelled(self) -> Path:
+        return self.path / "cancelled"
+
+    @property
+    def final(self) -> Path:
+        return self.path / "final.json"
+
+    def log(self, role: str, replica_id: int, stream: str) -> Path:
+        suffix = {"stdout": "out", "stderr": "err", "combined": "log"}[stream]
+        return self.path / f"{role}-{replica_id}.{suffix}"
+
+    def started(self, role: str, replica_id: int) -> Path:
+        return self.path / f"{role}-{replica_id}.started"
+
+    def exit(self, role: str, replica_id: int) -> Path:
+        return self.path / f"{role}-{replica_id}.exit"
+
+    def error_file(self, role: str, replica_id: int) -> Path:
+        return self.path / f"{role}-{replica_id}.error.json"
+
+    def read_request(self) -> SlurmJobRequest:
+        try:
+            return SlurmJobRequest.from_json(self.request.read_text())
+        except (OSError, ValueError, TypeError, KeyError) as error:
+            raise JobRecordError(f"{self.request}: unreadable ({error})") from None
+
+    def read_step_end(self, role: str, replica_id: int) -> StepEnd | None:
+        try:
+            return StepEnd(**json.loads(self.exit(role, replica_id).read_text()))
+        except (OSError, ValueError, TypeError):
+            return None
+
+    def started_on(self, role: str, replica_id: int) -> str:
+        """The node the replica runs (ran) on; empty before it started."""
+        try:
+            return str(json.loads(self.started(role, replica_id).read_text())["node"])
+        except (OSError, ValueError, TypeError, KeyError):
+            return ""
+
+
+def state_root() -> Path:
+    """Where slurm keeps its registry and, by default, its job directories."""
+    explicit = os.environ.get(STATE_ROOT_ENV)
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(base) / "torchx_ext" / "slurm"
+
+
+def registry() -> Path:
+    return state_root() / "jobs"
+
+
+def register(app_id: str, job_dir: Path) -> None:
+    registry().mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+    write_atomically(registry() / app_id, str(job_dir.resolve()))
+
+
+def unregister(app_id: str) -> None:
+    (registry() / app_id).unlink(missing_ok=True)
+
+
+def find_job(app_id: str) -> JobDir | None:
+    """The job directory of ``app_id``; None for an id that is no Slurm job id or not ours."""
+    if not JOB_ID.fullmatch(app_id):
+        return None
+    try:
+        job = JobDir(Path((registry() / app_id).read_text()))
+    except OSError:
+        return None
+    return job if job.request.is_file() else None
+
+
+def registered_jobs() -> list[str]:
+    """App ids, oldest first."""
+    try:
+        entries = list(os.scandir(registry()))
+    except FileNotFoundError:
+        return []
+    return [entry.name for entry in sorted(entries, key=lambda entry: int(entry.name) if entry.name.isdigit() else -1)
+            if entry.is_file() and JOB_ID.fullmatch(entry.name)]

@@ -1,0 +1,139 @@
+"""What slurm submits, built purely from an AppDef: one batch script and the request its steps read.
+
+A single-role app is a plain job of ``--nodes=N`` (``MIN-MAX`` when elastic), a multi-role app
+a heterogeneous job with one component per role. Each role is one ``srun`` step of one task
+per node, told its CPUs, memory and GPUs again (``srun`` of Slurm 22.05 no longer inherits
+``--cpus-per-task`` from ``sbatch``), whose task runs ``python -m torchx_ext.schedulers.slurm.step``:
+that program reads the role's command and environment from ``request.json``, so no argument
+or env value of the user's ever passes through a shell. The only values in the script are
+Slurm options, checked to be single lines, and paths, quoted.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+from torchx import specs
+
+from torchx_ext.errors import InvalidArgumentError
+from torchx_ext.schedulers.common.role_spec import role_spec
+from torchx_ext.schedulers.slurm.records import JobDir, RoleRequest, SlurmJobRequest
+
+STEP_MODULE = "torchx_ext.schedulers.slurm.step"
+_ROLE_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+_JOB_NAME_INVALID = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def build_request(
+    app: specs.AppDef,
+    *,
+    job_dir: str,
+    cwd: str,
+    interpreter: str,
+    options: list[str],
+    exclusive: bool = False,
+) -> SlurmJobRequest:
+    """The request for ``app``; ``options``: the checked ``#SBATCH`` options of its ``-cfg``."""
+    for path, what in ((job_dir, "job_dir"), (cwd, "the current directory")):
+        if "\n" in path or "\r" in path:
+            raise InvalidArgumentError(f"{what} {path!r} holds a line break, which an #SBATCH line cannot: use another")
+    roles = [_role_request(role, cwd, interpreter) for role in app.roles]
+    job_name = _JOB_NAME_INVALID.sub("-", app.name).strip("-") or "torchx"
+    script = batch_script(job_name, JobDir(Path(job_dir)), cwd, roles, app.roles, options, interpreter, exclusive)
+    return SlurmJobRequest(app_name=app.name, job_dir=job_dir, roles=roles, script=script)
+
+
+def batch_script(
+    job_name: str,
+    job: JobDir,
+    cwd: str,
+    roles: list[RoleRequest],
+    specs_of_roles: list[specs.Role],
+    options: list[str],
+    interpreter: str,
+    exclusive: bool,
+) -> str:
+    lines = [
+        "#!/bin/bash",
+        "# Written by torchx_ext's slurm scheduler: one srun step per role, one task per node; each",
+        f"# task runs {STEP_MODULE}, which reads its command from request.json beside this script.",
+        f"#SBATCH --job-name={job_name}",
+        f"#SBATCH --chdir={cwd}",
+        f"#SBATCH --output={_pattern(str(job.path))}/slurm-%j.out",
+        "#SBATCH --open-mode=append",
+    ]
+    heterogeneous = len(roles) > 1
+    for position, (role, spec) in enumerate(zip(roles, specs_of_roles)):
+        if position:
+            lines.append("#SBATCH hetjob")
+        lines += [f"#SBATCH {option}" for option in _shape(role, spec.resource)]
+        lines += [f"#SBATCH {option}" for option in options]
+    lines += ["", "set -u", "steps=()"]
+    for position, (role, spec) in enumerate(zip(roles, specs_of_roles)):
+        group = f"_HET_GROUP_{position}" if heterogeneous else ""
+        nodes = f"${{SLURM_JOB_NUM_NODES{group}}}"
+        cpus = f"${{SLURM_CPUS_ON_NODE{group}}}" if exclusive else str(max(1, int(spec.resource.cpu)))
+        # Expanded by the shell: Slurm's own variables, no user input.
+        shaped = [f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1", f"--cpus-per-task={cpus}"]
+        prefix = f"{_pattern(str(job.path))}/{_pattern(role.name)}"
+        quoted = [*([f"--het-group={position}"] if heterogeneous else []), *_resources(spec.resource),
+                  "--kill-on-bad-exit=1", "--open-mode=append", f"--output={prefix}-%t.out", f"--error={prefix}-%t.err",
+                  interpreter, "-m", STEP_MODULE, str(job.path), role.name]
+        lines.append(" ".join(["srun", *shaped, *map(shlex.quote, quoted), "&"]))
+        lines.append("steps+=($!)")
+    lines += [
+        "status=0",
+        'for step in "${steps[@]}"; do wait "$step" || status=$?; done',
+        'exit "$status"',
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def describe_request(request: SlurmJobRequest) -> str:
+    """The dry-run text: where the job lives, then the batch script as sbatch gets it."""
+    lines = [f"job_dir: {request.job_dir}"]
+    for role in request.roles:
+        lines.append(f"{role.name}: {role.min_replicas}..{role.num_replicas} nodes, cwd={role.cwd}")
+        lines.append(f"  argv: {[role.entrypoint, *role.args]!r}")
+        lines += [f"  env {key}={value!r}" for key, value in sorted(role.env.items())]
+    return "\n".join(lines) + "\n--- batch.sh\n" + request.script
+
+
+def _shape(role: RoleRequest, resource: specs.Resource) -> list[str]:
+    nodes = str(role.num_replicas) if role.min_replicas == role.num_replicas else f"{role.min_replicas}-{role.num_replicas}"
+    return [f"--nodes={nodes}", "--ntasks-per-node=1", f"--cpus-per-task={max(1, int(resource.cpu))}",
+            *_resources(resource)]
+
+
+def _resources(resource: specs.Resource) -> list[str]:
+    options = []
+    if resource.memMB and resource.memMB > 0:
+        options.append(f"--mem={int(resource.memMB)}M")
+    if resource.gpu and resource.gpu > 0:
+        options.append(f"--gpus-per-node={int(resource.gpu)}")
+    return options
+
+
+def _role_request(role: specs.Role, cwd: str, interpreter: str) -> RoleRequest:
+    if not _ROLE_NAME.fullmatch(role.name):
+        raise InvalidArgumentError(
+            f"role name {role.name!r} names the job's log files: use letters, digits, '_', '.' and '-'")
+    minimum = role.min_replicas if role.min_replicas is not None else role.num_replicas
+    return RoleRequest(
+        name=role.name,
+        min_replicas=int(minimum),
+        num_replicas=int(role.num_replicas),
+        entrypoint=interpreter if role.entrypoint == "python" else role.entrypoint,
+        args=list(role.args),
+        env=dict(role.env),
+        cwd=cwd,
+        spec=role_spec(role),
+    )
+
+
+def _pattern(text: str) -> str:
+    # srun and sbatch read % in --output as a pattern.
+    return text.replace("%", "%%")

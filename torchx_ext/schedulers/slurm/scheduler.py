@@ -1,0 +1,243 @@
+"""slurm: a job's replicas as the tasks of one Slurm job, one per node, bound inside what Slurm gave.
+
+``schedule`` writes the job directory (``records.py``) and queues the batch script
+(``request.py``) with ``sbatch``; the app id is the Slurm job id. ``describe`` asks Slurm
+(``commands.JobStates``: sacct, else squeue), keeps a job's end once Slurm reported it, and
+once the controller has forgotten a job that nobody looked at, reads the replicas' exit records.
+Logs are the job directory's files, found by app id from any directory.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Optional
+
+from torchx.schedulers.api import DescribeAppResponse, ListAppResponse
+from torchx.specs import AppDef, AppDryRunInfo, runopts
+
+from torchx_ext.error_file import ErrorReport, read_error_file
+from torchx_ext.errors import InvalidArgumentError, JobRecordError
+from torchx_ext.schedulers.common.app_ids import LOCAL, new_app_id
+from torchx_ext.schedulers.common.files import write_atomically
+from torchx_ext.schedulers.common.logs import LogQuery
+from torchx_ext.schedulers.common.role_spec import role_from_spec
+from torchx_ext.schedulers.common.scheduler import ReplicaReport, SchedulerShell, describe_response
+from torchx_ext.schedulers.common.states import State, app_state
+from torchx_ext.schedulers.slurm.commands import JobStates, sbatch, scancel
+from torchx_ext.schedulers.slurm.job_view import SlurmJob, forgotten_job_state, replica_state
+from torchx_ext.schedulers.slurm.options import SlurmOpts, sbatch_options, slurm_runopts
+from torchx_ext.schedulers.slurm.records import (
+    DIR_MODE,
+    JobDir,
+    StepEnd,
+    find_job,
+    register,
+    registered_jobs,
+    state_root,
+    unregister,
+)
+from torchx_ext.schedulers.slurm.request import build_request, describe_request
+
+# How often a followed log asks Slurm whether the job still runs.
+TAIL_STATE_POLL_S = 2.0
+
+
+class SlurmScheduler(SchedulerShell[SlurmOpts]):
+    def __init__(self, session_name: str) -> None:
+        super().__init__("slurm", session_name)
+        self._states = JobStates()
+
+    def _run_opts(self) -> runopts:
+        return slurm_runopts(str(default_job_dirs()))
+
+    def _submit_dryrun(self, app: AppDef, cfg: SlurmOpts) -> AppDryRunInfo:
+        options = sbatch_options(cfg)
+        parent = Path(cfg.get("job_dir") or default_job_dirs()).absolute()
+        request = build_request(
+            app,
+            job_dir=str(parent / new_app_id(app.name, LOCAL)),
+            cwd=os.getcwd(),
+            interpreter=sys.executable,
+            options=options,
+            exclusive=bool(cfg.get("exclusive")),
+        )
+        return AppDryRunInfo(request, describe_request)
+
+    def schedule(self, dryrun_info: AppDryRunInfo[Any]) -> str:
+        request = dryrun_info.request
+        job = JobDir(Path(request.job_dir))
+        try:
+            job.path.mkdir(mode=DIR_MODE, parents=True)
+            write_atomically(job.request, request.to_json())
+            write_atomically(job.script, request.script)
+        except OSError as error:
+            raise InvalidArgumentError(
+                f"cannot write the job's directory {job.path} ({error.strerror or error}): give a directory every "
+                "node sees with -cfg job_dir=DIR") from None
+        try:
+            job_id = sbatch(job.script)
+        except BaseException:
+            shutil.rmtree(job.path, ignore_errors=True)
+            raise
+        register(job_id, job.path)
+        return job_id
+
+    def describe(self, app_id: str) -> Optional[DescribeAppResponse]:
+        job = find_job(app_id)
+        if job is None:
+            return None
+        request = job.read_request()
+        slurm = self._job(app_id, job)
+        ends = {(role.name, k): job.read_step_end(role.name, k)
+                for role in request.roles for k in range(role.num_replicas)}
+        first_failure = _first_failure(ends) if slurm.state is State.FAILED else None
+        replicas = []
+        error = None
+        for (role, k), end in ends.items():
+            state = replica_state(slurm.state, job.started(role, k).exists(), end.exit_code if end else None)
+            report = None
+            if state is State.FAILED and first_failure is not None and (role, k) != first_failure:
+                state = State.CANCELLED  # stopped by Slurm because another replica failed
+            elif state is State.FAILED and end is not None:
+                report = _error_report(job, role, k, end)
+                error = error or report
+            replicas.append(ReplicaReport(role, k, state, job.started_on(role, k), report))
+        msg = slurm.message
+        if first_failure is not None and error is not None:
+            role, k = first_failure
+            msg = f"replica {role}/{k} ({job.started_on(role, k)}) {error.message}" + (f"; {msg}" if msg else "")
+        return describe_response(
+            app_id,
+            slurm.state,
+            roles=[role_from_spec(role.spec) for role in request.roles],
+            replicas=replicas,
+            error=error,
+            msg=msg,
+            ui_url=f"file://{job.path}",
+        )
+
+    def describe_native(self, app_id: str) -> Optional[AppDryRunInfo]:
+        """The request the job was submitted with (torchx-nightly's read-back of a dry-run)."""
+        job = find_job(app_id)
+        try:
+            return None if job is None else AppDryRunInfo(job.read_request(), describe_request)
+        except JobRecordError:
+            return None
+
+    def list(self, cfg: Optional[Mapping[str, Any]] = None) -> list[ListAppResponse]:
+        """Our jobs (those submitted through this scheduler as this user), with one call to Slurm
+        for every job whose end is not known yet."""
+        jobs = {app_id: job for app_id in registered_jobs() if (job := find_job(app_id)) is not None}
+        ended = {app_id: end for app_id, job in jobs.items() if (end := _kept_end(job)) is not None}
+        live = self._states.read(app_id for app_id in jobs if app_id not in ended)
+        listed = []
+        for app_id, job in jobs.items():
+            slurm = ended.get(app_id) or self._settle(app_id, job, live.get(app_id))
+            listed.append(ListAppResponse(app_id=app_id, state=app_state(slurm.state)))
+        return listed
+
+    def _replica_lines(self, app_id: str, role_name: str, replica_id: int,
+                       query: LogQuery) -> Iterable[tuple[float, str]]:
+        job = find_job(app_id)
+        if job is None:
+            raise self.unknown_app(app_id)
+        from torchx_ext.schedulers.common.log_files import read_timed_lines
+
+        request = job.read_request()
+        known = [(role.name, k) for role in request.roles for k in range(role.num_replicas)]
+        if (role_name, replica_id) not in known:
+            raise self.unknown_replica(app_id, role_name, replica_id, (f"{role}/{k}" for role, k in known))
+        checked = [0.0, False]
+
+        def finished() -> bool:
+            if job.exit(role_name, replica_id).exists():
+                return True
+            if time.monotonic() - checked[0] >= TAIL_STATE_POLL_S:
+                checked[0], checked[1] = time.monotonic(), self._job(app_id, job).terminal
+            return bool(checked[1])
+
+        return read_timed_lines(job.log(role_name, replica_id, query.stream), should_tail=query.should_tail,
+                                finished=finished)
+
+    def _cancel_existing(self, app_id: str) -> None:
+        job = find_job(app_id)
+        if job is None or self._job(app_id, job).terminal:
+            return
+        # Kept first: whatever the processes exit with as they are stopped, the job is CANCELLED.
+        write_atomically(job.cancelled, str(time.time()))
+        scancel(app_id)
+
+    def _delete_existing(self, app_id: str) -> None:
+        """Cancel the job if it runs, then remove its directory (logs included) and its entry."""
+        job = find_job(app_id)
+        if job is None:
+            return
+        self._cancel_existing(app_id)
+        shutil.rmtree(job.path, ignore_errors=True)
+        unregister(app_id)
+
+    def _job(self, app_id: str, job: JobDir) -> SlurmJob:
+        kept = _kept_end(job)
+        if kept is not None:
+            return kept
+        return self._settle(app_id, job, self._states.read([app_id]).get(app_id))
+
+    def _settle(self, app_id: str, job: JobDir, reported: SlurmJob | None) -> SlurmJob:
+        """The job's view from what Slurm reported (None: Slurm forgot it); an end is kept."""
+        cancelled = job.cancelled.exists()
+        if reported is None:
+            request = job.read_request()
+            codes = [end.exit_code if (end := job.read_step_end(role.name, k)) else None
+                     for role in request.roles for k in range(role.num_replicas) if job.started(role.name, k).exists()]
+            reported = forgotten_job_state(codes, cancelled)
+        elif reported.terminal and cancelled and reported.state is not State.CANCELLED:
+            reported = SlurmJob(State.CANCELLED, reported.slurm_state, "cancelled by request")
+        if reported.terminal:
+            _keep_end(job, reported)
+        return reported
+
+
+def create_scheduler(session_name: str, **kwargs: Any) -> SlurmScheduler:
+    return SlurmScheduler(session_name)
+
+
+def default_job_dirs() -> Path:
+    return state_root() / "runs"
+
+
+def _kept_end(job: JobDir) -> SlurmJob | None:
+    import json
+
+    try:
+        data = json.loads(job.final.read_text())
+        return SlurmJob(State(data["state"]), data["slurm_state"], data["message"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _keep_end(job: JobDir, end: SlurmJob) -> None:
+    import json
+
+    try:
+        write_atomically(job.final, json.dumps({"state": end.state.value, "slurm_state": end.slurm_state,
+                                                "message": end.message}))
+    except OSError:
+        pass  # a read-only job directory: Slurm is asked again next time
+
+
+def _first_failure(ends: Mapping[tuple[str, int], StepEnd | None]) -> tuple[str, int] | None:
+    failed = [(end.at, key) for key, end in ends.items() if end is not None and end.exit_code != 0]
+    return min(failed)[1] if failed else None
+
+
+def _error_report(job: JobDir, role: str, replica_id: int, end: StepEnd) -> ErrorReport:
+    report = read_error_file(job.error_file(role, replica_id))
+    how = f"exited with code {end.exit_code}" if end.exit_code >= 0 else f"was killed by signal {-end.exit_code}"
+    message = f"{how}: {report.message}" if report is not None and report.message else how
+    return ErrorReport(message=message, error_code=end.exit_code, timestamp=int(end.at),
+                       traceback=report.traceback if report is not None else "")

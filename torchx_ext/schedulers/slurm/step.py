@@ -1,0 +1,145 @@
+"""The program each slurm task runs: one replica of a role, on the node Slurm gave it.
+
+``python -m torchx_ext.schedulers.slurm.step JOB_DIR ROLE`` (written into the batch script):
+
+- reads the role from ``request.json`` and applies torchx's macros with what only the task
+  knows: the app id (``SLURM_JOB_ID``) and the replica id (``SLURM_PROCID``: one task per node);
+- points the replica at the rendezvous host: the first node of the step by its ``NodeAddr``,
+  as ``scontrol`` reports it (node names need not resolve), and tells the launcher that the
+  replica of node rank 0, and only it, hosts the store;
+- says which CPUs Slurm gave the task (the launcher plans inside them, never wider);
+- runs the replica with its output passed on to the files ``srun --output/--error`` write,
+  indexed by arrival time, and both streams into ``<role>-<k>.log``;
+- records where it ran and how it ended (``.started``, ``.exit``): what is left to read once
+  the controller has forgotten the job and accounting is off.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from torchx_ext.numa.cpulist import format_cpulist
+from torchx_ext.replica_env import ALLOCATED_NODES_ENV, ERROR_FILE_ENV, RANK0_HOST_ENV, RDZV_IS_HOST_ENV
+from torchx_ext.schedulers.common.files import write_atomically
+from torchx_ext.schedulers.common.log_files import IndexedLog
+from torchx_ext.schedulers.slurm.records import JobDir, RoleRequest
+
+
+def main(argv: list[str] | None = None) -> int:
+    job_dir, role_name = argv if argv is not None else sys.argv[1:]
+    job = JobDir(Path(job_dir))
+    role = job.read_request().role(role_name)
+    if role is None:
+        raise SystemExit(f"slurm step: no role {role_name!r} in {job.request}")
+    replica_id = int(os.environ.get("SLURM_PROCID", "0"))
+    node = os.environ.get("SLURMD_NODENAME", "")
+    job.exit(role.name, replica_id).unlink(missing_ok=True)  # a requeued job runs again
+    write_atomically(job.started(role.name, replica_id), json.dumps({"node": node, "at": time.time()}))
+    logs = {
+        "stdout": IndexedLog(job.log(role.name, replica_id, "stdout"), passthrough=1),
+        "stderr": IndexedLog(job.log(role.name, replica_id, "stderr"), passthrough=2),
+        "combined": IndexedLog(job.log(role.name, replica_id, "combined")),
+    }
+
+    def say(message: str) -> None:
+        data = f"[torchx_ext.slurm] {message}\n".encode()
+        now = time.time()
+        logs["stderr"].write(data, now)
+        logs["combined"].write(data, now)
+
+    rank0_host = first_node_address(os.environ.get("SLURM_STEP_NODELIST", node), say) or "localhost"
+    argv_, env = replica_command(role, job, replica_id, rank0_host)
+    say(f"{role.name}/{replica_id} on {node}: rendezvous at {rank0_host} (node rank 0 hosts it); {cpus_given()}")
+    code = run_replica(argv_, env, role.cwd, logs)
+    for log in logs.values():
+        log.close()
+    write_atomically(job.exit(role.name, replica_id), json.dumps({"exit_code": code, "at": time.time(), "node": node}))
+    return code if code >= 0 else 128 - code
+
+
+def replica_command(role: RoleRequest, job: JobDir, replica_id: int, rank0_host: str) -> tuple[list[str], dict[str, str]]:
+    """The replica's argv and environment, macros applied as torchx's schedulers apply them."""
+    from torchx import specs
+
+    values = specs.macros.Values(img_root="", app_id=os.environ.get("SLURM_JOB_ID", ""), replica_id=str(replica_id),
+                                 rank0_env=RANK0_HOST_ENV)
+    resolved = values.apply(specs.Role(name=role.name, image="", entrypoint=role.entrypoint, args=list(role.args),
+                                       env=dict(role.env)))
+    env = {
+        **os.environ,
+        RANK0_HOST_ENV: rank0_host,
+        RDZV_IS_HOST_ENV: "1" if replica_id == 0 else "0",
+        ERROR_FILE_ENV: str(job.error_file(role.name, replica_id)),
+        **resolved.env,
+    }
+    if role.min_replicas != role.num_replicas:
+        env[ALLOCATED_NODES_ENV] = os.environ.get("SLURM_STEP_NUM_NODES", str(role.num_replicas))
+    return [resolved.entrypoint, *resolved.args], env
+
+
+def first_node_address(nodelist: str, say: Callable[[str], None]) -> str:
+    """The ``NodeAddr`` of the first node of ``nodelist`` (Slurm's hostlist form); empty if
+    ``scontrol`` cannot tell."""
+    try:
+        names = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True,
+                               check=True, timeout=30).stdout.split()
+        shown = subprocess.run(["scontrol", "show", "node", "-o", names[0]], capture_output=True, text=True,
+                               check=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError, IndexError) as error:
+        say(f"warning: cannot ask scontrol for the first node's address ({error}); using its name")
+        return nodelist.split(",")[0]
+    match = re.search(r"\bNodeAddr=(\S+)", shown)
+    return match[1] if match else names[0]
+
+
+def cpus_given() -> str:
+    """What Slurm gave this task, and whether the task's affinity agrees."""
+    cpus = os.sched_getaffinity(0)
+    expected = os.environ.get("SLURM_CPUS_PER_TASK") or os.environ.get("SLURM_CPUS_ON_NODE")
+    text = f"CPUs {format_cpulist(cpus)} (SLURM_CPUS_PER_TASK={os.environ.get('SLURM_CPUS_PER_TASK', '-')}, " \
+           f"SLURM_CPUS_ON_NODE={os.environ.get('SLURM_CPUS_ON_NODE', '-')}); the launcher plans inside them"
+    if expected and expected.isdigit() and len(cpus) > int(expected):
+        text += (f"; warning: the task may use {len(cpus)} CPUs but Slurm allocated {expected}: Slurm binds no tasks "
+                 "here (TaskPlugin task/affinity or task/cgroup), so replicas sharing a node may overlap")
+    return text
+
+
+def run_replica(argv: list[str], env: dict[str, str], cwd: str, logs: dict[str, IndexedLog]) -> int:
+    """Runs the replica to its end, passing on its output and the signals Slurm sends; its exit
+    code (negative: the signal that killed it)."""
+    process = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE)
+
+    def forward(signum: int, _frame: object) -> None:
+        if process.poll() is None:
+            process.send_signal(signum)
+
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCONT):
+        signal.signal(signum, forward)
+    selector = selectors.DefaultSelector()
+    assert process.stdout is not None and process.stderr is not None
+    selector.register(process.stdout, selectors.EVENT_READ, "stdout")
+    selector.register(process.stderr, selectors.EVENT_READ, "stderr")
+    while selector.get_map():
+        for key, _ in selector.select():
+            data = os.read(key.fd, 1 << 16)
+            if not data:
+                selector.unregister(key.fileobj)
+                continue
+            now = time.time()
+            logs[key.data].write(data, now)
+            logs["combined"].write(data, now)
+    return process.wait()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
