@@ -10,8 +10,8 @@ names it to the component, which passes its name to the launcher)."""
 ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"
 """Where the launcher writes its replica's error report (``error_file.py``)."""
 RDZV_PORT_ENV = "TORCHX_EXT_RDZV_PORT"
-"""Set by a scheduler that runs several replicas on one host (local_cwd): the rendezvous port
-it picked for the job, which wins over the launcher's ``--rdzv-port``."""
+"""Set by a scheduler whose jobs may share a host (local_cwd; slurm, on shared nodes): the
+rendezvous port it picked for the job, which wins over the launcher's ``--rdzv-port``."""
 RDZV_IS_HOST_ENV = "TORCHX_EXT_RDZV_IS_HOST"
 """Set by a scheduler that decides which replica hosts the rendezvous store (slurm: node rank
 0): ``1`` on that replica, ``0`` on the others. Without it torch guesses from the host name, and

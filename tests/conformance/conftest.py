@@ -18,8 +18,10 @@ from typing import Any
 
 import pytest
 
+from tests.fixtures.slurm_cluster import slurm_leftovers
 from tests.helpers import STATE_ROOT_ENV, alive
 from torchx_ext.schedulers.local.processes import marked_processes
+from torchx_ext.schedulers.slurm.records import STATE_ROOT_ENV as SLURM_STATE_ROOT_ENV
 
 JOBS = Path(__file__).parent / "jobs"
 
@@ -91,7 +93,7 @@ def kube_leftovers(client: Any) -> Callable[[str], list[str]]:
     return leftovers
 
 
-@pytest.fixture(params=["local_cwd", "local_docker", "kubernetes", "kubernetes-jobset", "kubernetes-volcano"])
+@pytest.fixture(params=["local_cwd", "local_docker", "kubernetes", "kubernetes-jobset", "kubernetes-volcano", "slurm"])
 def scheduler(
     request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[SchedulerUnderTest]:
@@ -132,6 +134,17 @@ def scheduler(
         for app_id in {item.app_id for item in kube_scheduler.list()} - before:
             kube_scheduler.delete(app_id)
         kube_scheduler.close()
+    elif request.param == "slurm":
+        request.getfixturevalue("slurm_cluster")  # SLURM_CONF points at it
+        monkeypatch.setenv(SLURM_STATE_ROOT_ENV, str(tmp_path / "slurm-state"))
+        from torchx.schedulers import get_scheduler_factories
+
+        slurm_scheduler = get_scheduler_factories()["slurm"]("conformance")
+        # One CPU per replica: both test nodes are this 2-CPU machine.
+        yield SchedulerUnderTest("slurm", {"job_dir": str(tmp_path / "jobs")}, slurm_leftovers,
+                                 component_args={"cpu": 1})
+        for item in slurm_scheduler.list():
+            slurm_scheduler.delete(item.app_id)
     else:
         raise AssertionError(request.param)
 

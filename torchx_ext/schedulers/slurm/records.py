@@ -6,7 +6,7 @@ directories usually are). It holds ``request.json`` (what each role runs), ``bat
 script given to ``sbatch``), the replicas' logs ``<role>-<k>.out``/``.err`` (``srun --output``
 and ``--error``) and ``<role>-<k>.log`` (both, in arrival order), each with an index of arrival
 times, ``<role>-<k>.started``/``.exit`` (written by the step program: the node it ran on, and
-how it ended), ``cancelled`` (a cancel was asked for) and ``final.json`` (the end Slurm
+how it ended), ``<role>.rdzv-port`` (the port node rank 0 picked), ``cancelled`` (a cancel was asked for) and ``final.json`` (the end Slurm
 reported, kept once read).
 
 Standard library only: the step program imports this module on every node.
@@ -107,6 +107,9 @@ class JobDir:
 
     def exit(self, role: str, replica_id: int) -> Path:
         return self.path / f"{role}-{replica_id}.exit"
+
+    def rendezvous_port(self, role: str) -> Path:
+        return self.path / f"{role}.rdzv-port"
 
     def error_file(self, role: str, replica_id: int) -> Path:
         return self.path / f"{role}-{replica_id}.error.json"

@@ -5,8 +5,9 @@
 - reads the role from ``request.json`` and applies torchx's macros with what only the task
   knows: the app id (``SLURM_JOB_ID``) and the replica id (``SLURM_PROCID``: one task per node);
 - points the replica at the rendezvous host: the first node of the step by its ``NodeAddr``,
-  as ``scontrol`` reports it (node names need not resolve), and tells the launcher that the
-  replica of node rank 0, and only it, hosts the store;
+  as ``scontrol`` reports it (node names need not resolve), on a port node rank 0 picks free
+  and publishes in the job directory, and tells the launcher that the replica of node rank 0,
+  and only it, hosts the store;
 - says which CPUs Slurm gave the task (the launcher plans inside them, never wider);
 - runs the replica with its output passed on to the files ``srun --output/--error`` write,
   indexed by arrival time, and both streams into ``<role>-<k>.log``;
@@ -21,6 +22,7 @@ import os
 import re
 import selectors
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -28,10 +30,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from torchx_ext.numa.cpulist import format_cpulist
-from torchx_ext.replica_env import ALLOCATED_NODES_ENV, ERROR_FILE_ENV, RANK0_HOST_ENV, RDZV_IS_HOST_ENV
+from torchx_ext.replica_env import ALLOCATED_NODES_ENV, ERROR_FILE_ENV, RANK0_HOST_ENV, RDZV_IS_HOST_ENV, RDZV_PORT_ENV
 from torchx_ext.schedulers.common.files import write_atomically
 from torchx_ext.schedulers.common.log_files import IndexedLog
 from torchx_ext.schedulers.slurm.records import JobDir, RoleRequest
+
+START_ORDER_WAIT_S = 10.0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,7 +47,6 @@ def main(argv: list[str] | None = None) -> int:
     replica_id = int(os.environ.get("SLURM_PROCID", "0"))
     node = os.environ.get("SLURMD_NODENAME", "")
     job.exit(role.name, replica_id).unlink(missing_ok=True)  # a requeued job runs again
-    write_atomically(job.started(role.name, replica_id), json.dumps({"node": node, "at": time.time()}))
     logs = {
         "stdout": IndexedLog(job.log(role.name, replica_id, "stdout"), passthrough=1),
         "stderr": IndexedLog(job.log(role.name, replica_id, "stderr"), passthrough=2),
@@ -56,10 +59,18 @@ def main(argv: list[str] | None = None) -> int:
         logs["stderr"].write(data, now)
         logs["combined"].write(data, now)
 
-    rank0_host = first_node_address(os.environ.get("SLURM_STEP_NODELIST", node), say) or "localhost"
+    rank0_host, own_address = node_addresses(os.environ.get("SLURM_STEP_NODELIST", node), node, say)
     argv_, env = replica_command(role, job, replica_id, rank0_host)
-    say(f"{role.name}/{replica_id} on {node}: rendezvous at {rank0_host} (node rank 0 hosts it); {cpus_given()}")
-    code = run_replica(argv_, env, role.cwd, logs)
+    # The address rank 0's workers are reached at (MASTER_ADDR): the node's own, not its name.
+    env.setdefault("PET_LOCAL_ADDR", own_address)
+    say(f"{role.name}/{replica_id} on {node} ({own_address}): rendezvous at {rank0_host} (node rank 0 hosts it); "
+        f"{cpus_given()}")
+    port = rendezvous_port(job, role.name, replica_id, say)
+    if port is not None:
+        env[RDZV_PORT_ENV] = port
+    code = run_replica(argv_, env, role.cwd, logs,
+                       started=lambda: write_atomically(job.started(role.name, replica_id),
+                                                        json.dumps({"node": node, "at": time.time()})))
     for log in logs.values():
         log.close()
     write_atomically(job.exit(role.name, replica_id), json.dumps({"exit_code": code, "at": time.time(), "node": node}))
@@ -86,19 +97,43 @@ def replica_command(role: RoleRequest, job: JobDir, replica_id: int, rank0_host:
     return [resolved.entrypoint, *resolved.args], env
 
 
-def first_node_address(nodelist: str, say: Callable[[str], None]) -> str:
-    """The ``NodeAddr`` of the first node of ``nodelist`` (Slurm's hostlist form); empty if
-    ``scontrol`` cannot tell."""
+def node_addresses(nodelist: str, node: str, say: Callable[[str], None]) -> tuple[str, str]:
+    """The ``NodeAddr`` of the first node of ``nodelist`` (Slurm's hostlist form) and of
+    ``node``, as ``scontrol`` reports them; a node's name where it cannot tell."""
     try:
         names = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True,
                                check=True, timeout=30).stdout.split()
-        shown = subprocess.run(["scontrol", "show", "node", "-o", names[0]], capture_output=True, text=True,
-                               check=True, timeout=30).stdout
+        shown = subprocess.run(["scontrol", "show", "node", "-o", ",".join(dict.fromkeys([names[0], node]))],
+                               capture_output=True, text=True, check=True, timeout=30).stdout
     except (OSError, subprocess.SubprocessError, IndexError) as error:
-        say(f"warning: cannot ask scontrol for the first node's address ({error}); using its name")
-        return nodelist.split(",")[0]
-    match = re.search(r"\bNodeAddr=(\S+)", shown)
-    return match[1] if match else names[0]
+        say(f"warning: cannot ask scontrol for the nodes' addresses ({error}); using their names")
+        return nodelist.split(",")[0], node
+    addresses = dict(re.findall(r"\bNodeName=(\S+).*?\bNodeAddr=(\S+)", shown))
+    return addresses.get(names[0], names[0]), addresses.get(node, node)
+
+
+def rendezvous_port(job: JobDir, role: str, replica_id: int, say: Callable[[str], None]) -> str | None:
+    """The job's rendezvous port: picked free by node rank 0 and published in the job directory;
+    the other nodes wait for it (and so start after node rank 0). None: node rank 0 said nothing
+    in time (the launcher's ``--rdzv-port`` then holds)."""
+    # A fixed port (torchx's 29500) is taken by the first job on a node that several jobs share.
+    # The wait also orders the agents: torchelastic numbers them by (host address, pid), so on
+    # nodes that share a host, as on a test cluster of several slurmd on one machine, starting
+    # after node rank 0 gives this agent the later pid and replica k the ranks k*nproc...
+    published = job.rendezvous_port(role)
+    if replica_id == 0:
+        with socket.socket() as probe:
+            probe.bind(("", 0))
+            port = str(probe.getsockname()[1])
+        write_atomically(published, port)
+        return port
+    deadline = time.monotonic() + START_ORDER_WAIT_S
+    while not published.exists():
+        if time.monotonic() > deadline:
+            say(f"node rank 0 published no rendezvous port in {START_ORDER_WAIT_S:.0f} s; using --rdzv-port")
+            return None
+        time.sleep(0.05)
+    return published.read_text().strip()
 
 
 def cpus_given() -> str:
@@ -113,11 +148,13 @@ def cpus_given() -> str:
     return text
 
 
-def run_replica(argv: list[str], env: dict[str, str], cwd: str, logs: dict[str, IndexedLog]) -> int:
+def run_replica(argv: list[str], env: dict[str, str], cwd: str, logs: dict[str, IndexedLog],
+                started: Callable[[], None]) -> int:
     """Runs the replica to its end, passing on its output and the signals Slurm sends; its exit
-    code (negative: the signal that killed it)."""
+    code (negative: the signal that killed it). ``started`` is called once it runs."""
     process = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE)
+    started()
 
     def forward(signum: int, _frame: object) -> None:
         if process.poll() is None:
