@@ -2,7 +2,7 @@
 # The README's test command: installs each torchx line's environment (scripts/setup_venv.sh:
 # .venv with torchx 0.7.0, .venv-nightly with torchx-nightly), type-checks once, and runs the
 # whole suite on each line, with a Docker engine it starts (and installs, as root) on a private
-# socket (scripts/docker_engine.sh). Tests read TORCHX_EXT_LINE to check that they run on the
+# socket (scripts/docker_engine.sh) and a two-node Slurm on this host (scripts/slurm_cluster.sh). Tests read TORCHX_EXT_LINE to check that they run on the
 # line meant. Exits non-zero if any step fails on any line.
 # Usage: scripts/test.sh [--line 0.7.0|nightly|both] [PYTEST ARGS...]
 #   e.g. scripts/test.sh --line nightly tests/integration/test_torchx_lines.py -x
@@ -32,6 +32,17 @@ elif [ "${CI:-}" = true ]; then
   echo "test.sh: CI=true and no Docker engine could be started" >&2; exit 1
 else
   echo "test.sh: warning: no Docker engine; the tests that need one are skipped" >&2
+fi
+# One test Slurm cluster (two slurmd on this host; scripts/slurm_cluster.sh), for the slurm
+# scheduler's tests; stopped at the end with the engine.
+echo "=== Slurm test cluster"
+if cluster="$(bash scripts/slurm_cluster.sh start)"; then
+  export "$cluster"
+  trap 'bash scripts/slurm_cluster.sh stop; bash scripts/docker_engine.sh stop' EXIT
+elif [ "${CI:-}" = true ]; then
+  echo "test.sh: CI=true and the Slurm test cluster could not be started" >&2; exit 1
+else
+  echo "test.sh: warning: no Slurm test cluster; the tests that need one are skipped" >&2
 fi
 echo "=== mypy (with torchx ${lines[0]})"
 "$(venv "${lines[0]}")/bin/python" -m mypy || exit 1

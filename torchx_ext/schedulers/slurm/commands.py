@@ -38,13 +38,15 @@ def last_line(text: str) -> str:
     return lines[-1] if lines else ""
 
 
-def sbatch(script: Path) -> str:
+def sbatch(script: Path, options: list[str]) -> str:
     """Queues ``script``; its job id. A refusal (an unknown partition, a node list that does not
-    exist, a time limit over the partition's) is an InvalidArgumentError of one line."""
+    exist, a time limit over the partition's) is an InvalidArgumentError of one line naming
+    ``options``, the script's options from ``-cfg``."""
     done = run(["sbatch", "--parsable", str(script)], check=False)
     if done.returncode != 0:
-        raise InvalidArgumentError(f"sbatch refused the job: {last_line(done.stderr) or done.returncode} "
-                                   "(check the -cfg values; nothing was queued)")
+        given = f" with {' '.join(options)}" if options else ""
+        raise InvalidArgumentError(f"sbatch refused the job{given}: {last_line(done.stderr) or done.returncode} "
+                                   "(check those -cfg values; nothing was queued)")
     job_id = done.stdout.strip().split(";")[0]
     if not job_id.isdigit():
         raise SlurmError(f"sbatch answered {done.stdout.strip()!r}, not a job id")

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +52,8 @@ class SlurmJobRequest:
     roles: list[RoleRequest]
     script: str
     """The batch script."""
+    options: list[str] = field(default_factory=list)
+    """The ``#SBATCH`` options from ``-cfg`` (named when sbatch refuses the job)."""
 
     def to_json(self) -> str:
         return json.dumps({"format": FORMAT_VERSION, **asdict(self)}, indent=1)

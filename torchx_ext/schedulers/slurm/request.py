@@ -42,7 +42,7 @@ def build_request(
     roles = [_role_request(role, cwd, interpreter) for role in app.roles]
     job_name = _JOB_NAME_INVALID.sub("-", app.name).strip("-") or "torchx"
     script = batch_script(job_name, JobDir(Path(job_dir)), cwd, roles, app.roles, options, interpreter, exclusive)
-    return SlurmJobRequest(app_name=app.name, job_dir=job_dir, roles=roles, script=script)
+    return SlurmJobRequest(app_name=app.name, job_dir=job_dir, roles=roles, script=script, options=options)
 
 
 def batch_script(

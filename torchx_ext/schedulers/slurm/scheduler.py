@@ -80,7 +80,7 @@ class SlurmScheduler(SchedulerShell[SlurmOpts]):
                 f"cannot write the job's directory {job.path} ({error.strerror or error}): give a directory every "
                 "node sees with -cfg job_dir=DIR") from None
         try:
-            job_id = sbatch(job.script)
+            job_id = sbatch(job.script, request.options)
         except BaseException:
             shutil.rmtree(job.path, ignore_errors=True)
             raise

@@ -1,0 +1,137 @@
+"""slurm's pure parts: -cfg checks, the batch script, Slurm's states in ours, and the plan a
+task makes inside what Slurm gave it (on fixture trees)."""
+
+from __future__ import annotations
+
+import pytest
+from torchx import specs
+
+from tests.conftest import MachineRoot
+from torchx_ext.components.dist import ddp
+from torchx_ext.errors import InvalidArgumentError
+from torchx_ext.launcher.worker_binding import plan_workers
+from torchx_ext.numa.cpulist import parse_cpulist
+from torchx_ext.schedulers.common.states import State
+from torchx_ext.schedulers.slurm.job_view import (
+    SLURM_STATES,
+    forgotten_job_state,
+    parse_sacct,
+    parse_squeue,
+    replica_state,
+    slurm_job,
+)
+from torchx_ext.schedulers.slurm.options import sbatch_options
+from torchx_ext.schedulers.slurm.request import build_request
+
+EVERY_STATE = {
+    "PENDING": State.PENDING, "CONFIGURING": State.PENDING, "RUNNING": State.RUNNING, "COMPLETING": State.RUNNING,
+    "COMPLETED": State.SUCCEEDED, "FAILED": State.FAILED, "CANCELLED": State.CANCELLED,
+    "CANCELLED by 0": State.CANCELLED, "TIMEOUT": State.FAILED, "NODE_FAIL": State.FAILED,
+    "OUT_OF_MEMORY": State.FAILED, "PREEMPTED": State.FAILED, "REQUEUED": State.PENDING,
+    "SUSPENDED": State.RUNNING, "BOOT_FAIL": State.FAILED, "DEADLINE": State.FAILED,
+}
+
+
+def request_for(app: specs.AppDef, **cfg: object) -> str:
+    return build_request(app, job_dir="/shared/jobs/train-x", cwd="/home/me", interpreter="/venv/bin/python",
+                         options=sbatch_options(cfg), exclusive=bool(cfg.get("exclusive"))).script
+
+
+@pytest.mark.parametrize("slurm_state, state", EVERY_STATE.items())
+def test_every_slurm_state_maps(slurm_state: str, state: State) -> None:
+    assert slurm_job(slurm_state).state is state
+
+
+def test_ends_exit_codes_cannot_tell_say_what_happened() -> None:
+    assert "time limit" in slurm_job("TIMEOUT").message
+    assert "out of memory" in slurm_job("OUT_OF_MEMORY").message
+    assert slurm_job("CANCELLED by 1000").message == "cancelled by uid 1000"
+    assert slurm_job("PENDING", "Resources").message == "pending: Resources"
+    assert set(EVERY_STATE) - {"CANCELLED by 0"} <= set(SLURM_STATES)
+
+
+def test_a_heterogeneous_job_runs_while_a_component_runs_and_ends_with_the_worst() -> None:
+    assert parse_sacct("12+0|COMPLETED\n12+1|RUNNING\n13|CANCELLED by 0\n")["12"].state is State.RUNNING
+    assert parse_sacct("12+0|COMPLETED\n12+1|FAILED\n")["12"].state is State.FAILED
+    assert parse_sacct("13|CANCELLED by 0\n")["13"].state is State.CANCELLED
+    assert parse_squeue("14|PENDING|Priority\n")["14"].message == "pending: Priority"
+
+
+def test_replicas_of_a_cancelled_job_are_cancelled_whatever_they_exited_with() -> None:
+    assert replica_state(State.CANCELLED, True, 1) is State.CANCELLED
+    assert replica_state(State.CANCELLED, True, None) is State.CANCELLED
+    assert replica_state(State.RUNNING, True, 7) is State.FAILED
+    assert replica_state(State.RUNNING, False, None) is State.PENDING
+    assert replica_state(State.SUCCEEDED, False, None) is None  # an elastic job's unallocated node
+
+
+def test_a_forgotten_job_ends_as_its_exit_records_say() -> None:
+    assert forgotten_job_state([0, 0], cancelled=False).state is State.SUCCEEDED
+    assert forgotten_job_state([0, 3], cancelled=False).state is State.FAILED
+    assert "no exit record" in forgotten_job_state([0, None], cancelled=False).message
+    assert forgotten_job_state([0, 1], cancelled=True).state is State.CANCELLED
+
+
+def test_one_role_is_one_plain_job_with_one_step_told_its_resources_again() -> None:
+    script = request_for(ddp(script="train.py", j="2:4x8", cpu=16, gpu=8, memMB=4096), partition="gpu", time="1:00:00")
+
+    assert "#SBATCH --nodes=2-4" in script and "hetjob" not in script
+    assert "#SBATCH --partition=gpu" in script and "#SBATCH --time=1:00:00" in script
+    step = next(line for line in script.splitlines() if line.startswith("srun "))
+    for option in ("--nodes=${SLURM_JOB_NUM_NODES}", "--ntasks-per-node=1", "--cpus-per-task=16", "--mem=4096M",
+                   "--gpus-per-node=8", "--output=/shared/jobs/train-x/train-%t.out"):
+        assert option in step
+    assert step.endswith("-m torchx_ext.schedulers.slurm.step /shared/jobs/train-x train &")
+
+
+def test_several_roles_are_one_heterogeneous_component_each() -> None:
+    app = specs.AppDef("two", roles=[specs.Role("trainer", "img", entrypoint="python", num_replicas=3),
+                                     specs.Role("reader", "img", entrypoint="python", num_replicas=1)])
+    script = request_for(app)
+
+    assert script.count("#SBATCH hetjob") == 1
+    assert "--het-group=0" in script and "--het-group=1" in script
+    assert "${SLURM_JOB_NUM_NODES_HET_GROUP_1}" in script
+
+
+def test_user_arguments_never_reach_the_script() -> None:
+    script = request_for(ddp("$(rm -rf ~)", "a'b", script="train.py", j="1x1", env={"X": "`id`"}))
+    assert "rm -rf" not in script and "`id`" not in script and "a'b" not in script
+
+
+def test_exclusive_plans_the_whole_node() -> None:
+    script = request_for(ddp(script="train.py", j="2x2"), exclusive=True)
+    assert "#SBATCH --exclusive" in script and "--cpus-per-task=${SLURM_CPUS_ON_NODE}" in script
+
+
+@pytest.mark.parametrize("cfg, named", [
+    ({"time": "abc"}, "invalid time 'abc'"),
+    ({"mail_type": "END,SOMETIMES"}, "SOMETIMES"),
+    ({"partition": "a\n#SBATCH --x"}, "one line"),
+    ({"sbatch_args": ["--nodes=9"]}, "--nodes is set from the app"),
+    ({"sbatch_args": ["signal"]}, "expected --name=value"),
+])
+def test_bad_cfg_is_one_line_naming_the_value(cfg: dict[str, object], named: str) -> None:
+    with pytest.raises(InvalidArgumentError, match="^[^\n]*$") as raised:
+        sbatch_options(cfg)
+    assert named in str(raised.value)
+
+
+def test_other_sbatch_options_pass_through() -> None:
+    assert sbatch_options({"sbatch_args": ["--signal=B:USR1@60", "--requeue"], "qos": "high"}) == [
+        "--qos=high", "--signal=B:USR1@60", "--requeue"]
+
+
+def test_a_task_plans_inside_the_cpus_and_gpus_slurm_gave_it(machine_root: MachineRoot) -> None:
+    # Slurm gave the task half of socket 1 and GPUs 4 and 5 (it sets CUDA_VISIBLE_DEVICES).
+    given = parse_cpulist("56-83,168-195")
+    root = str(machine_root("dgx-h100"))
+    plan, _ = plan_workers(2, "node", sysfs_root=root, allowed_cpus=given, env={"CUDA_VISIBLE_DEVICES": "4,5"},
+                           device_kind="gpu")
+
+    assert all(rank.cpus <= given for rank in plan.ranks)
+    assert [rank.numa_node for rank in plan.ranks] == [1, 1] and not plan.warnings
+    # GPUs of the other socket than the CPUs given: never widened, said.
+    far, _ = plan_workers(2, "node", sysfs_root=root, allowed_cpus=given, env={"CUDA_VISIBLE_DEVICES": "0,1"},
+                          device_kind="gpu")
+    assert all(rank.cpus <= given for rank in far.ranks) and far.warnings
