@@ -162,7 +162,9 @@ case "${1:-}" in
     install_missing "$accounting"
     if [ "$(id -u)" != 0 ]; then say "the test cluster's daemons need root here"; exit 1; fi
     stop_all
-    rm -rf "$dir/ctld" "$dir/spool"
+    # The controller's state stays (job ids go on from where they were, as on a real cluster;
+    # the accounting database keeps every job by id).
+    rm -rf "$dir/spool"
     write_conf "$accounting"
     start_munge
     [ "$accounting" = yes ] && start_database

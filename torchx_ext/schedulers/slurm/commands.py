@@ -6,6 +6,7 @@ Every refusal becomes one line naming what Slurm said; a missing command says ho
 from __future__ import annotations
 
 import subprocess
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -13,6 +14,8 @@ from torchx_ext.errors import InvalidArgumentError, TorchxExtError
 from torchx_ext.schedulers.slurm.job_view import SlurmJob, parse_sacct, parse_squeue
 
 TIMEOUT_S = 60
+# Between this host's clock and the controller's, and submission and the record's write.
+SUBMIT_CLOCK_SLACK_S = 120
 ACCOUNTING_DISABLED = "accounting storage is disabled"
 
 
@@ -67,15 +70,19 @@ class JobStates:
         self.accounting: bool | None = None
         """None until sacct was tried."""
 
-    def read(self, job_ids: Iterable[str]) -> dict[str, SlurmJob]:
-        """The jobs Slurm still knows of among ``job_ids``; a job missing from the answer is
-        one Slurm forgot (or never had)."""
+    def read(self, job_ids: Iterable[str], since: float) -> dict[str, SlurmJob]:
+        """The jobs Slurm still knows of among ``job_ids``, all submitted after ``since`` (unix
+        time); a job missing from the answer is one Slurm forgot (or never had)."""
         wanted = sorted(set(job_ids), key=int)
         if not wanted:
             return {}
         found: dict[str, SlurmJob] = {}
         if self.accounting is not False:
-            done = run(["sacct", "-X", "-P", "-n", "-o", "JobID,State", "-j", ",".join(wanted)], check=False)
+            # The window keeps out an older job of the same id (ids start again when a cluster's
+            # controller loses its state, and the database keeps every job).
+            start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since - SUBMIT_CLOCK_SLACK_S))
+            done = run(["sacct", "-X", "-P", "-n", "-o", "JobID,State", "-S", start, "-j", ",".join(wanted)],
+                       check=False)
             if done.returncode == 0:
                 self.accounting = True
                 found = {job_id: job for job_id, job in parse_sacct(done.stdout).items() if job_id in wanted}

@@ -134,7 +134,8 @@ class SlurmScheduler(SchedulerShell[SlurmOpts]):
         for every job whose end is not known yet."""
         jobs = {app_id: job for app_id in registered_jobs() if (job := find_job(app_id)) is not None}
         ended = {app_id: end for app_id, job in jobs.items() if (end := _kept_end(job)) is not None}
-        live = self._states.read(app_id for app_id in jobs if app_id not in ended)
+        live = self._states.read((app_id for app_id in jobs if app_id not in ended),
+                                 since=min((_submitted_at(job) for job in jobs.values()), default=time.time()))
         listed = []
         for app_id, job in jobs.items():
             slurm = ended.get(app_id) or self._settle(app_id, job, live.get(app_id))
@@ -185,7 +186,7 @@ class SlurmScheduler(SchedulerShell[SlurmOpts]):
         kept = _kept_end(job)
         if kept is not None:
             return kept
-        return self._settle(app_id, job, self._states.read([app_id]).get(app_id))
+        return self._settle(app_id, job, self._states.read([app_id], since=_submitted_at(job)).get(app_id))
 
     def _settle(self, app_id: str, job: JobDir, reported: SlurmJob | None) -> SlurmJob:
         """The job's view from what Slurm reported (None: Slurm forgot it); an end is kept."""
@@ -208,6 +209,13 @@ def create_scheduler(session_name: str, **kwargs: Any) -> SlurmScheduler:
 
 def default_job_dirs() -> Path:
     return state_root() / "runs"
+
+
+def _submitted_at(job: JobDir) -> float:
+    try:
+        return job.request.stat().st_mtime
+    except OSError:
+        return time.time()
 
 
 def _kept_end(job: JobDir) -> SlurmJob | None:

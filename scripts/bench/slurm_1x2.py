@@ -1,0 +1,70 @@
+"""``torchx run --wait dist.ddp -j 1x2`` end to end on Slurm: ours against torchx 0.7.0's own
+slurm scheduler running torchx's own dist.ddp (torchrun), alternating, in the same invocation.
+
+The baseline is the same CLI with torchx_ext's entry points hidden (``dryrun.py`` says how), so
+torchx uses its builtin slurm scheduler and components, as without our package installed. Each
+run is timed from the CLI's start to its exit, after the job SUCCEEDED. Needs a Slurm cluster
+(``SLURM_CONF``; ``bash scripts/slurm_cluster.sh start`` gives the test one). Target: ratio at
+most 0.6.
+
+    .venv/bin/python scripts/bench/slurm_1x2.py [--runs N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from dryrun import WITH_PLUGIN, WITHOUT_PLUGIN  # noqa: E402
+
+TRAIN = Path(__file__).resolve().parents[2] / "examples" / "train.py"
+TARGET = 0.6
+
+
+def timed(code: str, scheduler_cfg: str, workdir: str) -> float:
+    args = ["run", "-s", "slurm", *(["-cfg", scheduler_cfg] if scheduler_cfg else []), "--wait", "dist.ddp",
+            "-j", "1x2", "--script", str(TRAIN), "--", "--steps", "3"]
+    # torchx's builtin runs `python` from PATH on the node: this interpreter's.
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    start = time.perf_counter()
+    result = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=workdir,
+                            env=env, timeout=600)
+    elapsed = time.perf_counter() - start
+    if result.returncode != 0 or "SUCCEEDED" not in result.stdout + result.stderr:
+        raise SystemExit(f"run failed ({'ours' if code == WITH_PLUGIN else 'torchx'}):\n"
+                         f"{(result.stdout + result.stderr)[-3000:]}")
+    return elapsed
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    if subprocess.run(["sinfo", "-h"], capture_output=True).returncode != 0:
+        print("no Slurm cluster answers (SLURM_CONF): start one with `bash scripts/slurm_cluster.sh start`",
+              file=sys.stderr)
+        return 2
+    ours: list[float] = []
+    theirs: list[float] = []
+    with tempfile.TemporaryDirectory() as workdir:
+        for _ in range(args.runs):
+            ours.append(timed(WITH_PLUGIN, f"job_dir={workdir}/jobs", workdir))
+            theirs.append(timed(WITHOUT_PLUGIN, "", workdir))
+    ratio = statistics.median(ours) / statistics.median(theirs)
+    print(f"torchx_ext slurm + dist.ddp: median {statistics.median(ours):.2f} s over {args.runs} runs "
+          f"({', '.join(f'{value:.2f}' for value in ours)})")
+    print(f"torchx 0.7.0 slurm + dist.ddp: median {statistics.median(theirs):.2f} s "
+          f"({', '.join(f'{value:.2f}' for value in theirs)})")
+    print(f"ratio {ratio:.2f} (target <= {TARGET}): {'met' if ratio <= TARGET else 'MISSED'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
