@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from dryrun import WITH_PLUGIN, WITHOUT_PLUGIN  # noqa: E402
+from dryrun import WITH_PLUGIN, WITHOUT_PLUGIN  # type: ignore[import-not-found]  # noqa: E402
 
 TRAIN = Path(__file__).resolve().parents[2] / "examples" / "train.py"
 TARGET = 0.6

@@ -72,7 +72,8 @@ def slurm_runopts(default_job_dir: str) -> runopts:
              help=f"directory for the jobs' scripts, logs and records, seen by every node (default {default_job_dir}); "
              "each job writes {job_dir}/{app name}-{suffix}")
     opts.add("sbatch_args", type_=List[str], default=None,
-             help="any other sbatch options, each --name=value (e.g. --signal=B:USR1@60)")
+             help="any other sbatch options, each --name=value or (on the command line, where = is taken) "
+             "--name value, e.g. '--signal B:USR1@60;--requeue'")
     return opts
 
 
@@ -96,9 +97,9 @@ def sbatch_options(cfg: Mapping[str, Any]) -> list[str]:
         options.append("--exclusive")
     for extra in cfg.get("sbatch_args") or []:
         text = _one_line("sbatch_args", extra)
-        name = text.split("=", 1)[0]
+        name = text.split("=", 1)[0].split()[0]
         if not text.startswith("-"):
-            raise InvalidArgumentError(f"invalid sbatch_args entry {text!r}: expected --name=value or --flag")
+            raise InvalidArgumentError(f"invalid sbatch_args entry {text!r}: expected --name=value, --name value or --flag")
         if name in OWN_SBATCH_OPTIONS:
             raise InvalidArgumentError(
                 f"sbatch_args entry {text!r}: {name} is set from the app (-j, resources) and job_dir; "
