@@ -20,7 +20,8 @@ from typing import Any, TypeVar
 
 from torchx_ext.errors import JobRecordError
 from torchx_ext.schedulers.common.app_ids import LOCAL
-from torchx_ext.schedulers.common.files import write_atomically
+from torchx_ext.schedulers.common import files
+from torchx_ext.schedulers.common.files import DIR_MODE, registered_dir, registry_entries, write_atomically
 from torchx_ext.schedulers.common.states import State
 from torchx_ext.schedulers.local.processes import boot_id, process_start_ticks
 
@@ -28,7 +29,6 @@ STATE_ROOT_ENV = "TORCHX_EXT_LOCAL_STATE"
 # Written into every record; a record of another format is reported, not guessed at.
 FORMAT_VERSION = 1
 FORMAT_KEY = "format"
-DIR_MODE = 0o700
 
 
 @dataclass(frozen=True)
@@ -269,11 +269,7 @@ def _read(path: Path, parse: Callable[[str], _Record]) -> _Record:
 
 def state_root() -> Path:
     """Where local_cwd keeps its registry and, by default, its logs."""
-    explicit = os.environ.get(STATE_ROOT_ENV)
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return Path(base) / "torchx_ext" / "local_cwd"
+    return files.state_root(STATE_ROOT_ENV, "local_cwd")
 
 
 def registry() -> Path:
@@ -281,25 +277,16 @@ def registry() -> Path:
 
 
 def register(app_id: str, app_dir: Path) -> None:
-    registry().mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
-    write_atomically(registry() / app_id, str(app_dir.resolve()))
+    files.register(registry(), app_id, app_dir)
 
 
 def find_job(app_id: str) -> JobDir | None:
     """The job directory of ``app_id``, or None for an unknown or malformed id."""
-    if not LOCAL.matches(app_id):
-        return None
-    try:
-        job = JobDir(Path((registry() / app_id).read_text()))
-    except OSError:
-        return None
-    return job if job.state.is_file() else None
+    path = registered_dir(registry(), app_id) if LOCAL.matches(app_id) else None
+    job = None if path is None else JobDir(path)
+    return job if job is not None and job.state.is_file() else None
 
 
 def registered_jobs() -> list[str]:
     """App ids in submission order."""
-    try:
-        entries = list(os.scandir(registry()))
-    except FileNotFoundError:
-        return []
-    return [entry.name for entry in sorted(entries, key=lambda entry: entry.stat().st_mtime) if entry.is_file()]
+    return [entry.name for entry in sorted(registry_entries(registry()), key=lambda entry: entry.stat().st_mtime)]

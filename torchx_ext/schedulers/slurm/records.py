@@ -15,18 +15,17 @@ Standard library only: the step program imports this module on every node.
 from __future__ import annotations
 
 import json
-import os
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from torchx_ext.errors import JobRecordError
-from torchx_ext.schedulers.common.files import write_atomically
+from torchx_ext.schedulers.common import files
+from torchx_ext.schedulers.common.files import registered_dir, registry_entries
 
 STATE_ROOT_ENV = "TORCHX_EXT_SLURM_STATE"
 FORMAT_VERSION = 1
-DIR_MODE = 0o700
 JOB_ID = re.compile(r"\d+")
 
 
@@ -138,11 +137,7 @@ class JobDir:
 
 def state_root() -> Path:
     """Where slurm keeps its registry and, by default, its job directories."""
-    explicit = os.environ.get(STATE_ROOT_ENV)
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return Path(base) / "torchx_ext" / "slurm"
+    return files.state_root(STATE_ROOT_ENV, "slurm")
 
 
 def registry() -> Path:
@@ -150,8 +145,7 @@ def registry() -> Path:
 
 
 def register(app_id: str, job_dir: Path) -> None:
-    registry().mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
-    write_atomically(registry() / app_id, str(job_dir.resolve()))
+    files.register(registry(), app_id, job_dir)
 
 
 def unregister(app_id: str) -> None:
@@ -160,20 +154,11 @@ def unregister(app_id: str) -> None:
 
 def find_job(app_id: str) -> JobDir | None:
     """The job directory of ``app_id``; None for an id that is no Slurm job id or not ours."""
-    if not JOB_ID.fullmatch(app_id):
-        return None
-    try:
-        job = JobDir(Path((registry() / app_id).read_text()))
-    except OSError:
-        return None
-    return job if job.request.is_file() else None
+    path = registered_dir(registry(), app_id) if JOB_ID.fullmatch(app_id) else None
+    job = None if path is None else JobDir(path)
+    return job if job is not None and job.request.is_file() else None
 
 
 def registered_jobs() -> list[str]:
     """App ids, oldest first."""
-    try:
-        entries = list(os.scandir(registry()))
-    except FileNotFoundError:
-        return []
-    return [entry.name for entry in sorted(entries, key=lambda entry: int(entry.name) if entry.name.isdigit() else -1)
-            if entry.is_file() and JOB_ID.fullmatch(entry.name)]
+    return sorted((entry.name for entry in registry_entries(registry()) if JOB_ID.fullmatch(entry.name)), key=int)

@@ -23,7 +23,7 @@ from torchx.specs import AppDef, AppDryRunInfo, runopts
 from torchx_ext.error_file import ErrorReport, read_error_file
 from torchx_ext.errors import InvalidArgumentError, JobRecordError
 from torchx_ext.schedulers.common.app_ids import LOCAL, new_app_id
-from torchx_ext.schedulers.common.files import write_atomically
+from torchx_ext.schedulers.common.files import DIR_MODE, write_atomically
 from torchx_ext.schedulers.common.logs import LogQuery
 from torchx_ext.schedulers.common.role_spec import role_from_spec
 from torchx_ext.schedulers.common.scheduler import ReplicaReport, SchedulerShell, describe_response
@@ -32,7 +32,6 @@ from torchx_ext.schedulers.slurm.commands import JobStates, sbatch, scancel
 from torchx_ext.schedulers.slurm.job_view import SlurmJob, forgotten_job_state, replica_state
 from torchx_ext.schedulers.slurm.options import SlurmOpts, sbatch_options, slurm_runopts
 from torchx_ext.schedulers.slurm.records import (
-    DIR_MODE,
     JobDir,
     StepEnd,
     find_job,
