@@ -58,7 +58,7 @@ for line in "${lines[@]}"; do
     for module in "${torchx_free[@]}"; do skip+=("--ignore=tests/integration/$module.py"); done
     echo "(the launcher's own tests ran on torchx ${lines[0]}: ${torchx_free[*]})"
   fi
-  TORCHX_EXT_LINE="$line" "$(venv "$line")/bin/python" -m pytest "${skip[@]}" "$@" || failed+=("$line")
+  TORCHX_EXT_LINE="$line" "$(venv "$line")/bin/python" -m pytest --durations=25 "${skip[@]}" "$@" || failed+=("$line")
 done
 if [ ${#failed[@]} -gt 0 ]; then
   echo "test.sh: the suite failed on torchx ${failed[*]} (of ${lines[*]})" >&2
