@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The README's test command: installs each torchx line's environment (scripts/setup_venv.sh:
 # .venv with torchx 0.7.0, .venv-nightly with torchx-nightly), type-checks once, and runs the
-# whole suite on each line (the launcher's own tests on the first only), with a Docker engine it starts (and installs, as root) on a private
+# whole suite on each line (the launcher's and planner's slowest tests on the first only), with a Docker engine it starts (and installs, as root) on a private
 # socket (scripts/docker_engine.sh) and a two-node Slurm on this host (scripts/slurm_cluster.sh). Tests read TORCHX_EXT_LINE to check that they run on the
 # line meant. Exits non-zero if any step fails on any line.
 # Usage: scripts/test.sh [--line 0.7.0|nightly|both] [PYTEST ARGS...]
@@ -46,17 +46,20 @@ else
 fi
 echo "=== mypy (with torchx ${lines[0]})"
 "$(venv "${lines[0]}")/bin/python" -m mypy || exit 1
-# The launcher imports nothing from torchx (and both lines pin the same torch), so on a whole
-# run its process-level tests run on the first line only: 2-3 minutes less per further line.
-torchx_free=(test_bind test_launcher test_launcher_api test_launcher_in_process test_launcher_output
-             test_launcher_parity test_worker_start test_numa_cli)
+# The launcher and the planner import nothing from torchx (and both lines pin the same torch),
+# so on a whole run their slowest tests (processes, property tests) run on the first line only:
+# about 4 minutes less per further line.
+torchx_free=(integration/test_bind integration/test_launcher integration/test_launcher_api
+             integration/test_launcher_in_process integration/test_launcher_output
+             integration/test_launcher_parity integration/test_worker_start integration/test_numa_cli
+             unit/test_plan_properties unit/test_placement)
 failed=()
 for line in "${lines[@]}"; do
   echo "=== torchx $line: pytest"
   skip=()
   if [ $# -eq 0 ] && [ "$line" != "${lines[0]}" ]; then
-    for module in "${torchx_free[@]}"; do skip+=("--ignore=tests/integration/$module.py"); done
-    echo "(the launcher's own tests ran on torchx ${lines[0]}: ${torchx_free[*]})"
+    for module in "${torchx_free[@]}"; do skip+=("--ignore=tests/$module.py"); done
+    echo "(tests that import nothing from torchx ran on torchx ${lines[0]} only: ${torchx_free[*]})"
   fi
   TORCHX_EXT_LINE="$line" "$(venv "$line")/bin/python" -m pytest --durations=25 "${skip[@]}" "$@" || failed+=("$line")
 done
