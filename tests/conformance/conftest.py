@@ -30,14 +30,15 @@ JOBS = Path(__file__).parent / "jobs"
 class SchedulerUnderTest:
     name: str
     cfg: dict[str, Any]
-    leftovers: Callable[[str], list[str]]
-    """app_id -> what of that job is still running (processes, containers, pods)."""
+    leftovers: Callable[..., list[str]]
+    """(app_id, settle_s=...) -> what of that job is still running (processes, containers, pods)
+    after waiting up to ``settle_s`` for it to go (each scheduler has its own default; 0: now)."""
     component_args: dict[str, Any] = field(default_factory=dict)
 
 
-def _local_leftovers(app_id: str) -> list[str]:
+def _local_leftovers(app_id: str, settle_s: float = 3.0) -> list[str]:
     # The supervisor records the end as its last act: give it a moment to exit after that.
-    deadline = time.monotonic() + 3
+    deadline = time.monotonic() + settle_s
     while (found := _local_processes(app_id)) and time.monotonic() < deadline:
         time.sleep(0.05)
     return found
@@ -57,15 +58,15 @@ def _local_processes(app_id: str) -> list[str]:
 
 
 
-def _docker_leftovers(client: Any) -> Callable[[str], list[str]]:
-    def leftovers(app_id: str) -> list[str]:
+def _docker_leftovers(client: Any) -> Callable[..., list[str]]:
+    def leftovers(app_id: str, settle_s: float = 5.0) -> list[str]:
         # Containers of the job still running, and host processes naming it (its watcher; the
         # containers' processes too, which the host sees and whose launcher names the job).
         def found() -> list[str]:
             running = client.containers.list(filters={"label": f"torchx_ext.app_id={app_id}"}, ignore_removed=True)
             return [f"container {container.name}: {container.status}" for container in running] + _local_processes(app_id)
 
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + settle_s
         while (what := found()) and time.monotonic() < deadline:
             time.sleep(0.1)
         return what
@@ -73,8 +74,8 @@ def _docker_leftovers(client: Any) -> Callable[[str], list[str]]:
     return leftovers
 
 
-def kube_leftovers(client: Any) -> Callable[[str], list[str]]:
-    def leftovers(app_id: str) -> list[str]:
+def kube_leftovers(client: Any) -> Callable[..., list[str]]:
+    def leftovers(app_id: str, settle_s: float = 15.0) -> list[str]:
         # The pods' containers still running on the test engine (the kubelet stand-in names each
         # by its pod, {namespace}/{job}-{index}-{suffix}, and the job by the app id).
         name = app_id.rpartition(":")[2]
@@ -85,7 +86,7 @@ def kube_leftovers(client: Any) -> Callable[[str], list[str]]:
             return [f"container of pod {pod}: {container.status}" for container in running
                     if (pod := container.labels.get("torchx-ext-test.kube/pod", "")).split("/", 1)[-1].startswith(name)]
 
-        deadline = time.monotonic() + 15  # the kubelet stops pods with their grace period (5 s here)
+        deadline = time.monotonic() + settle_s  # the kubelet stops pods with their grace period (5 s here)
         while (what := found()) and time.monotonic() < deadline:
             time.sleep(0.2)
         return what

@@ -101,7 +101,7 @@ def test_cancel_of_a_running_job_is_cancelled_and_leaves_nothing_running(
     app = ddp(script=str(JOBS / "sleeper.py"), j="2x2", **scheduler.component_args)
     handle = submit(runner, scheduler, app)
     wait_for_line(runner, handle, "sleeper", 1, r"running rank 3")
-    assert scheduler.leftovers(app_id(handle)), "the running job should be visible before cancel"
+    assert scheduler.leftovers(app_id(handle), settle_s=0), "the running job should be visible before cancel"
 
     runner.cancel(handle)
 
