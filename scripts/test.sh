@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The README's test command: installs each torchx line's environment (scripts/setup_venv.sh:
 # .venv with torchx 0.7.0, .venv-nightly with torchx-nightly), type-checks once, and runs the
-# whole suite on each line (the launcher's and planner's slowest tests on the first only), with a Docker engine it starts (and installs, as root) on a private
-# socket (scripts/docker_engine.sh) and a two-node Slurm on this host (scripts/slurm_cluster.sh). Tests read TORCHX_EXT_LINE to check that they run on the
-# line meant. Exits non-zero if any step fails on any line.
+# whole suite on each line (the launcher's and planner's slowest tests on the first only), with
+# a Docker engine it starts (and installs, as root) on a private socket (scripts/docker_engine.sh)
+# and a two-node Slurm on this host (scripts/slurm_cluster.sh). Tests read TORCHX_EXT_LINE to
+# check that they run on the line meant. Exits non-zero if any step fails on any line.
 # Usage: scripts/test.sh [--line 0.7.0|nightly|both] [PYTEST ARGS...]
 #   e.g. scripts/test.sh --line nightly tests/integration/test_torchx_lines.py -x
 set -uo pipefail

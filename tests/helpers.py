@@ -10,7 +10,8 @@ import os
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -54,3 +55,11 @@ def alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except (OSError, IndexError):
         return False
+
+
+def still_there(found: Callable[[], list[str]], settle_s: float, poll_s: float = 0.1) -> list[str]:
+    """What ``found`` still reports after giving it up to ``settle_s`` to go (0: what it reports now)."""
+    deadline = time.monotonic() + settle_s
+    while (what := found()) and time.monotonic() < deadline:
+        time.sleep(poll_s)
+    return what

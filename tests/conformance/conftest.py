@@ -10,7 +10,6 @@ pods on that engine, in the kubeconfig's namespace.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.fixtures.slurm_cluster import slurm_leftovers
-from tests.helpers import STATE_ROOT_ENV, alive
+from tests.helpers import STATE_ROOT_ENV, alive, still_there
 from torchx_ext.schedulers.local.processes import marked_processes
 from torchx_ext.schedulers.slurm.records import STATE_ROOT_ENV as SLURM_STATE_ROOT_ENV
 
@@ -38,10 +37,7 @@ class SchedulerUnderTest:
 
 def _local_leftovers(app_id: str, settle_s: float = 3.0) -> list[str]:
     # The supervisor records the end as its last act: give it a moment to exit after that.
-    deadline = time.monotonic() + settle_s
-    while (found := _local_processes(app_id)) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return found
+    return still_there(lambda: _local_processes(app_id), settle_s, poll_s=0.05)
 
 
 def _local_processes(app_id: str) -> list[str]:
@@ -66,16 +62,13 @@ def _docker_leftovers(client: Any) -> Callable[..., list[str]]:
             running = client.containers.list(filters={"label": f"torchx_ext.app_id={app_id}"}, ignore_removed=True)
             return [f"container {container.name}: {container.status}" for container in running] + _local_processes(app_id)
 
-        deadline = time.monotonic() + settle_s
-        while (what := found()) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        return what
+        return still_there(found, settle_s)
 
     return leftovers
 
 
 def kube_leftovers(client: Any) -> Callable[..., list[str]]:
-    def leftovers(app_id: str, settle_s: float = 15.0) -> list[str]:
+    def leftovers(app_id: str, settle_s: float = 15.0) -> list[str]:  # the kubelet's grace period is 5 s
         # The pods' containers still running on the test engine (the kubelet stand-in names each
         # by its pod, {namespace}/{job}-{index}-{suffix}, and the job by the app id).
         name = app_id.rpartition(":")[2]
@@ -86,10 +79,7 @@ def kube_leftovers(client: Any) -> Callable[..., list[str]]:
             return [f"container of pod {pod}: {container.status}" for container in running
                     if (pod := container.labels.get("torchx-ext-test.kube/pod", "")).split("/", 1)[-1].startswith(name)]
 
-        deadline = time.monotonic() + settle_s  # the kubelet stops pods with their grace period (5 s here)
-        while (what := found()) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        return what
+        return still_there(found, settle_s, poll_s=0.2)
 
     return leftovers
 
