@@ -68,9 +68,14 @@ def main(argv: list[str] | None = None) -> int:
     port = rendezvous_port(job, role.name, replica_id, say)
     if port is not None:
         env[RDZV_PORT_ENV] = port
-    code = run_replica(argv_, env, role.cwd, logs,
-                       started=lambda: write_atomically(job.started(role.name, replica_id),
-                                                        json.dumps({"node": node, "at": time.time()})))
+
+    def started() -> None:
+        write_atomically(job.started(role.name, replica_id), json.dumps({"node": node, "at": time.time()}))
+        if replica_id == 0 and port is not None:
+            # Published once node rank 0's agent has its pid: see rendezvous_port.
+            write_atomically(job.rendezvous_port(role.name), port)
+
+    code = run_replica(argv_, env, role.cwd, logs, started=started)
     for log in logs.values():
         log.close()
     write_atomically(job.exit(role.name, replica_id), json.dumps({"exit_code": code, "at": time.time(), "node": node}))
@@ -113,20 +118,20 @@ def node_addresses(nodelist: str, node: str, say: Callable[[str], None]) -> tupl
 
 
 def rendezvous_port(job: JobDir, role: str, replica_id: int, say: Callable[[str], None]) -> str | None:
-    """The job's rendezvous port: picked free by node rank 0 and published in the job directory;
-    the other nodes wait for it (and so start after node rank 0). None: node rank 0 said nothing
-    in time (the launcher's ``--rdzv-port`` then holds)."""
+    """The job's rendezvous port: picked free by node rank 0, which publishes it in the job
+    directory once its agent runs (``main``); the other nodes wait for it (and so start after node
+    rank 0). None: node rank 0 said nothing in time (the launcher's ``--rdzv-port`` then holds)."""
     # A fixed port (torchx's 29500) is taken by the first job on a node that several jobs share.
     # The wait also orders the agents: torchelastic numbers them by (host address, pid), so on
     # nodes that share a host, as on a test cluster of several slurmd on one machine, starting
-    # after node rank 0 gives this agent the later pid and replica k the ranks k*nproc...
+    # after node rank 0's agent has started gives this agent the later pid and replica k the
+    # ranks k*nproc... (published before node rank 0 started, either could start first).
     published = job.rendezvous_port(role)
     if replica_id == 0:
+        published.unlink(missing_ok=True)  # a requeued job picks a new one
         with socket.socket() as probe:
             probe.bind(("", 0))
-            port = str(probe.getsockname()[1])
-        write_atomically(published, port)
-        return port
+            return str(probe.getsockname()[1])
     deadline = time.monotonic() + START_ORDER_WAIT_S
     while not published.exists():
         if time.monotonic() > deadline:
