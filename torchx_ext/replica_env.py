@@ -13,8 +13,8 @@ RDZV_PORT_ENV = "TORCHX_EXT_RDZV_PORT"
 """Set by a scheduler whose jobs may share a host (local_cwd; slurm, on shared nodes): the
 rendezvous port it picked for the job, which wins over the launcher's ``--rdzv-port``."""
 RDZV_IS_HOST_ENV = "TORCHX_EXT_RDZV_IS_HOST"
-"""Set by a scheduler that decides which replica hosts the rendezvous store (slurm: node rank
-0): ``1`` on that replica, ``0`` on the others. Without it torch guesses from the host name, and
+"""Set by a scheduler that decides which replica hosts the rendezvous store (local_cwd, slurm:
+replica 0): ``1`` on that replica, ``0`` on the others. Without it torch guesses from the host name, and
 where several replicas share a name or address, whoever binds the port first hosts."""
 ALLOCATED_NODES_ENV = "TORCHX_EXT_ALLOCATED_NODES"
 """Set by a scheduler that allocates an elastic job's nodes up front (slurm: ``--nodes=MIN-MAX``):

@@ -202,3 +202,29 @@ def test_without_torchx_the_components_say_what_to_install() -> None:
     assert result.returncode != 0
     assert "ImportError: torchx_ext.components needs torchx, which is not installed" in result.stderr
     assert "pip install 'torchx_ext[torchx]'" in result.stderr
+
+
+def _flag(args: list[str], flag: str) -> str | None:
+    return args[args.index(flag) + 1] if flag in args else None
+
+
+@pytest.mark.parametrize("j, max_retries, restarts", [
+    ("2x1", 0, None),  # a fixed job that may not lose a replica: survivors stop at once
+    ("2x1", 1, "2"),  # each survivor restarts in place once per restart of either replica
+    ("3x2", 2, "6"),
+    ("1:2x1", 0, "1"),  # an elastic job carries on once without its lost replica
+    ("2:4x1", 1, "6"),
+    ("1x4", 3, None),  # one node: the scheduler restarts the replica and counts it
+])
+def test_max_retries_gives_survivors_restarts_in_place(j: str, max_retries: int, restarts: str | None) -> None:
+    args = ddp(script="train.py", j=j, max_retries=max_retries).roles[0].args
+
+    assert _flag(args, "--max-restarts") == restarts
+    conf = _flag(args, "--rdzv-conf")
+    assert (conf == "keep_alive_interval=2,keep_alive_max_attempt=3,last_call_timeout=5") == (restarts is not None)
+
+
+def test_the_users_rdzv_conf_wins_over_the_liveness_defaults() -> None:
+    args = ddp(script="train.py", j="2x1", max_retries=1, rdzv_conf="last_call_timeout=20,join_timeout=60").roles[0].args
+
+    assert _flag(args, "--rdzv-conf") == "last_call_timeout=20,join_timeout=60,keep_alive_interval=2,keep_alive_max_attempt=3"

@@ -84,7 +84,7 @@ def ddp(
         memMB: memory per replica in MB
         j: [MIN:]NODESxPROCS or PROCS (one node), e.g. 2x4 or 2:5x8
         env: environment variables for the workers (e.g. ENV1=v1,ENV2=v2)
-        max_retries: scheduler retries of a failed replica
+        max_retries: times a failed replica is started again (its survivors restart their workers in place)
         rdzv_port: rendezvous port on rank 0's host (multi-node jobs; single-node jobs use a free port)
         rdzv_backend: rendezvous backend (c10d, static, etcd, ...)
         rdzv_conf: extra rendezvous configuration, e.g. join_timeout=600,read_timeout=60
@@ -138,7 +138,7 @@ def spmd(
         h: a named resource, e.g. aws_p5.48xlarge
         j: [MIN:]NODESxPROCS, or NODES (PROCS = the host's GPU count), e.g. 2x8, 2:5x8 or 2
         env: environment variables for the workers (e.g. ENV1=v1,ENV2=v2)
-        max_retries: scheduler retries of a failed replica
+        max_retries: times a failed replica is started again (its survivors restart their workers in place)
         rdzv_port: rendezvous port on rank 0's host (multi-node jobs; single-node jobs use a free port)
         rdzv_backend: rendezvous backend (c10d, static, etcd, ...)
         rdzv_conf: extra rendezvous configuration, e.g. join_timeout=600
@@ -254,8 +254,12 @@ def _app(
         args += ["--rdzv-endpoint-env", macros.rank0_env, "--rdzv-port", str(rdzv_port)]
     if rdzv_backend == "static":
         args += ["--node-rank", macros.replica_id]
-    if rdzv_conf:
-        args += ["--rdzv-conf", rdzv_conf]
+    restarts = max_restarts(max_retries, min_nodes, max_nodes)
+    if restarts:
+        args += ["--max-restarts", str(restarts)]
+    conf = rdzv_conf_with_liveness(rdzv_conf) if restarts and rdzv_backend == "c10d" else rdzv_conf
+    if conf:
+        args += ["--rdzv-conf", conf]
     if numa_strict:
         args.append("--numa-strict")
     if omp_threads is not None:
@@ -282,6 +286,33 @@ def _app(
             )
         ],
     )
+
+
+def max_restarts(max_retries: int, min_nodes: int, max_nodes: int) -> int:
+    """The launcher's ``--max-restarts`` for a role of ``max_retries``: enough for a survivor to
+    restart its workers in place once for every restart of every replica, plus once for each
+    replica an elastic job may lose for good. None on one node: the scheduler restarts the replica
+    (and counts it in ``num_restarts``)."""
+    if max_nodes == 1:
+        return 0
+    return max_retries * max_nodes + (max_nodes - min_nodes)
+
+
+RDZV_LIVENESS: Dict[str, str] = {
+    # torch's defaults (5 s x 3) let survivors wait 15 s for a lost agent to count as gone before
+    # they re-form: 2 s x 3 takes 6 s. last_call: how long a re-formed elastic round waits for
+    # more than MIN agents (torch: 30 s).
+    "keep_alive_interval": "2",
+    "keep_alive_max_attempt": "3",
+    "last_call_timeout": "5",
+}
+
+
+def rdzv_conf_with_liveness(rdzv_conf: Optional[str]) -> str:
+    """``rdzv_conf`` with :data:`RDZV_LIVENESS` for each key it does not set itself."""
+    given = [item for item in (rdzv_conf or "").split(",") if item.strip()]
+    keys = {item.partition("=")[0].strip() for item in given}
+    return ",".join([*given, *(f"{key}={value}" for key, value in RDZV_LIVENESS.items() if key not in keys)])
 
 
 def _role_name(script: Optional[str], m: Optional[str]) -> str:

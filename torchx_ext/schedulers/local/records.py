@@ -54,6 +54,12 @@ class RoleRequest:
     replicas: list[ReplicaRequest]
     spec: dict[str, Any]
     """The role as submitted (before macros), for describe."""
+    min_replicas: int | None = None
+    """An elastic role carries on while this many of its replicas have not failed for good."""
+
+    @property
+    def needed(self) -> int:
+        return len(self.replicas) if self.min_replicas is None else min(self.min_replicas, len(self.replicas))
 
 
 @dataclass(frozen=True)

@@ -79,7 +79,7 @@ def build_request(
             replicas.append(
                 ReplicaRequest(role.name, replica_id, [entrypoint, *resolved.args], env, cwd, cpus, log_dir)
             )
-        roles.append(RoleRequest(role.name, role.max_retries, replicas, role_spec(role)))
+        roles.append(RoleRequest(role.name, role.max_retries, replicas, role_spec(role), role.min_replicas))
     return LocalJobRequest(
         app_id=app_id,
         app_dir=app_dir,

@@ -4,7 +4,9 @@ It is started in its own session by ``schedule`` and outlives the torchx CLI tha
 the job, so the job keeps running, and keeps being recorded, when that CLI exits or is
 killed. It starts every replica in its own process group with the replica's CPU slice as
 affinity, copies their output into the log files, restarts a failed replica up to the role's
-``max_retries``, and ends the job when a replica fails for good or a cancel arrives: SIGTERM
+``max_retries``, lets an elastic role (``min_replicas`` below ``num_replicas``) carry on without
+replicas that failed for good while it keeps ``min_replicas``, and ends the job when any other
+replica fails for good or a cancel arrives: SIGTERM
 to every replica's group, SIGKILL after the grace period, then the same for any process still
 marked as the job's (torchelastic starts workers in sessions of their own). It is the only
 writer of the job's ``state.json``, and writes a terminal state only once nothing of the job
@@ -28,10 +30,10 @@ from pathlib import Path
 from torchx_ext.error_file import read_error_file
 from torchx_ext.errors import TorchxExtError
 from torchx_ext.numa.bind import bound_thread
-from torchx_ext.replica_env import RDZV_PORT_ENV
+from torchx_ext.replica_env import RDZV_IS_HOST_ENV, RDZV_PORT_ENV
 from torchx_ext.schedulers.common.states import State, job_move, replica_move
 from torchx_ext.schedulers.local.processes import marked_processes, signal_process as _signal, stop_processes
-from torchx_ext.schedulers.local.records import JobDir, JobState, LocalJobRequest, ReplicaRequest, ReplicaState
+from torchx_ext.schedulers.local.records import JobDir, JobState, LocalJobRequest, ReplicaRequest, ReplicaState, RoleRequest
 from torchx_ext.schedulers.common.log_files import ReplicaLogWriter
 from torchx_ext.schedulers.local.request import ERROR_FILE_NAME
 
@@ -45,9 +47,15 @@ _STDERR_TAIL_BYTES = 1 << 16
 class _Replica:
     request: ReplicaRequest
     state: ReplicaState
-    max_retries: int
+    role: RoleRequest
     logs: ReplicaLogWriter
     stopped_by_us: bool = False
+    lost: bool = False
+    """Failed for good in an elastic role that carries on without it."""
+
+    @property
+    def max_retries(self) -> int:
+        return self.role.max_retries
 
 
 class Supervisor:
@@ -91,7 +99,7 @@ class Supervisor:
         self.port = _free_port()
         for role in self.request.roles:
             for request in role.replicas:
-                replica = _Replica(request, ReplicaState(request.role, request.replica_id), role.max_retries,
+                replica = _Replica(request, ReplicaState(request.role, request.replica_id), role,
                                    ReplicaLogWriter(Path(request.log_dir)))
                 self.replicas.append(replica)
                 self.state.replicas.append(replica.state)
@@ -107,7 +115,7 @@ class Supervisor:
             if (self.cancel_requested or self.job.cancel.exists()) and self.ending is None:
                 self._end(State.CANCELLED, "cancelled by request")
             if self.ending is None and not self._running():
-                succeeded = all(r.state.state is State.SUCCEEDED for r in self.replicas)
+                succeeded = all(r.state.state is State.SUCCEEDED or r.lost for r in self.replicas)
                 self._end(State.SUCCEEDED if succeeded else State.FAILED, "")
             if time.monotonic() >= self.kill_at:
                 self._kill_all(signal.SIGKILL)
@@ -135,8 +143,10 @@ class Supervisor:
             err_read, err_write = os.pipe()
             descriptors += [err_read, err_write]
             with bound_thread(request.cpus) if request.cpus is not None else nullcontext():
+                # Replica 0 hosts the rendezvous store (all share one host name, so torch cannot tell).
+                rendezvous = {RDZV_PORT_ENV: str(self.port), RDZV_IS_HOST_ENV: "1" if request.replica_id == 0 else "0"}
                 process = subprocess.Popen(
-                    request.argv, cwd=request.cwd, env={**os.environ, **request.env, RDZV_PORT_ENV: str(self.port)},
+                    request.argv, cwd=request.cwd, env={**os.environ, **request.env, **rendezvous},
                     stdin=subprocess.DEVNULL, stdout=out_write, stderr=err_write, start_new_session=True,
                     umask=self.user_umask,
                 )
@@ -213,8 +223,19 @@ class Supervisor:
         else:
             replica.state.state = replica_move(replica.state.state, State.FAILED)
             replica.state.error = _root_cause(replica.request)
-            self._on_failure(replica)
+            if self.ending is None and self._carries_on_without(replica):
+                replica.lost = True
+                _log(f"{_name(replica)} exited with code {code} for good; its elastic role {replica.role.name!r} "
+                     f"carries on (it needs {replica.role.needed} replicas)")
+                for pid in marked_processes(self.request.app_id, _name(replica)):
+                    _signal(pid, signal.SIGKILL)
+            else:
+                self._on_failure(replica)
         self._save()
+
+    def _carries_on_without(self, replica: _Replica) -> bool:
+        others = [r for r in self.replicas if r.role is replica.role]
+        return len(others) > replica.role.needed and sum(r.state.state is not State.FAILED for r in others) >= replica.role.needed
 
     def _on_failure(self, replica: _Replica) -> None:
         if self.ending is None:
