@@ -10,6 +10,7 @@ pods on that engine, in the kubeconfig's namespace.
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,67 @@ class SchedulerUnderTest:
     """(app_id, settle_s=...) -> what of that job is still running (processes, containers, pods)
     after waiting up to ``settle_s`` for it to go (each scheduler has its own default; 0: now)."""
     component_args: dict[str, Any] = field(default_factory=dict)
+    kill_replica: Callable[[str, str, int], None] = lambda app_id, role, replica_id: None
+    """(app_id, role, replica_id): loses that replica the way the engine loses a node: SIGKILL of
+    its launcher and workers, ``docker kill``, a deleted pod, the launcher killed on its node."""
+    shared_dir_mounts: Callable[[Path], list[str]] = lambda directory: []
+    """--mounts that make ``directory`` the same path in every replica (a checkpoint directory)."""
+
+
+def _sigkill(pids: list[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _local_kill(app_id: str, role: str, replica_id: int) -> None:
+    # The launcher and its workers (torchelastic puts them in sessions of their own).
+    _sigkill(marked_processes(app_id, f"{role}/{replica_id}"))
+
+
+def _bind(directory: Path) -> list[str]:
+    return ["type=bind", f"src={directory}", f"dst={directory}"]
+
+
+def _docker_kill(client: Any) -> Callable[[str, str, int], None]:
+    def kill(app_id: str, role: str, replica_id: int) -> None:
+        labels = [f"torchx_ext.app_id={app_id}", f"torchx_ext.role={role}", f"torchx_ext.replica_id={replica_id}"]
+        for container in client.containers.list(filters={"label": labels}):
+            container.kill()
+
+    return kill
+
+
+def _kube_delete_pod(app_id: str, role: str, replica_id: int) -> None:
+    from kubernetes import client, config
+
+    config.load_kube_config()
+    namespace, _, name = app_id.rpartition(":")
+    core = client.CoreV1Api()
+    for pod in core.list_namespaced_pod(namespace or "default", label_selector=f"torchx-ext/app-id={name}").items:
+        labels, annotations = pod.metadata.labels or {}, pod.metadata.annotations or {}
+        index = labels.get("batch.kubernetes.io/job-completion-index", annotations.get("volcano.sh/task-index"))
+        if index == str(replica_id) and pod.metadata.deletion_timestamp is None and pod.status.phase == "Running":
+            core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace)
+
+
+def _slurm_kill(job_id: str, role: str, replica_id: int) -> None:
+    # The launcher on that node and its workers; Slurm's daemons and our step program that
+    # records how the replica ended stay, as slurmstepd stays when a task dies.
+    chosen = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                environ = Path(f"/proc/{entry.name}/environ").read_bytes().split(b"\0")
+                command = Path(f"/proc/{entry.name}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if (f"SLURM_JOB_ID={job_id}".encode() in environ and f"SLURM_PROCID={replica_id}".encode() in environ
+                    and b"schedulers.slurm.step" not in command and b"slurmstepd" not in command):
+                chosen.append(int(entry.name))
+    _sigkill(chosen)
 
 
 def _local_leftovers(app_id: str, settle_s: float = 3.0) -> list[str]:
@@ -90,7 +152,8 @@ def scheduler(
 ) -> Iterator[SchedulerUnderTest]:
     if request.param == "local_cwd":
         monkeypatch.setenv(STATE_ROOT_ENV, str(tmp_path / "state"))
-        yield SchedulerUnderTest("local_cwd", {"log_dir": str(tmp_path / "logs"), "cancel_grace": 5}, _local_leftovers)
+        yield SchedulerUnderTest("local_cwd", {"log_dir": str(tmp_path / "logs"), "cancel_grace": 5}, _local_leftovers,
+                                 kill_replica=_local_kill)
     elif request.param == "local_docker":
         client = request.getfixturevalue("docker_client")
         image = request.getfixturevalue("test_image")
@@ -98,6 +161,7 @@ def scheduler(
         yield SchedulerUnderTest(
             "local_docker", {"cancel_grace": 5}, _docker_leftovers(client),
             component_args={"image": image.name, "mounts": list(image.mount_options)},
+            kill_replica=_docker_kill(client), shared_dir_mounts=_bind,
         )
         # Jobs keep their stopped containers until deleted: delete what this test made.
         from torchx.schedulers import get_scheduler_factories
@@ -120,7 +184,8 @@ def scheduler(
         # One CPU per replica: the fake's node is this 2-CPU machine, and pods request what they
         # ask for (two replicas asking for 2 CPUs each would not both fit, as on a real node).
         yield SchedulerUnderTest("kubernetes", {"cancel_grace": 5, "backend": backend}, kube_leftovers(client),
-                                 component_args={"image": image.name, "cpu": 1})
+                                 component_args={"image": image.name, "cpu": 1},
+                                 kill_replica=_kube_delete_pod, shared_dir_mounts=_bind)
         # Jobs stay until deleted: delete what this test made (their pods go with them).
         for app_id in {item.app_id for item in kube_scheduler.list()} - before:
             kube_scheduler.delete(app_id)
@@ -133,7 +198,7 @@ def scheduler(
         slurm_scheduler = get_scheduler_factories()["slurm"]("conformance")
         # One CPU per replica: both test nodes are this 2-CPU machine.
         yield SchedulerUnderTest("slurm", {"job_dir": str(tmp_path / "jobs")}, slurm_leftovers,
-                                 component_args={"cpu": 1})
+                                 component_args={"cpu": 1}, kill_replica=_slurm_kill)
         for item in slurm_scheduler.list():
             slurm_scheduler.delete(item.app_id)
     else:

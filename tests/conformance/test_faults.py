@@ -1,0 +1,110 @@
+"""Losing a replica, on every scheduler: the engine's own way of losing a node, mid-training.
+
+The job (jobs/checkpointed.py) checkpoints every step; a restarted attempt resumes from the
+checkpoint, so the checkpoint's history shows every step that counted, and the world size each
+ran at.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from torchx.runner import Runner
+from torchx.specs import AppState, parse_app_handle
+
+from tests.conformance.conftest import JOBS, SchedulerUnderTest
+from tests.conformance.jobs_api import status_until, wait
+from torchx_ext.components.dist import ddp
+
+STEPS = 24
+STEP_S = 0.25
+
+
+def _history(directory: Path) -> list[list[Any]]:
+    checkpoint = directory / "checkpoint.json"
+    try:
+        return list(json.loads(checkpoint.read_text())["history"])
+    except (OSError, ValueError, KeyError):
+        return []
+
+
+def _wait_for_step(directory: Path, step: int, timeout_s: float = 120) -> float:
+    """When the checkpoint first held ``step`` steps (polled)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if len(_history(directory)) >= step:
+            return time.time()
+        time.sleep(0.05)
+    raise AssertionError(f"the job did not reach step {step} in {timeout_s} s: history {_history(directory)}")
+
+
+def _submit(runner: Runner, scheduler: SchedulerUnderTest, directory: Path, j: str, max_retries: int) -> str:
+    args = dict(scheduler.component_args)
+    args["mounts"] = [*args.get("mounts", []), *scheduler.shared_dir_mounts(directory)]
+    app = ddp(str(directory), str(STEPS), str(STEP_S), script=str(JOBS / "checkpointed.py"), j=j,
+              max_retries=max_retries, **args)
+    handle: str = runner.run(app, scheduler.name, cfg=scheduler.cfg)
+    return handle
+
+
+def test_losing_any_replica_with_max_retries_resumes_from_the_checkpoint_at_full_size(
+    runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path
+) -> None:
+    directory = tmp_path / "checkpoints"
+    directory.mkdir()
+    handle = _submit(runner, scheduler, directory, "2x1", max_retries=2)
+    app_id = parse_app_handle(handle).app_id
+
+    _wait_for_step(directory, 3)
+    scheduler.kill_replica(app_id, "checkpointed", 1)  # not the store's host
+    resumed = len(_history(directory))
+    _wait_for_step(directory, resumed + 3)
+    scheduler.kill_replica(app_id, "checkpointed", 0)  # the store's host
+
+    assert wait(runner, handle, timeout_s=240) == AppState.SUCCEEDED
+    history = _history(directory)
+    assert [entry[0] for entry in history] == list(range(STEPS)), history  # each step once, none skipped
+    assert history[-1][1] == 2  # back at full size after each loss
+    assert json.loads((directory / "checkpoint.json").read_text())["state"] == STEPS
+    status = runner.status(handle)
+    assert status is not None and status.num_restarts >= 2, status
+    assert scheduler.leftovers(app_id) == []
+
+
+def test_an_elastic_job_without_retries_carries_on_with_the_survivor(
+    runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path
+) -> None:
+    directory = tmp_path / "checkpoints"
+    directory.mkdir()
+    handle = _submit(runner, scheduler, directory, "1:2x1", max_retries=0)
+    app_id = parse_app_handle(handle).app_id
+
+    _wait_for_step(directory, 3)
+    scheduler.kill_replica(app_id, "checkpointed", 1)
+
+    assert wait(runner, handle, timeout_s=240) == AppState.SUCCEEDED
+    history = _history(directory)
+    assert [entry[0] for entry in history] == list(range(STEPS)), history
+    assert history[0][1] == 2 and history[-1][1] == 1, history
+    assert scheduler.leftovers(app_id) == []
+
+
+def test_a_fixed_job_without_retries_fails_within_30_s_naming_the_lost_replica(
+    runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path
+) -> None:
+    directory = tmp_path / "checkpoints"
+    directory.mkdir()
+    handle = _submit(runner, scheduler, directory, "2x1", max_retries=0)
+    app_id = parse_app_handle(handle).app_id
+
+    _wait_for_step(directory, 3)
+    scheduler.kill_replica(app_id, "checkpointed", 1)
+    killed_at = time.monotonic()
+
+    failed = status_until(runner, handle, lambda status: status.is_terminal(), timeout_s=60)
+    assert failed.state == AppState.FAILED and time.monotonic() - killed_at <= 30, failed
+    assert "checkpointed/1" in failed.msg, failed.msg
+    assert scheduler.leftovers(app_id) == []
