@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.fixtures.slurm_cluster import slurm_leftovers
+from tests.fixtures.slurm_cluster import busy_nodes, slurm_leftovers
 from tests.helpers import STATE_ROOT_ENV, alive, still_there
 from torchx_ext.schedulers.local.processes import marked_processes
 from torchx_ext.schedulers.slurm.records import STATE_ROOT_ENV as SLURM_STATE_ROOT_ENV
@@ -81,20 +81,27 @@ def _kube_delete_pod(app_id: str, role: str, replica_id: int) -> None:
 
 
 def _slurm_kill(job_id: str, role: str, replica_id: int) -> None:
-    # The launcher on that node and its workers; Slurm's daemons and our step program that
-    # records how the replica ended stay, as slurmstepd stays when a task dies.
-    chosen = []
+    # The launcher on that node and its workers: everything below the task's step program,
+    # which stays (as slurmstepd stays when a task dies) to record how the replica ended. The
+    # batch script and srun carry SLURM_PROCID=0 too: they are not the replica.
+    steps = []
+    parents: dict[int, int] = {}
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
             try:
                 environ = Path(f"/proc/{entry.name}/environ").read_bytes().split(b"\0")
-                command = Path(f"/proc/{entry.name}/cmdline").read_bytes()
-            except OSError:
+                command = Path(f"/proc/{entry.name}/cmdline").read_bytes().split(b"\0")
+                parents[int(entry.name)] = int(Path(f"/proc/{entry.name}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
                 continue
             if (f"SLURM_JOB_ID={job_id}".encode() in environ and f"SLURM_PROCID={replica_id}".encode() in environ
-                    and b"schedulers.slurm.step" not in command and b"slurmstepd" not in command):
-                chosen.append(int(entry.name))
-    _sigkill(chosen)
+                    and b"torchx_ext.schedulers.slurm.step" in command and role.encode() in command):
+                steps.append(int(entry.name))
+    below, frontier = set(), set(steps)
+    while frontier:
+        frontier = {pid for pid, parent in parents.items() if parent in frontier} - below
+        below |= frontier
+    _sigkill(sorted(below))
 
 
 def _local_leftovers(app_id: str, settle_s: float = 3.0) -> list[str]:
@@ -196,6 +203,9 @@ def scheduler(
         from torchx.schedulers import get_scheduler_factories
 
         slurm_scheduler = get_scheduler_factories()["slurm"]("conformance")
+        # A test that needs every node (an elastic job allocated MIN-MAX) must not start while
+        # the last test's job still holds one.
+        assert still_there(busy_nodes, settle_s=30, poll_s=0.2) == []
         # One CPU per replica: both test nodes are this 2-CPU machine.
         yield SchedulerUnderTest("slurm", {"job_dir": str(tmp_path / "jobs")}, slurm_leftovers,
                                  component_args={"cpu": 1}, kill_replica=_slurm_kill)

@@ -111,10 +111,9 @@ def test_an_elastic_job_runs_with_min_nodes_grows_to_max_and_survives_a_pod_fail
     kube_cluster.hold_pods("batch.kubernetes.io/job-completion-index=1")
     app = ddp(str(Path("/state")), script=str(JOBS / "elastic.py"), j="1:2x1", cpu=1, image=test_image.name,
               max_retries=1, rdzv_conf="last_call_timeout=2", mounts=["type=bind", f"src={tmp_path}", "dst=/state"])
-    # The launcher restarts its workers when a peer's fail (torchrun's --max-restarts); a node
-    # joining re-rendezvouses without counting.
-    role = app.roles[0]
-    role.args[2:2] = ["--max-restarts", "3"]
+    # max_retries=1 on 1..2 nodes gives each launcher --max-restarts 3: it restarts its workers
+    # when a peer's fail; a node joining re-rendezvouses without counting.
+    assert app.roles[0].args[app.roles[0].args.index("--max-restarts") + 1] == "3"
     handle = runner.run(app, "kubernetes", cfg={"namespace": kube_namespace, "cancel_grace": 2})
 
     wait_for_line(runner, handle, "elastic", 0, r"replica 0 step 2 world 1 sum 1", timeout_s=90)

@@ -77,11 +77,32 @@ def test_one_role_is_one_plain_job_with_one_step_told_its_resources_again() -> N
 
     assert "#SBATCH --nodes=2-4" in script and "hetjob" not in script
     assert "#SBATCH --partition=gpu" in script and "#SBATCH --time=1:00:00" in script
-    step = next(line for line in script.splitlines() if line.startswith("srun "))
+    step = next(line.strip() for line in script.splitlines() if line.strip().startswith("srun "))
     for option in ("--nodes=${SLURM_JOB_NUM_NODES}", "--ntasks-per-node=1", "--cpus-per-task=16", "--mem=4096M",
                    "--gpus-per-node=8", "--output=/shared/jobs/train-x/train-%t.out"):
         assert option in step
-    assert step.endswith("-m torchx_ext.schedulers.slurm.step /shared/jobs/train-x train &")
+    assert step.endswith("-m torchx_ext.schedulers.slurm.step /shared/jobs/train-x train")
+
+
+def test_a_fixed_role_without_retries_is_one_step_that_ends_with_its_first_failed_task() -> None:
+    script = request_for(ddp(script="train.py", j="2x1"))
+
+    step = next(line for line in script.splitlines() if line.startswith("srun "))
+    assert "--kill-on-bad-exit=1" in step and step.endswith(" train &") and "attempt" not in script
+
+
+@pytest.mark.parametrize("j, max_retries, kill_on_bad_exit, limit", [
+    ("2x1", 2, "1", '[ "$attempt" -ge 2 ]'),  # a lost node ends the step: every node starts again
+    ("1:2x1", 0, "0", '[ "$attempt" -ge 0 ]'),  # the survivors carry on; enough of them done is success
+])
+def test_a_role_with_retries_or_elastic_runs_its_step_again_after_a_failure(
+    j: str, max_retries: int, kill_on_bad_exit: str, limit: str
+) -> None:
+    script = request_for(ddp(script="train.py", j=j, max_retries=max_retries))
+
+    assert f"--kill-on-bad-exit={kill_on_bad_exit}" in script and limit in script
+    assert "rm -f /shared/jobs/train-x/train.rdzv-port" in script
+    assert ("--enough-succeeded /shared/jobs/train-x train && exit 0" in script) == (kill_on_bad_exit == "0")
 
 
 def test_several_roles_are_one_heterogeneous_component_each() -> None:

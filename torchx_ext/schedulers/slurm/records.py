@@ -109,6 +109,16 @@ class JobDir:
     def exit(self, role: str, replica_id: int) -> Path:
         return self.path / f"{role}-{replica_id}.exit"
 
+    def restarts(self, role: str) -> Path:
+        """How many times the batch script started the role's step again (absent: none)."""
+        return self.path / f"{role}.restarts"
+
+    def read_restarts(self, role: str) -> int:
+        try:
+            return int(self.restarts(role).read_text().strip() or 0)
+        except (OSError, ValueError):
+            return 0
+
     def rendezvous_port(self, role: str) -> Path:
         return self.path / f"{role}.rdzv-port"
 

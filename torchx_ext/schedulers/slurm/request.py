@@ -6,7 +6,8 @@ per node, told its CPUs, memory and GPUs again (``srun`` of Slurm 22.05 no longe
 ``--cpus-per-task`` from ``sbatch``), whose task runs ``python -m torchx_ext.schedulers.slurm.step``:
 that program reads the role's command and environment from ``request.json``, so no argument
 or env value of the user's ever passes through a shell. The only values in the script are
-Slurm options, checked to be single lines, and paths, quoted.
+Slurm options, checked to be single lines, and paths, quoted. A role with ``max_retries`` (or an
+elastic one) runs its step in a loop that starts it again after a failure.
 """
 
 from __future__ import annotations
@@ -78,10 +79,17 @@ def batch_script(
         # Expanded by the shell: Slurm's own variables, no user input.
         shaped = [f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1", f"--cpus-per-task={cpus}"]
         prefix = f"{_pattern(str(job.path))}/{_pattern(role.name)}"
+        elastic = role.min_replicas < role.num_replicas
+        # A fixed role's step ends with its first failed task (the others could not go on); an
+        # elastic role's survivors carry on without it.
         quoted = [*([f"--het-group={position}"] if heterogeneous else []), *_resources(spec.resource),
-                  "--kill-on-bad-exit=1", "--open-mode=append", f"--output={prefix}-%t.out", f"--error={prefix}-%t.err",
-                  interpreter, "-m", STEP_MODULE, str(job.path), role.name]
-        lines.append(" ".join(["srun", *shaped, *map(shlex.quote, quoted), "&"]))
+                  f"--kill-on-bad-exit={0 if elastic else 1}", "--open-mode=append", f"--output={prefix}-%t.out",
+                  f"--error={prefix}-%t.err", interpreter, "-m", STEP_MODULE, str(job.path), role.name]
+        srun = " ".join(["srun", *shaped, *map(shlex.quote, quoted)])
+        if spec.max_retries > 0 or elastic:
+            lines += _retried(srun, job, role.name, spec.max_retries, elastic, interpreter)
+        else:
+            lines.append(f"{srun} &")
         lines.append("steps+=($!)")
     lines += [
         "status=0",
@@ -90,6 +98,29 @@ def batch_script(
         "",
     ]
     return "\n".join(lines)
+
+
+def _retried(srun: str, job: JobDir, role: str, max_retries: int, elastic: bool, interpreter: str) -> list[str]:
+    """The role's step, run again from the start (every node resumes from the checkpoint) up to
+    ``max_retries`` times after it fails; an elastic step that ended with enough of its replicas
+    done is not a failure."""
+    check = shlex.join([interpreter, "-m", STEP_MODULE, "--enough-succeeded", str(job.path), role])
+    restarts = shlex.quote(str(job.restarts(role)))
+    return [
+        "(",
+        "  attempt=0",
+        "  while :; do",
+        f"    rm -f {shlex.quote(str(job.rendezvous_port(role)))}",  # node rank 0 picks a new store port
+        f"    {srun}",
+        "    code=$?",
+        '    [ "$code" -eq 0 ] && exit 0',
+        *([f"    {check} && exit 0"] if elastic else []),
+        f'    [ "$attempt" -ge {int(max_retries)} ] && exit "$code"',
+        "    attempt=$((attempt + 1))",
+        f'    echo "$attempt" > {restarts}',
+        "  done",
+        ") &",
+    ]
 
 
 def describe_request(request: SlurmJobRequest) -> str:

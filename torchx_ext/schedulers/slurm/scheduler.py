@@ -116,6 +116,7 @@ class SlurmScheduler(SchedulerShell[SlurmOpts]):
             roles=[role_from_spec(role.spec) for role in request.roles],
             replicas=replicas,
             error=error,
+            num_restarts=sum(job.read_restarts(role.name) for role in request.roles),
             msg=msg,
             ui_url=f"file://{job.path}",
         )

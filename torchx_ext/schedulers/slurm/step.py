@@ -39,7 +39,10 @@ START_ORDER_WAIT_S = 10.0
 
 
 def main(argv: list[str] | None = None) -> int:
-    job_dir, role_name = argv if argv is not None else sys.argv[1:]
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--enough-succeeded"]:
+        return 0 if enough_succeeded(JobDir(Path(argv[1])), argv[2]) else 1
+    job_dir, role_name = argv
     job = JobDir(Path(job_dir))
     role = job.read_request().role(role_name)
     if role is None:
@@ -80,6 +83,16 @@ def main(argv: list[str] | None = None) -> int:
         log.close()
     write_atomically(job.exit(role.name, replica_id), json.dumps({"exit_code": code, "at": time.time(), "node": node}))
     return code if code >= 0 else 128 - code
+
+
+def enough_succeeded(job: JobDir, role_name: str) -> bool:
+    """Whether at least ``min_replicas`` of the role's replicas ended with code 0: an elastic
+    role that carried on without the others (the batch script asks once its step has ended)."""
+    role = job.read_request().role(role_name)
+    if role is None:
+        return False
+    ends = [job.read_step_end(role.name, k) for k in range(role.num_replicas)]
+    return sum(end is not None and end.exit_code == 0 for end in ends) >= role.min_replicas
 
 
 def replica_command(role: RoleRequest, job: JobDir, replica_id: int, rank0_host: str) -> tuple[list[str], dict[str, str]]:
