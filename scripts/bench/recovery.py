@@ -1,0 +1,180 @@
+"""Time from losing a replica to the next completed training step, per scheduler and case, next
+to torchrun's own behaviour measured in the same run.
+
+The job is tests/conformance/jobs/checkpointed.py (a checkpoint every step) on two replicas of
+one process. Cases: the replica that does not host the rendezvous store (``non-host``), the one
+that does (``store host``), both with ``max_retries=1``; and an elastic ``-j 1:2x1`` job with
+``max_retries=0`` that carries on without it (``elastic shrink``). A replica is lost the way the
+conformance suite loses one (SIGKILL of the launcher and its workers). torchrun's baseline:
+two ``torchrun --max-restarts 3`` agents on this host (c10d, the first hosting the store); the
+lost one is started again 1 s later, as a scheduler would (not in the elastic case).
+Targets: non-host <= 15 s, store host <= 30 s, elastic shrink <= 30 s. Slurm runs where
+``SLURM_CONF`` names a cluster that answers (``bash scripts/slurm_cluster.sh start``).
+
+    .venv/bin/python scripts/bench/recovery.py [--schedulers local_cwd,slurm] [--timeout 90]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+from tests.conformance.conftest import _local_kill, _slurm_kill  # noqa: E402  # the suite's way to lose one
+
+JOB = REPO / "tests" / "conformance" / "jobs" / "checkpointed.py"
+STEPS, STEP_S = 60, 0.25
+CASES = {"non-host": ("2x1", 1, 1), "store host": ("2x1", 1, 0), "elastic shrink": ("1:2x1", 0, 1)}
+TARGETS = {"non-host": 15.0, "store host": 30.0, "elastic shrink": 30.0}
+
+
+def history(directory: Path) -> list[list[float]]:
+    try:
+        return list(json.loads((directory / "checkpoint.json").read_text())["history"])
+    except (OSError, ValueError, KeyError):
+        return []
+
+
+def wait_for_steps(directory: Path, count: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if len(history(directory)) >= count:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def recovery_s(directory: Path, lost_at: float, timeout_s: float) -> float | None:
+    """Seconds from ``lost_at`` to the first step completed after it; None: none in time."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        after = [entry[2] for entry in history(directory) if entry[2] > lost_at + 0.3]
+        if after:
+            return after[0] - lost_at
+        time.sleep(0.05)
+    return None
+
+
+def ours(scheduler: str, case: str, timeout_s: float) -> float | None:
+    from torchx.runner import get_runner
+    from torchx.specs import parse_app_handle
+
+    from torchx_ext.components.dist import ddp
+
+    j, max_retries, victim = CASES[case]
+    with tempfile.TemporaryDirectory(prefix="recovery-") as scratch:
+        directory = Path(scratch)
+        cfg = {"log_dir": str(directory / "logs")} if scheduler == "local_cwd" else {"job_dir": str(directory / "jobs")}
+        kill: Callable[[str, str, int], None] = _local_kill if scheduler == "local_cwd" else _slurm_kill
+        runner = get_runner()
+        app = ddp(str(directory), str(STEPS), str(STEP_S), script=str(JOB), j=j, max_retries=max_retries, cpu=1)
+        handle = runner.run(app, scheduler, cfg=cfg)
+        try:
+            if not wait_for_steps(directory, 4, timeout_s) or history(directory)[-1][1] != 2:
+                return None  # never ran on two replicas
+            lost_at = time.time()
+            kill(parse_app_handle(handle).app_id, "checkpointed", victim)
+            return recovery_s(directory, lost_at, timeout_s)
+        finally:
+            runner.cancel(handle)
+            runner.close()
+
+
+def torchrun(case: str, timeout_s: float) -> float | None:
+    j, _, victim = CASES[case]
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with tempfile.TemporaryDirectory(prefix="recovery-torchrun-") as scratch:
+        directory = Path(scratch)
+
+        def agent(host: bool) -> subprocess.Popen[bytes]:
+            return subprocess.Popen(
+                [sys.executable, "-m", "torch.distributed.run", "--nnodes", j.split("x")[0].replace("-", ":"),
+                 "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
+                 "--rdzv-id", "bench", "--rdzv-conf", f"is_host={str(host).lower()}", "--max-restarts", "3",
+                 str(JOB), str(directory), str(STEPS), str(STEP_S)],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+        agents = [agent(True)]
+        time.sleep(1)
+        agents.append(agent(False))
+        try:
+            if not wait_for_steps(directory, 4, timeout_s) or history(directory)[-1][1] != 2:
+                return None
+            lost_at = time.time()
+            _kill_tree(agents[victim].pid)
+            if case != "elastic shrink":
+                time.sleep(1)
+                agents[victim] = agent(victim == 0)
+            return recovery_s(directory, lost_at, timeout_s)
+        finally:
+            for process in agents:
+                _kill_tree(process.pid)
+                process.wait()
+
+
+def _kill_tree(root: int) -> None:
+    """SIGKILL ``root`` and everything below it (torchrun's workers have sessions of their own)."""
+    parents = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                parents[int(entry.name)] = int(Path(f"/proc/{entry.name}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    tree, frontier = {root}, {root}
+    while frontier:
+        frontier = {pid for pid, parent in parents.items() if parent in frontier} - tree
+        tree |= frontier
+    for pid in tree:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def slurm_answers() -> bool:
+    return bool(os.environ.get("SLURM_CONF")) and subprocess.run(
+        ["sinfo", "-h"], capture_output=True).returncode == 0
+
+
+def shown(seconds: float | None) -> str:
+    return "did not recover" if seconds is None else f"{seconds:5.1f} s"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--schedulers", default="local_cwd,slurm")
+    parser.add_argument("--timeout", type=float, default=90.0)
+    args = parser.parse_args()
+    schedulers = [name for name in args.schedulers.split(",") if name != "slurm" or slurm_answers()]
+    print(f"recovery: time from the loss to the next completed step ({STEPS} steps of {STEP_S} s, 2 replicas x 1)")
+    baseline = {case: torchrun(case, args.timeout) for case in CASES}
+    missed = 0
+    for case in CASES:
+        print(f"{case:>15}: torchrun --max-restarts 3: {shown(baseline[case])} (target <= {TARGETS[case]:.0f} s)")
+        for scheduler in schedulers:
+            if case == "elastic shrink" and scheduler == "slurm":
+                print(f"{'':>15}  {scheduler:>10}: not measured (this cluster allocates MIN nodes to MIN-MAX jobs)")
+                continue
+            seconds = ours(scheduler, case, args.timeout)
+            ok = seconds is not None and seconds <= TARGETS[case]
+            missed += not ok
+            ratio = "" if seconds is None or baseline[case] is None else f", ratio {seconds / baseline[case]:.2f}"
+            print(f"{'':>15}  {scheduler:>10}: {shown(seconds)}{ratio} {'ok' if ok else 'MISSED'}", flush=True)
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
