@@ -23,7 +23,7 @@ from torchx_ext.components.dist import ddp
 STEPS = 24
 STEP_S = 0.25
 # Where losing a replica is handled so far (issue 22): local_docker and the Kubernetes backends next.
-SURVIVING = ["local_cwd", "slurm"]
+SURVIVING = ["local_cwd", "slurm", "local_docker"]
 
 
 def _history(directory: Path) -> list[list[Any]]:
@@ -79,7 +79,7 @@ def test_losing_any_replica_with_max_retries_resumes_from_the_checkpoint_at_full
 
 
 # Not slurm yet: the test cluster allocates MIN nodes to a MIN-MAX job, so there is no second one to lose.
-@pytest.mark.parametrize("scheduler", ["local_cwd"], indirect=True)
+@pytest.mark.parametrize("scheduler", ["local_cwd", "local_docker"], indirect=True)
 def test_an_elastic_job_without_retries_carries_on_with_the_survivor(
     runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path
 ) -> None:

@@ -92,3 +92,26 @@ def test_inspect_json_of_a_stopped_container() -> None:
     view = ContainerView.from_inspect(attrs)
 
     assert (view.name, view.key, view.exit_code, view.restarts, view.max_retries) == ("app-x-r-1", "r/1", 7, 1, 2)
+
+
+def _elastic(view: ContainerView, minimum: int, size: int) -> ContainerView:
+    return replace(view, min_replicas=minimum, role_replicas=size)
+
+
+def test_an_elastic_role_carries_on_without_a_lost_replica_while_it_keeps_min_replicas() -> None:
+    survivor = _elastic(replace(exited(0, 0, 5.0), status="running", exit_code=None, finished_at=None), 1, 2)
+    lost = _elastic(exited(1, 137, 5.0), 1, 2)
+
+    running = read_job([survivor, lost], None)
+    assert running.state is State.RUNNING and not running.unended
+    assert running.replicas[("r", 1)] is State.FAILED
+
+    assert read_job([_elastic(exited(0, 0, 9.0), 1, 2), lost], None).state is State.SUCCEEDED
+
+
+def test_an_elastic_role_that_falls_below_min_replicas_fails() -> None:
+    views = [_elastic(exited(0, 1, 5.0), 2, 3), _elastic(exited(1, 137, 4.0), 2, 3),
+             _elastic(replace(exited(2, 0, 0.0), status="running", exit_code=None, finished_at=None), 2, 3)]
+
+    view = read_job(views, None)
+    assert view.state is State.FAILED and view.unended and view.failing is not None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import tarfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -31,6 +32,10 @@ START_HINT = (
     "`systemctl --user start podman.socket` and DOCKER_HOST=unix://$XDG_RUNTIME_DIR/podman/podman.sock), "
     "or point DOCKER_HOST at a running engine"
 )
+
+
+LABEL_RESTART_OF = "torchx_ext.restart_of"
+LABEL_RESTARTS = "torchx_ext.restarts"
 
 
 def end_volume_name(app_id: str) -> str:
@@ -66,6 +71,31 @@ class Engine:
             if end is not None and labels.get(LABEL_APP_ID):
                 ends[labels[LABEL_APP_ID]] = end
         return ends
+
+    def our_restarts(self, app_id: str) -> dict[str, int]:
+        """Per replica (``role/id``): its restarts up to the last start we made (``restart``)."""
+        volumes = self._call(lambda: self.client.volumes.list(filters={"label": f"{LABEL_RESTART_OF}"}),
+                             "list volumes")
+        counts: dict[str, int] = {}
+        for volume in volumes:
+            labels = volume.attrs.get("Labels") or {}
+            if labels.get(LABEL_APP_ID) == app_id and labels.get(LABEL_RESTARTS, "").isdigit():
+                key = labels[LABEL_RESTART_OF]
+                counts[key] = max(counts.get(key, 0), int(labels[LABEL_RESTARTS]))
+        return counts
+
+    def restart(self, app_id: str, key: str, container: Any, restarts: int, max_retries: int) -> None:
+        """Start a replica the engine will not restart (a ``docker kill`` counts as stopped by
+        hand) as its restart number ``restarts``. A start by hand resets the engine's restart
+        count and policy, so the count is kept in a volume's labels (the first writer of a name
+        wins, as for the end) and the policy is left the retries that remain."""
+        labels = {LABEL_SCHEDULER: SCHEDULER, LABEL_APP_ID: app_id, LABEL_RESTART_OF: key, LABEL_RESTARTS: str(restarts)}
+        name = f"{app_id}-restart-{re.sub(r'[^A-Za-z0-9_.-]', '-', key)}-{restarts}"
+        self._call(lambda: self.client.volumes.create(name=name, labels=labels), "record a restart")
+        remaining = max(0, max_retries - restarts)
+        policy = {"Name": "on-failure", "MaximumRetryCount": remaining} if remaining else {"Name": "no"}
+        self._call(lambda: container.update(restart_policy=policy), "update the restart policy")
+        self._call(container.start, f"restart {key}")
 
     def read_file(self, container: Any, path: str, limit: int = 1 << 20) -> bytes | None:
         """A file from a container, running or stopped; None when it has none there."""
@@ -192,6 +222,9 @@ class Engine:
             self.client.volumes.get(end_volume_name(app_id)).remove(force=True)
         except docker.errors.NotFound:
             pass
+        for volume in self._call(lambda: self.client.volumes.list(filters={"label": f"{LABEL_APP_ID}={app_id}"}),
+                                 "list volumes"):
+            _quietly(lambda: volume.remove(force=True))  # restart records
 
     # --- helpers -------------------------------------------------------------------------
 

@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from torchx_ext.schedulers.common.states import JobEnd, State
-from torchx_ext.schedulers.docker.request import LABEL_MAX_RETRIES, LABEL_REPLICA, LABEL_ROLE
+from torchx_ext.schedulers.docker.request import (
+    LABEL_MAX_RETRIES, LABEL_MIN_REPLICAS, LABEL_REPLICA, LABEL_ROLE, LABEL_ROLE_REPLICAS,
+)
 
 LABEL_END_STATE = "torchx_ext.end_state"
 LABEL_END_AT = "torchx_ext.end_at"
@@ -38,9 +40,13 @@ class ContainerView:
     started_at: float | None
     finished_at: float | None
     restarts: int
+    """Every restart: the engine's count since the last start we made, plus ours (snapshot.py)."""
     max_retries: int
     oom_killed: bool = False
     engine_error: str = ""
+    role_replicas: int = 1
+    min_replicas: int = 1
+    """An elastic role carries on while this many of its replicas have not failed for good."""
 
     @property
     def key(self) -> str:
@@ -65,6 +71,8 @@ class ContainerView:
             max_retries=int(labels.get(LABEL_MAX_RETRIES, "0")),
             oom_killed=bool(state.get("OOMKilled")),
             engine_error=str(state.get("Error") or ""),
+            role_replicas=int(labels.get(LABEL_ROLE_REPLICAS, "1")),
+            min_replicas=int(labels.get(LABEL_MIN_REPLICAS) or labels.get(LABEL_ROLE_REPLICAS, "1")),
         )
 
 
@@ -116,19 +124,33 @@ def read_job(containers: Iterable[ContainerView], end: JobEnd | None) -> JobView
     if not found:
         return JobView(None, {}, None, False)
     replicas = {(container.role, container.replica_id): replica_state(container, end) for container in found}
-    failed = [container for container in found if replicas[(container.role, container.replica_id)] is State.FAILED]
+    lost = _lost(found, replicas)
+    failed = [container for container in found
+              if replicas[(container.role, container.replica_id)] is State.FAILED and container.key not in lost]
     if end is not None:
         failing = next((container for container in found if container.key == end.replica), None)
         return JobView(end.state, replicas, failing, False)
     if failed:
         first = min(failed, key=lambda container: (container.finished_at or 0.0, container.key))
         return JobView(State.FAILED, replicas, first, True)
-    states = set(replicas.values())
+    states = {state for (role, replica_id), state in replicas.items() if f"{role}/{replica_id}" not in lost}
     if states == {State.SUCCEEDED}:
         return JobView(State.SUCCEEDED, replicas, None, False)
     if states == {State.PENDING}:
         return JobView(State.PENDING, replicas, None, False)
     return JobView(State.RUNNING, replicas, None, False)
+
+
+def _lost(containers: list[ContainerView], replicas: Mapping[tuple[str, int], State]) -> set[str]:
+    """Replicas failed for good in an elastic role that still has ``min_replicas`` others."""
+    lost = set()
+    for role in {container.role for container in containers}:
+        members = [container for container in containers if container.role == role]
+        failed = [container for container in members if replicas[(role, container.replica_id)] is State.FAILED]
+        needed = min(members[0].min_replicas, members[0].role_replicas)
+        if failed and needed < members[0].role_replicas and len(members) - len(failed) >= needed:
+            lost |= {container.key for container in failed}
+    return lost
 
 
 def failure_message(container: ContainerView, root_cause: str) -> str:

@@ -33,6 +33,7 @@ LABEL_APP_NAME = "torchx_ext.app_name"
 LABEL_ROLE = "torchx_ext.role"
 LABEL_REPLICA = "torchx_ext.replica_id"
 LABEL_ROLE_REPLICAS = "torchx_ext.role_replicas"
+LABEL_MIN_REPLICAS = "torchx_ext.min_replicas"
 LABEL_MAX_RETRIES = "torchx_ext.max_retries"
 LABEL_GRACE = "torchx_ext.cancel_grace"
 LABEL_IMAGE = "torchx_ext.image"
@@ -133,6 +134,7 @@ def build_request(
                         LABEL_ROLE: role.name,
                         LABEL_REPLICA: str(replica_id),
                         LABEL_ROLE_REPLICAS: str(role.num_replicas),
+                        LABEL_MIN_REPLICAS: str(role.num_replicas if role.min_replicas is None else role.min_replicas),
                         LABEL_MAX_RETRIES: str(role.max_retries),
                         LABEL_GRACE: str(cancel_grace_s),
                         LABEL_IMAGE: role.image,

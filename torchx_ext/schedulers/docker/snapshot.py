@@ -6,6 +6,7 @@ watcher is gone is still ended by the first process that looks at it.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -45,8 +46,25 @@ class Snapshot:
 
 def snapshot(engine: Engine, app_id: str) -> Snapshot:
     containers = tuple(engine.containers(app_id))
+    ours = engine.our_restarts(app_id) if containers else {}
+    # The engine counts restarts since the last start by hand, which were ours (restart_if_lost).
+    containers = tuple((dataclasses.replace(view, restarts=ours.get(view.key, 0) + view.restarts), container)
+                       for view, container in containers)
     end = engine.ends(app_id).get(app_id) if containers else None
     return Snapshot(app_id, containers, end, read_job((view for view, _ in containers), end))
+
+
+def restart_if_lost(engine: Engine, current: Snapshot) -> Snapshot:
+    """Start again, within ``max_retries``, a replica that failed while the job runs on and that
+    the engine will not restart: killed (``docker kill``, a lost node's way here), which the
+    engine counts as stopped by hand. Its on-failure policy restarts everything else."""
+    if current.end is not None:
+        return current
+    lost = [(view, container) for view, container in current.containers
+            if view.status == "exited" and view.exit_code not in (0, None) and view.restarts < view.max_retries]
+    for view, container in lost:
+        engine.restart(current.app_id, view.key, container, view.restarts + 1, view.max_retries)
+    return snapshot(engine, current.app_id) if lost else current
 
 
 def end_if_failed(engine: Engine, current: Snapshot) -> Snapshot:

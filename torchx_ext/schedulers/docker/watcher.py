@@ -1,7 +1,8 @@
 """The process that ends a local_docker job when one of its replicas fails for good.
 
 The engine restarts a failed replica by itself (its ``on-failure`` policy, ``max_retries``
-times) but does not stop the others when one gives up; without this watcher they would wait
+times), but not one killed (``docker kill``: the watcher starts that one again, within
+``max_retries``), and does not stop the others when one gives up; without this watcher they would wait
 at a barrier for a peer that is gone. ``schedule`` starts one per job, detached from the CLI;
 it follows the engine's events for the job's containers and exits when the job has ended
 and none of its containers runs. Tracking never depends on it: any describe of a job whose
@@ -19,7 +20,7 @@ from pathlib import Path
 
 from torchx_ext.schedulers.docker.engine import connect
 from torchx_ext.schedulers.docker.request import LABEL_APP_ID
-from torchx_ext.schedulers.docker.snapshot import end_if_failed, snapshot
+from torchx_ext.schedulers.docker.snapshot import end_if_failed, restart_if_lost, snapshot
 
 
 def watcher_log(app_id: str) -> Path:
@@ -35,7 +36,7 @@ def watch(app_id: str) -> int:
     )
     try:
         while True:
-            current = end_if_failed(engine, snapshot(engine, app_id))
+            current = end_if_failed(engine, restart_if_lost(engine, snapshot(engine, app_id)))
             if not current.containers:
                 return 0  # deleted
             if current.end is not None and current.running:
