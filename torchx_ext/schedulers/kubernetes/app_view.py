@@ -104,12 +104,13 @@ class AppView:
     """A JobSet or Volcano controller stops every role's pods when one fails (no end of ours needed)."""
     gang_restarts: int = 0
     """Restarts of every pod at once (a JobSet's, a Volcano Job's)."""
+    replaced_pods: int = 0
+    """Pods the Jobs' controller counted as failed and replaced, deleted ones too (which are
+    gone from the API, so the replicas' pods no longer show them)."""
 
     @property
     def restarts(self) -> int:
-        if self.gang:
-            return self.gang_restarts
-        return max((replica.restarts for replica in self.replicas), default=0)
+        return self.gang_restarts + max(sum(replica.restarts for replica in self.replicas), self.replaced_pods)
 
     @property
     def elastic_summary(self) -> str:
@@ -182,8 +183,18 @@ def read_app(app_id: str, jobs: list[dict[str, Any]], pods: list[dict[str, Any]]
     stuck_since = min((_created(newest[(replica.role, replica.replica_id)]) for replica in stuck), default=None)
     timeout = next((int(value) for job in jobs if (value := _annotations(job).get(names.ANNOTATION_PULL_TIMEOUT, ""))
                     .isdigit()), None)
+    replaced = sum(_replaced_pods(job, state) for (state, _), job in job_states)
     return AppView(app_id, state, message, roles, tuple(replicas), failing, end,
-                   stuck_since if state in (State.PENDING, State.RUNNING) else None, timeout)
+                   stuck_since if state in (State.PENDING, State.RUNNING) else None, timeout, replaced_pods=replaced)
+
+
+def _replaced_pods(job: dict[str, Any], state: State) -> int:
+    # The Job's failed count, less the failures that were not replaced: an index given up on,
+    # or the one that failed the whole Job.
+    status = job.get("status") or {}
+    given_up = len(_index_set(str(status.get("failedIndexes") or "")))
+    ended_it = 1 if state is State.FAILED and not given_up else 0
+    return max(0, int(status.get("failed") or 0) - given_up - ended_it)
 
 
 def end_due(view: AppView, now: float) -> JobEnd | None:
@@ -365,7 +376,7 @@ def _app_state(
         job_message = next(message for (state, message), _ in job_states if state is State.FAILED)
         if failing is not None:
             return State.FAILED, failure_message(failing) + f" (Job: {job_message})"
-        return State.FAILED, job_message
+        return State.FAILED, _given_up_on(job_states) + job_message
     if all(state is State.SUCCEEDED for state in states):
         return State.SUCCEEDED, ""
     stuck = [replica for replica in replicas if replica.reason and replica.state in (State.PENDING, State.FAILED)]
@@ -378,6 +389,14 @@ def _app_state(
     if State.RUNNING in states or any(replica.state is State.RUNNING for replica in replicas):
         return State.RUNNING, message
     return State.PENDING, message
+
+
+def _given_up_on(job_states: list[tuple[tuple[State, str], dict[str, Any]]]) -> str:
+    """The replicas a failed Job gave up on, where no pod of theirs is left to say (a deleted
+    pod is gone from the API once it has ended)."""
+    keys = [f"{_role(job, state).name}/{index}" for (state, _), job in job_states if state is State.FAILED
+            for index in sorted(_index_set(str((job.get("status") or {}).get("failedIndexes") or "")))]
+    return f"replica {', '.join(keys)} failed and its pod is gone: " if keys else ""
 
 
 def failure_message(replica: ReplicaView) -> str:
