@@ -49,18 +49,20 @@ echo "=== mypy (with torchx ${lines[0]})"
 "$(venv "${lines[0]}")/bin/python" -m mypy || exit 1
 # The launcher and the planner import nothing from torchx (and both lines pin the same torch),
 # so on a whole run their slowest tests (processes, property tests) run on the first line only:
-# about 4 minutes less per further line.
-torchx_free=(integration/test_bind integration/test_launcher integration/test_launcher_api
-             integration/test_launcher_in_process integration/test_launcher_output
-             integration/test_launcher_parity integration/test_worker_start integration/test_numa_cli
-             unit/test_plan_properties unit/test_placement)
+# about 4 minutes less per further line. So do the fault tests (4 minutes): what a lost replica
+# does is the schedulers' and the launcher's own; the torchx-facing code they go through is the
+# conformance suite's, which runs on every line.
+first_line_only=(integration/test_bind integration/test_launcher integration/test_launcher_api
+                 integration/test_launcher_in_process integration/test_launcher_output
+                 integration/test_launcher_parity integration/test_worker_start integration/test_numa_cli
+                 unit/test_plan_properties unit/test_placement conformance/test_faults)
 failed=()
 for line in "${lines[@]}"; do
   echo "=== torchx $line: pytest"
   skip=()
   if [ $# -eq 0 ] && [ "$line" != "${lines[0]}" ]; then
-    for module in "${torchx_free[@]}"; do skip+=("--ignore=tests/$module.py"); done
-    echo "(tests that import nothing from torchx ran on torchx ${lines[0]} only: ${torchx_free[*]})"
+    for module in "${first_line_only[@]}"; do skip+=("--ignore=tests/$module.py"); done
+    echo "(these ran on torchx ${lines[0]} only: ${first_line_only[*]})"
   fi
   TORCHX_EXT_LINE="$line" "$(venv "$line")/bin/python" -m pytest --durations=25 "${skip[@]}" "$@" || failed+=("$line")
 done
