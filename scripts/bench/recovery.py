@@ -171,7 +171,8 @@ def main() -> int:
             seconds = ours(scheduler, case, args.timeout)
             ok = seconds is not None and seconds <= TARGETS[case]
             missed += not ok
-            ratio = "" if seconds is None or baseline[case] is None else f", ratio {seconds / baseline[case]:.2f}"
+            before = baseline[case]
+            ratio = "" if seconds is None or before is None else f", ratio {seconds / before:.2f}"
             print(f"{'':>15}  {scheduler:>10}: {shown(seconds)}{ratio} {'ok' if ok else 'MISSED'}", flush=True)
     return 1 if missed else 0
 

@@ -97,7 +97,8 @@ def _slurm_kill(job_id: str, role: str, replica_id: int) -> None:
             if (f"SLURM_JOB_ID={job_id}".encode() in environ and f"SLURM_PROCID={replica_id}".encode() in environ
                     and b"torchx_ext.schedulers.slurm.step" in command and role.encode() in command):
                 steps.append(int(entry.name))
-    below, frontier = set(), set(steps)
+    below: set[int] = set()
+    frontier = set(steps)
     while frontier:
         frontier = {pid for pid, parent in parents.items() if parent in frontier} - below
         below |= frontier

@@ -11,6 +11,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -21,10 +22,10 @@ def main() -> None:
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     checkpoint = directory / "checkpoint.json"
-    saved = json.loads(checkpoint.read_text()) if checkpoint.exists() else {"state": 0.0, "history": []}
+    saved: dict[str, Any] = json.loads(checkpoint.read_text()) if checkpoint.exists() else {"state": 0.0, "history": []}
     state = torch.tensor([saved["state"]], dtype=torch.float64)
     dist.broadcast(state, 0)  # every rank starts from rank 0's view of the checkpoint
-    history = saved["history"]
+    history: list[list[float]] = saved["history"]
     first = len(history)
     print(f"rank {rank}/{world} resumes at step {first}", flush=True)
     for step in range(first, steps):
