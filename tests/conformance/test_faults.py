@@ -86,9 +86,8 @@ def test_losing_any_replica_with_max_retries_resumes_from_the_checkpoint_at_full
 
 
 # Not JobSet and Volcano yet: the test cluster's controllers replace the deleted pod (world back
-# to 2) where the real ones restart every pod. Not slurm: the test cluster allocates MIN nodes
-# to a MIN-MAX job, so there is no second one to lose.
-@pytest.mark.parametrize("scheduler", ["local_cwd", "local_docker", "kubernetes"], indirect=True)
+# to 2) where the real ones restart every pod.
+@pytest.mark.parametrize("scheduler", ["local_cwd", "local_docker", "kubernetes", "slurm"], indirect=True)
 def test_an_elastic_job_without_retries_carries_on_with_the_survivor(
     runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path
 ) -> None:

@@ -135,7 +135,9 @@ def describe_request(request: SlurmJobRequest) -> str:
 
 def _shape(role: RoleRequest, resource: specs.Resource) -> list[str]:
     nodes = str(role.num_replicas) if role.min_replicas == role.num_replicas else f"{role.min_replicas}-{role.num_replicas}"
-    return [f"--nodes={nodes}", "--ntasks-per-node=1", f"--cpus-per-task={max(1, int(resource.cpu))}",
+    # No --ntasks-per-node here: with it Slurm 22.05 gives a MIN-MAX job MIN nodes even when MAX
+    # are idle (measured on the test cluster); the step asks for one task per node itself.
+    return [f"--nodes={nodes}", f"--cpus-per-task={max(1, int(resource.cpu))}",
             *_resources(resource)]
 
 
