@@ -51,25 +51,25 @@ def _param(scheduler: SchedulerUnderTest) -> str:
     return scheduler.name if backend == "job" else f"{scheduler.name}-{backend}"
 
 
-def _submit(runner: Runner, scheduler: SchedulerUnderTest, directory: Path, j: str, max_retries: int) -> str:
+def _training(runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path, j: str,
+              max_retries: int) -> tuple[str, str, Path]:
+    """(handle, app id, checkpoint directory) of the checkpointing job, once 3 steps are done."""
+    directory = tmp_path / "checkpoints"
+    directory.mkdir()
     args = dict(scheduler.component_args)
     args["mounts"] = [*args.get("mounts", []), *scheduler.shared_dir_mounts(directory)]
     app = ddp(str(directory), str(STEPS), str(STEP_S), script=str(JOBS / "checkpointed.py"), j=j,
               max_retries=max_retries, **args)
     handle: str = runner.run(app, scheduler.name, cfg=scheduler.cfg)
-    return handle
+    _wait_for_step(directory, 3)
+    return handle, parse_app_handle(handle).app_id, directory
 
 
 @pytest.mark.parametrize("scheduler", SURVIVING, indirect=True)
 def test_losing_any_replica_with_max_retries_resumes_from_the_checkpoint_at_full_size(
     runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path
 ) -> None:
-    directory = tmp_path / "checkpoints"
-    directory.mkdir()
-    handle = _submit(runner, scheduler, directory, "2x1", max_retries=2)
-    app_id = parse_app_handle(handle).app_id
-
-    _wait_for_step(directory, 3)
+    handle, app_id, directory = _training(runner, scheduler, tmp_path, "2x1", max_retries=2)
     scheduler.kill_replica(app_id, "checkpointed", 1)  # not the store's host
     resumed = len(_history(directory))
     _wait_for_step(directory, resumed + 3)
@@ -91,12 +91,7 @@ def test_losing_any_replica_with_max_retries_resumes_from_the_checkpoint_at_full
 def test_an_elastic_job_without_retries_carries_on_with_the_survivor(
     runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path
 ) -> None:
-    directory = tmp_path / "checkpoints"
-    directory.mkdir()
-    handle = _submit(runner, scheduler, directory, "1:2x1", max_retries=0)
-    app_id = parse_app_handle(handle).app_id
-
-    _wait_for_step(directory, 3)
+    handle, app_id, directory = _training(runner, scheduler, tmp_path, "1:2x1", max_retries=0)
     scheduler.kill_replica(app_id, "checkpointed", 1)
 
     assert wait(runner, handle, timeout_s=240) == AppState.SUCCEEDED
@@ -112,12 +107,7 @@ def test_an_elastic_job_without_retries_carries_on_with_the_survivor(
 def test_a_fixed_job_without_retries_fails_within_30_s_naming_the_lost_replica(
     runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path
 ) -> None:
-    directory = tmp_path / "checkpoints"
-    directory.mkdir()
-    handle = _submit(runner, scheduler, directory, "2x1", max_retries=0)
-    app_id = parse_app_handle(handle).app_id
-
-    _wait_for_step(directory, 3)
+    handle, app_id, _ = _training(runner, scheduler, tmp_path, "2x1", max_retries=0)
     scheduler.kill_replica(app_id, "checkpointed", 1)
     killed_at = time.monotonic()
 
