@@ -51,18 +51,22 @@ echo "=== mypy (with torchx ${lines[0]})"
 # so on a whole run their slowest tests (processes, property tests) run on the first line only:
 # about 4 minutes less per further line. So do the fault tests (4 minutes): what a lost replica
 # does is the schedulers' and the launcher's own; the torchx-facing code they go through is the
-# conformance suite's, which runs on every line.
+# conformance suite's, which runs on every line. Likewise the engines' own slow cases: sixteen
+# local jobs at once, the engine fixture's own checks, and Slurm's time limit (a whole minute).
 first_line_only=(integration/test_bind integration/test_launcher integration/test_launcher_api
                  integration/test_launcher_in_process integration/test_launcher_output
                  integration/test_launcher_parity integration/test_worker_start integration/test_numa_cli
-                 unit/test_plan_properties unit/test_placement conformance/test_faults)
+                 unit/test_plan_properties unit/test_placement conformance/test_faults
+                 integration/test_local_concurrency docker/test_engine_fixture)
+first_line_only_tests=(slurm/test_slurm.py::test_a_job_over_its_time_limit_is_failed_saying_so)
 failed=()
 for line in "${lines[@]}"; do
   echo "=== torchx $line: pytest"
   skip=()
   if [ $# -eq 0 ] && [ "$line" != "${lines[0]}" ]; then
     for module in "${first_line_only[@]}"; do skip+=("--ignore=tests/$module.py"); done
-    echo "(these ran on torchx ${lines[0]} only: ${first_line_only[*]})"
+    for test in "${first_line_only_tests[@]}"; do skip+=("--deselect=tests/$test"); done
+    echo "(these ran on torchx ${lines[0]} only: ${first_line_only[*]} ${first_line_only_tests[*]})"
   fi
   TORCHX_EXT_LINE="$line" "$(venv "$line")/bin/python" -m pytest --durations=25 "${skip[@]}" "$@" || failed+=("$line")
 done

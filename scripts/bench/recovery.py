@@ -5,13 +5,17 @@ The job is tests/conformance/jobs/checkpointed.py (a checkpoint every step) on t
 one process. Cases: the replica that does not host the rendezvous store (``non-host``), the one
 that does (``store host``), both with ``max_retries=1``; and an elastic ``-j 1:2x1`` job with
 ``max_retries=0`` that carries on without it (``elastic shrink``). A replica is lost the way the
-conformance suite loses one (SIGKILL of the launcher and its workers). torchrun's baseline:
+conformance suite loses one on that scheduler (SIGKILL of the launcher and its workers on
+local_cwd, ``docker kill`` on local_docker, the pod deleted on kubernetes, the launcher killed
+on its node on slurm). torchrun's baseline:
 two ``torchrun --max-restarts 3`` agents on this host (c10d, the first hosting the store); the
 lost one is started again 1 s later, as a scheduler would (not in the elastic case).
 Targets: non-host <= 15 s, store host <= 30 s, elastic shrink <= 30 s. Slurm runs where
-``SLURM_CONF`` names a cluster that answers (``bash scripts/slurm_cluster.sh start``).
+``SLURM_CONF`` names a cluster that answers (``bash scripts/slurm_cluster.sh start``);
+local_docker and kubernetes (the test cluster, its pods on that engine; backends ``job``,
+``jobset``, ``volcano``) where ``DOCKER_HOST`` answers (``export $(bash scripts/docker_engine.sh start)``).
 
-    .venv/bin/python scripts/bench/recovery.py [--schedulers local_cwd,slurm] [--timeout 90]
+    .venv/bin/python scripts/bench/recovery.py [--schedulers local_cwd,slurm,local_docker,kubernetes] [--timeout 90]
 """
 
 from __future__ import annotations
@@ -26,11 +30,15 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
-from tests.conformance.conftest import _local_kill, _slurm_kill  # noqa: E402  # the suite's way to lose one
+# The suite's way to lose a replica on each scheduler.
+from tests.conformance.conftest import _docker_kill, _kube_delete_pod, _local_kill, _slurm_kill  # noqa: E402
 
 JOB = REPO / "tests" / "conformance" / "jobs" / "checkpointed.py"
 STEPS, STEP_S = 60, 0.25
@@ -65,7 +73,84 @@ def recovery_s(directory: Path, lost_at: float, timeout_s: float) -> float | Non
     return None
 
 
-def ours(scheduler: str, case: str, timeout_s: float) -> float | None:
+@dataclass
+class Target:
+    """A scheduler as this run submits to it: its cfg, component arguments and way to lose a replica."""
+    scheduler: str
+    cfg: Callable[[Path], dict[str, Any]]
+    kill: Callable[[str, str, int], None]
+    args: dict[str, Any] = field(default_factory=dict)
+    mounts: Callable[[Path], list[str]] = lambda directory: []
+
+
+@contextmanager
+def targets(names: list[str]) -> Iterator[dict[str, Target]]:
+    """The schedulers of ``names`` that can run here, with their engines started for the run."""
+    found: dict[str, Target] = {}
+    with ExitStack() as stack:
+        if "local_cwd" in names:
+            found["local_cwd"] = Target("local_cwd", lambda d: {"log_dir": str(d / "logs")}, _local_kill)
+        if "slurm" in names and slurm_answers():
+            found["slurm"] = Target("slurm", lambda d: {"job_dir": str(d / "jobs")}, _slurm_kill)
+        docker = docker_client() if {"local_docker", "kubernetes"} & set(names) else None
+        if docker is not None:
+            from tests.fixtures.docker_engine import ensure_test_image
+
+            stack.callback(docker.close)
+            image = ensure_test_image(docker)
+            args = {"image": image.name, "mounts": list(image.mount_options)}
+
+            def bind(directory: Path) -> list[str]:
+                return ["type=bind", f"src={directory}", f"dst={directory}"]
+
+            if "local_docker" in names:
+                found["local_docker"] = Target("local_docker", lambda d: {"cancel_grace": 5}, _docker_kill(docker),
+                                               args, bind)
+            if "kubernetes" in names:
+                stack.enter_context(test_cluster(docker, image.paths))
+                for backend in ("job", "jobset", "volcano"):
+                    found[f"kubernetes/{backend}"] = Target("kubernetes", kube_cfg(backend), _kube_delete_pod,
+                                                            {"image": image.name}, bind)
+        yield found
+
+
+def kube_cfg(backend: str) -> Callable[[Path], dict[str, Any]]:
+    return lambda directory: {"cancel_grace": 5, "backend": backend}
+
+
+def docker_client() -> Any:
+    import docker
+
+    try:
+        client = docker.from_env()
+        client.ping()
+        return client
+    except Exception:  # no engine: those schedulers are left out
+        return None
+
+
+@contextmanager
+def test_cluster(docker: Any, node_mounts: tuple[str, ...]) -> Iterator[None]:
+    """The test suite's Kubernetes API server, its pods on ``docker``; KUBECONFIG points at it."""
+    import kubernetes.config
+    import kubernetes.config.kube_config
+
+    from tests.kubernetes.apiserver import TestCluster
+
+    cluster = TestCluster(docker, node_mounts=node_mounts)
+    cluster.start()
+    with tempfile.TemporaryDirectory(prefix="recovery-kube-") as scratch:
+        kubeconfig = str(cluster.write_kubeconfig(Path(scratch) / "config"))
+        os.environ["KUBECONFIG"] = kubeconfig
+        for module in (kubernetes.config, kubernetes.config.kube_config):
+            module.KUBE_CONFIG_DEFAULT_LOCATION = kubeconfig  # read at import, before ours
+        try:
+            yield
+        finally:
+            cluster.stop()
+
+
+def ours(target: Target, case: str, timeout_s: float) -> float | None:
     from torchx.runner import get_runner
     from torchx.specs import parse_app_handle
 
@@ -74,19 +159,22 @@ def ours(scheduler: str, case: str, timeout_s: float) -> float | None:
     j, max_retries, victim = CASES[case]
     with tempfile.TemporaryDirectory(prefix="recovery-") as scratch:
         directory = Path(scratch)
-        cfg = {"log_dir": str(directory / "logs")} if scheduler == "local_cwd" else {"job_dir": str(directory / "jobs")}
-        kill: Callable[[str, str, int], None] = _local_kill if scheduler == "local_cwd" else _slurm_kill
+        os.chmod(directory, 0o777)  # containers write the checkpoint as whichever user they run as
         runner = get_runner()
-        app = ddp(str(directory), str(STEPS), str(STEP_S), script=str(JOB), j=j, max_retries=max_retries, cpu=1)
-        handle = runner.run(app, scheduler, cfg=cfg)
+        args = {**target.args, "mounts": [*target.args.get("mounts", []), *target.mounts(directory)]}
+        app = ddp(str(directory), str(STEPS), str(STEP_S), script=str(JOB), j=j, max_retries=max_retries, cpu=1,
+                  **args)
+        handle = runner.run(app, target.scheduler, cfg=target.cfg(directory))
         try:
             if not wait_for_steps(directory, 4, timeout_s) or history(directory)[-1][1] != 2:
                 return None  # never ran on two replicas
             lost_at = time.time()
-            kill(parse_app_handle(handle).app_id, "checkpointed", victim)
+            target.kill(parse_app_handle(handle).app_id, "checkpointed", victim)
             return recovery_s(directory, lost_at, timeout_s)
         finally:
             runner.cancel(handle)
+            if target.scheduler != "local_cwd" and target.scheduler != "slurm":
+                runner.delete(handle)  # containers and pods stay until deleted
             runner.close()
 
 
@@ -155,22 +243,22 @@ def shown(seconds: float | None) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--schedulers", default="local_cwd,slurm")
+    parser.add_argument("--schedulers", default="local_cwd,slurm,local_docker,kubernetes")
     parser.add_argument("--timeout", type=float, default=90.0)
     args = parser.parse_args()
-    schedulers = [name for name in args.schedulers.split(",") if name != "slurm" or slurm_answers()]
     print(f"recovery: time from the loss to the next completed step ({STEPS} steps of {STEP_S} s, 2 replicas x 1)")
     baseline = {case: torchrun(case, args.timeout) for case in CASES}
     missed = 0
-    for case in CASES:
-        print(f"{case:>15}: torchrun --max-restarts 3: {shown(baseline[case])} (target <= {TARGETS[case]:.0f} s)")
-        for scheduler in schedulers:
-            seconds = ours(scheduler, case, args.timeout)
-            ok = seconds is not None and seconds <= TARGETS[case]
-            missed += not ok
-            before = baseline[case]
-            ratio = "" if seconds is None or before is None else f", ratio {seconds / before:.2f}"
-            print(f"{'':>15}  {scheduler:>10}: {shown(seconds)}{ratio} {'ok' if ok else 'MISSED'}", flush=True)
+    with targets(args.schedulers.split(",")) as found:
+        for case in CASES:
+            print(f"{case:>15}: torchrun --max-restarts 3: {shown(baseline[case])} (target <= {TARGETS[case]:.0f} s)")
+            for name, target in found.items():
+                seconds = ours(target, case, args.timeout)
+                ok = seconds is not None and seconds <= TARGETS[case]
+                missed += not ok
+                before = baseline[case]
+                ratio = "" if seconds is None or before is None else f", ratio {seconds / before:.2f}"
+                print(f"{'':>15}  {name:>18}: {shown(seconds)}{ratio} {'ok' if ok else 'MISSED'}", flush=True)
     return 1 if missed else 0
 
 

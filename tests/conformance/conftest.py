@@ -71,9 +71,10 @@ def _kube_delete_pod(app_id: str, role: str, replica_id: int) -> None:
     from kubernetes import client, config
 
     config.load_kube_config()
-    namespace, _, name = app_id.rpartition(":")
+    # "namespace:name", or "namespace:backend:name" for JobSet and Volcano.
+    namespace, name = app_id.split(":")[0], app_id.split(":")[-1]
     core = client.CoreV1Api()
-    for pod in core.list_namespaced_pod(namespace or "default", label_selector=f"torchx-ext/app-id={name}").items:
+    for pod in core.list_namespaced_pod(namespace, label_selector=f"torchx-ext/app-id={name}").items:
         labels, annotations = pod.metadata.labels or {}, pod.metadata.annotations or {}
         index = labels.get("batch.kubernetes.io/job-completion-index", annotations.get("volcano.sh/task-index"))
         if index == str(replica_id) and pod.metadata.deletion_timestamp is None and pod.status.phase == "Running":

@@ -317,7 +317,8 @@ def test_a_volcano_job_is_torchxs_shape_with_our_pods_and_a_min_available_gang()
     # No retries: a failed pod ends the job, which keeps the pods that ended (and their logs).
     once = check(build_manifests(ddp(script="train.py", j="2x2", image="img:1"), app_id="train-abc12345",
                                  options=ManifestOptions(backend="volcano")))[0]
-    assert once["spec"]["tasks"][0]["policies"][0] == {"event": "PodFailed", "action": "TerminateJob"}
+    assert once["spec"]["tasks"][0]["policies"] == [{"event": "PodFailed", "action": "TerminateJob"},
+                                                    {"event": "PodEvicted", "action": "TerminateJob"}]
     container = task["template"]["spec"]["containers"][0]
     env = {item["name"]: item["value"] for item in container["env"]}
     assert env["TORCHX_RANK0_HOST"] == "train-abc12345-train-0.train-abc12345"
@@ -332,7 +333,7 @@ def test_an_elastic_role_in_volcano_and_jobset_keeps_its_pods_failures_to_itself
     task = volcano["spec"]["tasks"][0]
     assert volcano["spec"]["queue"] == "research" and volcano["spec"]["minAvailable"] == 2
     assert task["minAvailable"] == 2 and task["replicas"] == 4
-    assert task["policies"] == [{"event": "PodEvicted", "action": "RestartJob"}]
+    assert task["policies"] == []  # a failed pod stays failed, a deleted one is recreated: no restart of all
 
     jobset = check(build_manifests(app, app_id="elastic-abc12345", options=ManifestOptions(backend="jobset")))[0]
     job = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]

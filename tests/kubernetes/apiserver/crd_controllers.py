@@ -7,9 +7,13 @@ our scheduler sets (each driven by the objects' own fields, nothing else):
   recreated), ``successPolicy`` (All of the target replicated jobs), conditions and status.
 - Volcano (v1.15): pods ``{job}-{task}-{i}`` with Volcano's labels, the ``svc`` plugin's
   hostnames and Service, the ``env`` plugin's ``VC_TASK_INDEX``; the gang (no pod is bound
-  before ``minAvailable`` of them can be); policies (PodFailed/PodEvicted -> RestartJob,
-  ``maxRetry``), ``AbortJob`` Commands, and the phases Pending -> Running -> Completed/Failed,
-  Restarting, Aborting -> Aborted.
+  before ``minAvailable`` of them can be); policies (task's, then the job's, first match) for
+  PodFailed (a pod turning Failed) and PodEvicted (a pod removed by anyone but the controller,
+  as Volcano's ``deletePod`` handler reports it), events from pods of an earlier attempt
+  ignored; RestartJob counts ``retryCount`` and fails the job once it reaches ``maxRetry``,
+  keeping the pods that ended on that last attempt; ``AbortJob`` Commands, and the phases
+  Pending -> Running -> Completed/Failed, Restarting, Terminating -> Terminated, Aborting -> Aborted.
+  Volcano writes no reason or message for these: neither does this.
 - Kueue (v0.19): a Workload per queued Job or JobSet, admitted (un-suspended) while the
   LocalQueue's CPU quota (``TestCluster.kueue_queues``) holds it, else ``QuotaReserved`` False
   with Kueue's reason; an admitted job suspended again is un-suspended, as Kueue does.
@@ -66,6 +70,11 @@ class CrdControllers(ControlLoop):
         self.kueue_queues: dict[str, float] = {}
         """LocalQueue name -> CPUs its ClusterQueue admits at once (Kueue's nominal quota)."""
         self._volcano_seen: dict[str, set[str]] = {}
+        """Volcano Job uid -> the uids of its pods whose failure was handled."""
+        self._volcano_pods: dict[str, dict[str, Obj]] = {}
+        """Volcano Job uid -> its pods (uid -> pod) as last seen, to notice one removed."""
+        self._volcano_killed: set[str] = set()
+        """Pods the controller deleted itself (Volcano marks them out of sync): no PodEvicted."""
 
     def _write_status(self, rtype: ResourceType, obj: Obj, status: dict[str, Any]) -> None:
         if status != (obj.get("status") or {}):
@@ -227,11 +236,12 @@ class CrdControllers(ControlLoop):
                 self._phase(job, ending[phase])
             return
         if phase == "Restarting":
-            self._kill(pods)
-            if not pods:
-                retries = int((job.get("status") or {}).get("retryCount") or 0)
-                failed = retries >= int(spec.get("maxRetry", 3))
-                self._phase(job, "Failed" if failed else "Pending", "", "retried too often" if failed else "")
+            retries = int((job.get("status") or {}).get("retryCount") or 0)
+            last = retries >= int(spec.get("maxRetry", 3))
+            going = active if last else pods  # the last attempt keeps the pods that ended
+            self._kill(going)
+            if not going:
+                self._phase(job, "Failed" if last else "Pending")
             return
         if "svc" in (spec.get("plugins") or {}) and self._store.find(SERVICES, meta["namespace"], meta["name"]) is None:
             self._store.create(SERVICES, meta["namespace"], {"metadata": {
@@ -246,22 +256,8 @@ class CrdControllers(ControlLoop):
                 if name not in names:
                     pods.append(self._create_volcano_pod(job, task, index, name))
         self._gang(job, pods)
-        seen = self._volcano_seen.setdefault(meta["uid"], set())
-        for pod in pods:
-            if pod["status"].get("phase") == "Failed" and pod["metadata"]["uid"] not in seen:
-                seen.add(pod["metadata"]["uid"])
-                task = next(t for t in spec["tasks"] if t["name"] == pod["metadata"]["labels"]["volcano.sh/task-spec"])
-                policies = [*(task.get("policies") or []), *(spec.get("policies") or [])]
-                action = next((p["action"] for p in policies if p.get("event") in ("PodFailed", "*")), None)
-                if action == "RestartJob":
-                    self._phase(job, "Restarting", "PodFailed", f"pod {pod['metadata']['name']} failed", retry=True)
-                    return
-                if action == "AbortJob":
-                    self._phase(job, "Aborting", "PodFailed", f"pod {pod['metadata']['name']} failed")
-                    return
-                if action == "TerminateJob":
-                    self._phase(job, "Terminating", "PodFailed", f"pod {pod['metadata']['name']} failed")
-                    return
+        if self._apply_policies(job, pods):
+            return
         counts = {state: sum(1 for p in pods if p["status"].get("phase") == state)
                   for state in ("Pending", "Running", "Succeeded", "Failed")}
         total = sum(int(t.get("replicas", 1)) for t in spec["tasks"])
@@ -277,8 +273,35 @@ class CrdControllers(ControlLoop):
         status.setdefault("state", {"phase": "Pending", "lastTransitionTime": now_rfc3339()})
         self._write_status(VOLCANO_JOBS, job, status)
 
+    def _apply_policies(self, job: Obj, pods: list[Obj]) -> bool:
+        """Acts on the first pod event a policy handles; True when the job's phase changed."""
+        meta, spec = job["metadata"], job["spec"]
+        attempt = str((job.get("status") or {}).get("retryCount") or 0)
+        handled = self._volcano_seen.setdefault(meta["uid"], set())
+        before = self._volcano_pods.get(meta["uid"], {})
+        self._volcano_pods[meta["uid"]] = {pod["metadata"]["uid"]: pod for pod in pods}
+        events = [("PodFailed", pod) for pod in pods if pod["status"].get("phase") == "Failed"]
+        events += [("PodEvicted", pod) for uid, pod in before.items()
+                   if uid not in self._volcano_pods[meta["uid"]] and uid not in self._volcano_killed]
+        for event, pod in events:
+            key = f"{event}/{pod['metadata']['uid']}"
+            if key in handled:
+                continue
+            handled.add(key)
+            if (pod["metadata"].get("annotations") or {}).get("volcano.sh/job-version") != attempt:
+                continue  # a pod of an earlier attempt: outdated
+            task = next(t for t in spec["tasks"] if t["name"] == pod["metadata"]["labels"]["volcano.sh/task-spec"])
+            policies = [*(task.get("policies") or []), *(spec.get("policies") or [])]
+            action = next((p["action"] for p in policies if p.get("event") in (event, "*")), None)
+            phase = {"RestartJob": "Restarting", "AbortJob": "Aborting", "TerminateJob": "Terminating"}.get(action or "")
+            if phase is not None:
+                self._phase(job, phase, retry=phase == "Restarting")
+                return True
+        return False
+
     def _kill(self, pods: list[Obj]) -> None:
         for pod in pods:
+            self._volcano_killed.add(pod["metadata"]["uid"])
             if not pod["metadata"].get("deletionTimestamp"):
                 try:
                     api.delete_pod(self._store, pod["metadata"]["namespace"], pod["metadata"]["name"])
@@ -307,7 +330,7 @@ class CrdControllers(ControlLoop):
             "annotations": {**(pod_meta.get("annotations") or {}), "volcano.sh/task-index": str(index),
                             "volcano.sh/task-spec": task["name"], "volcano.sh/job-name": meta["name"],
                             "scheduling.k8s.io/group-name": f"{meta['name']}-{meta['uid']}",
-                            "volcano.sh/job-version": "0"},
+                            "volcano.sh/job-version": str((job.get("status") or {}).get("retryCount") or 0)},
             "ownerReferences": [_owner(job)]}, "spec": pod_spec})
 
     def _gang(self, job: Obj, pods: list[Obj]) -> None:

@@ -116,7 +116,8 @@ def read_jobset(app_id: str, jobset: dict[str, Any] | None, jobs: list[dict[str,
                                    roles=tuple(dataclasses.replace(role, ended=True) for role in view.roles))
     failed = _condition(jobset, "Failed")
     if failed:
-        cause = failure_message(view.failing) if view.failing else ""
+        # The failed Job's own account names the replica even when its pod is gone (deleted).
+        cause = view.message if view.state is State.FAILED else failure_message(view.failing) if view.failing else ""
         message = "; ".join(text for text in (cause, f"JobSet: {failed.get('message') or failed.get('reason')}") if text)
         return dataclasses.replace(view, state=State.FAILED, message=message,
                                    roles=tuple(dataclasses.replace(role, ended=True) for role in view.roles))

@@ -6,12 +6,14 @@ Volcano names a task's pods ``{app}-{task}-{index}``, which its ``svc`` plugin m
 hostnames under a headless Service named after the job (published before the pods are ready);
 its ``env`` plugin gives each container its index as ``VC_TASK_INDEX``. ``minAvailable`` (every
 role's MIN replicas) is the gang: Volcano's scheduler binds none of the pods until that many
-can run. A failed or evicted pod of a non-elastic role restarts the whole job, at most
-``max_retries`` times (the least of the roles; Volcano counts the failure that ends the job as
-a retry too, hence the one added to ``maxRetry``); with no retries a failed pod ends the job
-(``TerminateJob``), keeping the pods that ended and their logs (a restart deletes every pod,
-so the failure that exhausts the retries leaves no log behind). An elastic role's failed pods
-stay failed while its rendezvous goes on with the others.
+can run. A failed or evicted (deleted) pod of a non-elastic role restarts the whole job, at
+most ``max_retries`` times (the least of the roles; Volcano counts the failure that ends the job
+as a retry too, hence the one added to ``maxRetry``); with no retries such a pod ends the job
+(``TerminateJob``), keeping the pods that ended and their logs (a restart deletes every pod).
+An elastic role has no policy: its failed pods stay failed while its rendezvous goes on with
+the others, and Volcano recreates a deleted one, which joins at the next rendezvous.
+Volcano records no pod name for any of this: a replica left with no pod when the job failed is
+named as lost.
 """
 
 from __future__ import annotations
@@ -40,10 +42,11 @@ def task_names(app: specs.AppDef, app_id: str) -> dict[str, str]:
 def _policies(role: specs.Role) -> list[dict[str, str]]:
     # A restart deletes every pod, the failed one and its log with it; ending a job instead
     # (TerminateJob) keeps the pods that ended, so a job with no retries left says why it failed.
-    policies = [{"event": "PodEvicted", "action": "RestartJob"}]
-    if names.min_replicas(role) == role.num_replicas:
-        policies.insert(0, {"event": "PodFailed", "action": "RestartJob" if role.max_retries else "TerminateJob"})
-    return policies
+    # Volcano reports a pod deleted by anyone but itself (a lost node, kubectl delete) as evicted.
+    if names.min_replicas(role) < role.num_replicas:
+        return []  # its rendezvous goes on without a failed pod; a deleted one Volcano recreates
+    action = "RestartJob" if role.max_retries else "TerminateJob"
+    return [{"event": "PodFailed", "action": action}, {"event": "PodEvicted", "action": action}]
 
 
 def volcano_job(app: specs.AppDef, app_id: str, options: ManifestOptions) -> dict[str, Any]:
@@ -141,7 +144,8 @@ def read_volcano(app_id: str, job: dict[str, Any] | None, pods: list[dict[str, A
     detail = f"Volcano Job {app_id} is {phase}" + (f": {said}" if said else "")
     if state is State.FAILED:
         cause = failure_message(view.failing) if view.failing else ""
-        return dataclasses.replace(view, state=State.FAILED, message="; ".join(text for text in (cause, detail) if text))
+        return dataclasses.replace(view, state=State.FAILED, message="; ".join(
+            text for text in (_lost(view), cause, detail) if text))
     if state is State.SUCCEEDED:
         return dataclasses.replace(view, state=State.SUCCEEDED, message="")
     if state is State.CANCELLED:
@@ -150,3 +154,12 @@ def read_volcano(app_id: str, job: dict[str, Any] | None, pods: list[dict[str, A
     current = state or (view.state if view.state in (State.PENDING, State.RUNNING) else State.RUNNING)
     message = "; ".join(text for text in (detail if phase != "Running" else "", view.message) if text)
     return dataclasses.replace(view, state=current, message=message)
+
+
+def _lost(view: AppView) -> str:
+    """The replicas left with no pod in a failed job: deleted or evicted (Volcano removes the
+    pods it stops only once one has failed, or on a restart)."""
+    keys = [replica.key for replica in view.replicas if not replica.pod]
+    if not keys or len(keys) == len(view.replicas):
+        return "" if not keys else f"replicas {', '.join(keys)} have no pod left (deleted, evicted or stopped)"
+    return f"replica {', '.join(keys)} lost its pod (deleted or evicted)"
