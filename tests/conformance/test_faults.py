@@ -77,8 +77,23 @@ def test_losing_any_replica_with_max_retries_resumes_from_the_checkpoint_at_full
     assert scheduler.leftovers(app_id) == []
 
 
-# Not JobSet and Volcano yet: the test cluster's controllers replace the deleted pod (world back
-# to 2) where the real ones restart every pod.
+# Where the scheduler hosts the rendezvous store outside the replicas.
+@pytest.mark.parametrize("scheduler", ["local_cwd"], indirect=True)
+def test_losing_the_store_hosts_replica_costs_only_that_replica_a_retry(
+    runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path
+) -> None:
+    handle, app_id, directory = _training(runner, scheduler, tmp_path, "2x1", max_retries=1)
+    scheduler.kill_replica(app_id, "checkpointed", 0)
+
+    assert wait(runner, handle, timeout_s=240) == AppState.SUCCEEDED
+    history = _history(directory)
+    assert [entry[0] for entry in history] == list(range(STEPS)) and history[-1][1] == 2, history
+    status = runner.status(handle)
+    # Replica 0 started again; replica 1 restarted its workers in place (a gang restart: 2).
+    assert status is not None and status.num_restarts == 1, status
+    assert scheduler.leftovers(app_id) == []
+
+
 @pytest.mark.parametrize("scheduler", SURVIVING, indirect=True)
 def test_an_elastic_job_without_retries_carries_on_with_the_survivor(
     runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path
@@ -98,8 +113,6 @@ def test_an_elastic_job_without_retries_carries_on_with_the_survivor(
     assert scheduler.leftovers(app_id) == []
 
 
-# Not JobSet and Volcano yet: the test cluster's controllers replace a deleted pod even with no
-# retries left (the real JobSet fails its child Job, the real Volcano counts PodEvicted).
 @pytest.mark.parametrize("scheduler", SURVIVING, indirect=True)
 def test_a_fixed_job_without_retries_fails_within_30_s_naming_the_lost_replica(
     runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path

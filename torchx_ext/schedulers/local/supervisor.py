@@ -4,7 +4,8 @@ It is started in its own session by ``schedule`` and outlives the torchx CLI tha
 the job, so the job keeps running, and keeps being recorded, when that CLI exits or is
 killed. It starts every replica in its own process group with the replica's CPU slice as
 affinity, copies their output into the log files, restarts a failed replica up to the role's
-``max_retries``, lets an elastic role (``min_replicas`` below ``num_replicas``) carry on without
+``max_retries`` (hosting the rendezvous store itself, in a process of its own, when a replica may
+restart, so that losing any replica costs only that replica a retry), lets an elastic role (``min_replicas`` below ``num_replicas``) carry on without
 replicas that failed for good while it keeps ``min_replicas``, and ends the job when any other
 replica fails for good or a cancel arrives: SIGTERM
 to every replica's group, SIGKILL after the grace period, then the same for any process still
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import select
 import selectors
 import signal
 import socket
@@ -32,13 +34,15 @@ from torchx_ext.errors import TorchxExtError
 from torchx_ext.numa.bind import bound_thread
 from torchx_ext.replica_env import RDZV_IS_HOST_ENV, RDZV_PORT_ENV
 from torchx_ext.schedulers.common.states import State, job_move, replica_move
-from torchx_ext.schedulers.local.processes import marked_processes, signal_process as _signal, stop_processes
+from torchx_ext.schedulers.local.processes import (JOB_MARKER_ENV, marked_processes, signal_process as _signal,
+                                                   stop_processes)
 from torchx_ext.schedulers.local.records import JobDir, JobState, LocalJobRequest, ReplicaRequest, ReplicaState, RoleRequest
 from torchx_ext.schedulers.common.log_files import ReplicaLogWriter
 from torchx_ext.schedulers.local.request import ERROR_FILE_NAME
 
 _PR_SET_CHILD_SUBREAPER = 36
 _POLL_S = 0.5
+_STORE_START_S = 60
 _STDERR_TAIL_LINES = 5
 _STDERR_TAIL_BYTES = 1 << 16
 
@@ -75,6 +79,8 @@ class Supervisor:
         self.kill_at = float("inf")
         self.cancel_requested = False
         self.port = 0
+        self.store: subprocess.Popen[bytes] | None = None
+        """The rendezvous store's process, where the job may restart a replica."""
         self.user_umask = 0o022
 
     def run(self) -> None:
@@ -96,7 +102,7 @@ class Supervisor:
 
     def _supervise(self) -> None:
         self.state.state = job_move(self.state.state, State.RUNNING)
-        self.port = _free_port()
+        self.port = self._start_store() if any(_may_restart(role) for role in self.request.roles) else _free_port()
         for role in self.request.roles:
             for request in role.replicas:
                 replica = _Replica(request, ReplicaState(request.role, request.replica_id), role,
@@ -121,6 +127,7 @@ class Supervisor:
                 self._kill_all(signal.SIGKILL)
                 self.kill_at = float("inf")
             if not self._running():
+                self._stop_store()
                 self._finish_leftovers()
         for replica in self.replicas:
             replica.logs.close()
@@ -143,8 +150,10 @@ class Supervisor:
             err_read, err_write = os.pipe()
             descriptors += [err_read, err_write]
             with bound_thread(request.cpus) if request.cpus is not None else nullcontext():
-                # Replica 0 hosts the rendezvous store (all share one host name, so torch cannot tell).
-                rendezvous = {RDZV_PORT_ENV: str(self.port), RDZV_IS_HOST_ENV: "1" if request.replica_id == 0 else "0"}
+                # Our store process hosts the rendezvous store, else replica 0 (all replicas share
+                # one host name, so torch cannot tell).
+                host = self.store is None and request.replica_id == 0
+                rendezvous = {RDZV_PORT_ENV: str(self.port), RDZV_IS_HOST_ENV: "1" if host else "0"}
                 process = subprocess.Popen(
                     request.argv, cwd=request.cwd, env={**os.environ, **request.env, **rendezvous},
                     stdin=subprocess.DEVNULL, stdout=out_write, stderr=err_write, start_new_session=True,
@@ -167,6 +176,40 @@ class Supervisor:
         replica.state.pid, replica.state.exit_code = process.pid, None
         self.by_pid[process.pid] = replica
         self.processes[process.pid] = process
+
+    def _start_store(self) -> int:
+        """The port of a store process started for the job; else a free port for replica 0's."""
+        try:
+            store = subprocess.Popen(
+                [sys.executable, "-m", "torchx_ext.launcher.store_host"], stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, env={**os.environ, JOB_MARKER_ENV: self.request.app_id},
+                start_new_session=True)
+        except OSError as error:
+            _log(f"no store process ({error}): replica 0 hosts the rendezvous store")
+            return _free_port()
+        assert store.stdout is not None
+        # Torch imported and the port bound: a second or two.
+        ready, _, _ = select.select([store.stdout], [], [], _STORE_START_S)
+        line = store.stdout.readline().strip() if ready else b"nothing in time"
+        store.stdout.close()
+        if not line.isdigit():
+            _log(f"the store process did not start (it said {line!r}): replica 0 hosts the rendezvous store")
+            store.kill()
+            store.wait()
+            return _free_port()
+        self.store = store
+        self.processes[store.pid] = store
+        _log(f"rendezvous store on port {int(line)} (pid {store.pid})")
+        return int(line)
+
+    def _stop_store(self) -> None:
+        if self.store is not None and self.store.returncode is None:
+            _signal(self.store.pid, signal.SIGTERM)
+            try:
+                self.store.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                _signal(self.store.pid, signal.SIGKILL)
+        self.store = None
 
     def _wait_for_events(self) -> None:
         for key, _ in self.selector.select(timeout=_POLL_S):
@@ -329,6 +372,11 @@ def _root_cause(request: ReplicaRequest) -> str:
         return "no error output"
     tail = [line for line in lines if line.strip()][-_STDERR_TAIL_LINES:]
     return " | ".join(tail) or "no error output"
+
+
+def _may_restart(role: RoleRequest) -> bool:
+    """Whether a rendezvous of ``role`` may outlive one of its replicas."""
+    return len(role.replicas) > 1 and (role.max_retries > 0 or role.needed < len(role.replicas))
 
 
 def _free_port() -> int:

@@ -1,0 +1,29 @@
+"""A rendezvous store outside the replicas: ``python -m torchx_ext.launcher.store_host``.
+
+Hosts a TCPStore on a free port, writes the port as one line on stdout, and serves until
+SIGTERM or SIGINT. A scheduler that can run it apart from the replicas (local_cwd) does so for
+jobs that may restart, and starts every launcher with ``is_host=false``: a TCPStore client
+never reconnects, so a store inside a replica takes every survivor down with it, while this one
+outlives any replica and the survivors re-rendezvous with the one restarted.
+"""
+
+from __future__ import annotations
+
+import datetime
+import signal
+
+STOP = {signal.SIGTERM, signal.SIGINT}
+
+
+def main() -> None:
+    # Blocked before the store's threads start, so they inherit it and sigwait alone takes them.
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP)
+    from torch.distributed import TCPStore
+
+    store = TCPStore("0.0.0.0", 0, is_master=True, wait_for_workers=False, timeout=datetime.timedelta(seconds=60))
+    print(store.port, flush=True)
+    signal.sigwait(STOP)
+
+
+if __name__ == "__main__":
+    main()
