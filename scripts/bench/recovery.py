@@ -173,9 +173,13 @@ def ours(target: Target, case: str, timeout_s: float) -> float | None:
             return recovery_s(directory, lost_at, timeout_s)
         finally:
             runner.cancel(handle)
-            if target.scheduler != "local_cwd" and target.scheduler != "slurm":
-                runner.delete(handle)  # containers and pods stay until deleted
             runner.close()
+            if target.scheduler in ("local_docker", "kubernetes"):  # containers and pods stay until deleted
+                from torchx.schedulers import get_scheduler_factories
+
+                scheduler = get_scheduler_factories()[target.scheduler]("recovery")
+                scheduler.delete(parse_app_handle(handle).app_id)
+                scheduler.close()
 
 
 def torchrun(case: str, timeout_s: float) -> float | None:

@@ -74,6 +74,9 @@ def test_losing_any_replica_with_max_retries_resumes_from_the_checkpoint_at_full
     assert json.loads((directory / "checkpoint.json").read_text())["state"] == STEPS
     status = runner.status(handle)
     assert status is not None and status.num_restarts >= 2, status
+    assert status.msg.startswith(f"{status.num_restarts} restarts"), status.msg
+    if scheduler.name in ("local_cwd", "local_docker", "slurm"):  # a deleted pod leaves no record
+        assert "replica checkpointed/0" in status.msg and "killed" in status.msg, status.msg
     assert scheduler.leftovers(app_id) == []
 
 

@@ -102,3 +102,11 @@ def app_state(state: State | None) -> Any:
     from torchx.specs import AppState
 
     return AppState.UNKNOWN if state is None else AppState[state.value]
+
+
+def restarts_message(restarts: int, last_failure: str) -> str:
+    """What a job that has not failed says of its restarts: how many, and what made the last."""
+    if restarts <= 0:
+        return ""
+    count = f"{restarts} restart{'' if restarts == 1 else 's'}"
+    return f"{count}, the last after {last_failure}" if last_failure else count

@@ -36,6 +36,7 @@ START_HINT = (
 
 LABEL_RESTART_OF = "torchx_ext.restart_of"
 LABEL_RESTARTS = "torchx_ext.restarts"
+LABEL_RESTART_CAUSE = "torchx_ext.restart_cause"
 
 
 def end_volume_name(app_id: str) -> str:
@@ -72,24 +73,28 @@ class Engine:
                 ends[labels[LABEL_APP_ID]] = end
         return ends
 
-    def our_restarts(self, app_id: str) -> dict[str, int]:
-        """Per replica (``role/id``): its restarts up to the last start we made (``restart``)."""
+    def our_restarts(self, app_id: str) -> tuple[dict[str, int], str]:
+        """Per replica (``role/id``): its restarts up to the last start we made (``restart``);
+        and what made our last start."""
         volumes = self._call(lambda: self.client.volumes.list(filters={"label": f"{LABEL_RESTART_OF}"}),
                              "list volumes")
         counts: dict[str, int] = {}
+        latest = ("", "")
         for volume in volumes:
             labels = volume.attrs.get("Labels") or {}
             if labels.get(LABEL_APP_ID) == app_id and labels.get(LABEL_RESTARTS, "").isdigit():
                 key = labels[LABEL_RESTART_OF]
                 counts[key] = max(counts.get(key, 0), int(labels[LABEL_RESTARTS]))
-        return counts
+                latest = max(latest, (str(volume.attrs.get("CreatedAt") or ""), labels.get(LABEL_RESTART_CAUSE, "")))
+        return counts, latest[1]
 
-    def restart(self, app_id: str, key: str, container: Any, restarts: int, max_retries: int) -> None:
+    def restart(self, app_id: str, key: str, container: Any, restarts: int, max_retries: int, cause: str) -> None:
         """Start a replica the engine will not restart (a ``docker kill`` counts as stopped by
         hand) as its restart number ``restarts``. A start by hand resets the engine's restart
         count and policy, so the count is kept in a volume's labels (the first writer of a name
         wins, as for the end) and the policy is left the retries that remain."""
-        labels = {LABEL_SCHEDULER: SCHEDULER, LABEL_APP_ID: app_id, LABEL_RESTART_OF: key, LABEL_RESTARTS: str(restarts)}
+        labels = {LABEL_SCHEDULER: SCHEDULER, LABEL_APP_ID: app_id, LABEL_RESTART_OF: key, LABEL_RESTARTS: str(restarts),
+                  LABEL_RESTART_CAUSE: cause}
         name = f"{app_id}-restart-{re.sub(r'[^A-Za-z0-9_.-]', '-', key)}-{restarts}"
         self._call(lambda: self.client.volumes.create(name=name, labels=labels), "record a restart")
         remaining = max(0, max_retries - restarts)

@@ -26,7 +26,7 @@ from torchx_ext.schedulers.common.checks import seconds_option
 from torchx_ext.schedulers.common.logs import LogQuery
 from torchx_ext.schedulers.common.scheduler import HostSliceOpts, ReplicaReport, SchedulerShell
 from torchx_ext.schedulers.common.scheduler import add_cancel_grace_opt, add_host_slice_opts, describe_response
-from torchx_ext.schedulers.common.states import JobEnd, State, app_state
+from torchx_ext.schedulers.common.states import JobEnd, State, app_state, restarts_message
 from torchx_ext.schedulers.docker.engine import Engine, connect
 from torchx_ext.schedulers.docker.job_view import read_job
 from torchx_ext.schedulers.docker.request import (
@@ -184,14 +184,15 @@ def _response(current: Snapshot) -> DescribeAppResponse:
         replicas.append(ReplicaReport(container_view.role, container_view.replica_id,
                                       view.replicas[(container_view.role, container_view.replica_id)],
                                       container_view.name, error if failing is container_view else None))
+    restarts = max((container_view.restarts for container_view, _ in current.containers), default=0)
     return describe_response(
         current.app_id,
         view.state,
         roles=list(roles.values()),
         replicas=replicas,
         error=error,
-        num_restarts=max((container_view.restarts for container_view, _ in current.containers), default=0),
-        msg=end.message if end else "",
+        num_restarts=restarts,
+        msg=end.message if end else restarts_message(restarts, current.last_restart_cause),
     )
 
 

@@ -26,6 +26,8 @@ class Snapshot:
     containers: tuple[tuple[ContainerView, Any], ...]
     end: JobEnd | None
     view: JobView
+    last_restart_cause: str = ""
+    """What made the last start we made of a replica (the engine's own restarts keep none)."""
 
     def find(self, role: str, replica_id: int) -> tuple[ContainerView, Any] | None:
         return next(((view, container) for view, container in self.containers
@@ -46,12 +48,12 @@ class Snapshot:
 
 def snapshot(engine: Engine, app_id: str) -> Snapshot:
     containers = tuple(engine.containers(app_id))
-    ours = engine.our_restarts(app_id) if containers else {}
+    ours, cause = engine.our_restarts(app_id) if containers else ({}, "")
     # The engine counts restarts since the last start by hand, which were ours (restart_if_lost).
     containers = tuple((dataclasses.replace(view, restarts=ours.get(view.key, 0) + view.restarts), container)
                        for view, container in containers)
     end = engine.ends(app_id).get(app_id) if containers else None
-    return Snapshot(app_id, containers, end, read_job((view for view, _ in containers), end))
+    return Snapshot(app_id, containers, end, read_job((view for view, _ in containers), end), cause)
 
 
 def restart_if_lost(engine: Engine, current: Snapshot) -> Snapshot:
@@ -63,7 +65,9 @@ def restart_if_lost(engine: Engine, current: Snapshot) -> Snapshot:
     lost = [(view, container) for view, container in current.containers
             if view.status == "exited" and view.exit_code not in (0, None) and view.restarts < view.max_retries]
     for view, container in lost:
-        engine.restart(current.app_id, view.key, container, view.restarts + 1, view.max_retries)
+        how = "was killed" if view.exit_code == 137 else "exited"
+        engine.restart(current.app_id, view.key, container, view.restarts + 1, view.max_retries,
+                       f"replica {view.key} ({view.name}) {how} with code {view.exit_code}")
     return snapshot(engine, current.app_id) if lost else current
 
 

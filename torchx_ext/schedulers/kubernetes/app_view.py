@@ -107,6 +107,8 @@ class AppView:
     replaced_pods: int = 0
     """Pods the Jobs' controller counted as failed and replaced, deleted ones too (which are
     gone from the API, so the replicas' pods no longer show them)."""
+    last_failure: str = ""
+    """The failed pod replaced last (a deleted one leaves none): replica, pod, exit and cause."""
 
     @property
     def restarts(self) -> int:
@@ -162,6 +164,7 @@ def read_app(app_id: str, jobs: list[dict[str, Any]], pods: list[dict[str, Any]]
         if key not in newest or _created(pod) >= _created(newest[key]):
             newest[key] = pod
     replicas = []
+    replaced_failures: list[ReplicaView] = []
     for (state, _), job in job_states:
         role = by_job[job["metadata"]["name"]]
         given_up = _index_set(str((job.get("status") or {}).get("failedIndexes") or ""))
@@ -174,6 +177,7 @@ def read_app(app_id: str, jobs: list[dict[str, Any]], pods: list[dict[str, Any]]
             failed = [pod for pod in failures.get(key, []) if pod is not newest.get(key) or replaced_and_gone]
             restarts = max(counts.get(key, 0) - 1, len(failed))
             replicas.append(dataclasses.replace(_replica(role, index, newest.get(key)), restarts=restarts))
+            replaced_failures += [_replica(role, index, pod) for pod in failed]
     failing = _failing(replicas, end)
     replicas = [_stopped_by_end(replica, failing, end) for replica in replicas]
     if failing is not None:
@@ -184,8 +188,10 @@ def read_app(app_id: str, jobs: list[dict[str, Any]], pods: list[dict[str, Any]]
     timeout = next((int(value) for job in jobs if (value := _annotations(job).get(names.ANNOTATION_PULL_TIMEOUT, ""))
                     .isdigit()), None)
     replaced = sum(_replaced_pods(job, state) for (state, _), job in job_states)
+    last = max(replaced_failures, key=lambda replica: replica.finished_at or 0.0, default=None)
     return AppView(app_id, state, message, roles, tuple(replicas), failing, end,
-                   stuck_since if state in (State.PENDING, State.RUNNING) else None, timeout, replaced_pods=replaced)
+                   stuck_since if state in (State.PENDING, State.RUNNING) else None, timeout, replaced_pods=replaced,
+                   last_failure=failure_message(last) if last is not None else "")
 
 
 def _replaced_pods(job: dict[str, Any], state: State) -> int:

@@ -110,6 +110,8 @@ class JobState:
     replicas: list[ReplicaState]
     ended_at: float | None = None
     msg: str = ""
+    last_failure: str = ""
+    """The failure that made the last restart: which replica, how it ended and why."""
 
     @property
     def num_restarts(self) -> int:

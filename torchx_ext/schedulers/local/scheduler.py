@@ -29,7 +29,7 @@ from torchx_ext.schedulers.common.checks import seconds_option
 from torchx_ext.schedulers.common.logs import LogQuery
 from torchx_ext.schedulers.common.scheduler import HostSliceOpts, ReplicaReport, SchedulerShell
 from torchx_ext.schedulers.common.scheduler import add_cancel_grace_opt, add_host_slice_opts, describe_response
-from torchx_ext.schedulers.common.states import State, app_state
+from torchx_ext.schedulers.common.states import State, app_state, restarts_message
 from torchx_ext.schedulers.local.processes import marked_processes, signal_process, stop_processes
 from torchx_ext.schedulers.local.records import (
     JobDir,
@@ -144,7 +144,7 @@ class LocalScheduler(SchedulerShell[LocalOpts]):
             ],
             error=errors[(failed.role, failed.replica_id)] if failed is not None else None,
             num_restarts=state.num_restarts,
-            msg=state.msg,
+            msg=state.msg or restarts_message(state.num_restarts, state.last_failure),
             ui_url=f"file://{job.path}",
         )
 

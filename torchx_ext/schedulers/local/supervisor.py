@@ -258,6 +258,7 @@ class Supervisor:
         elif replica.state.restarts < replica.max_retries and self.ending is None:
             replica.state.restarts += 1
             _log(f"{_name(replica)} exited with code {code}: restart {replica.state.restarts} of {replica.max_retries}")
+            self.state.last_failure = f"replica {_name(replica)} {_how(code)}: {_root_cause(replica.request)}"
             # Workers of the failed attempt may outlive their launcher (they have sessions of
             # their own): they must not compete with the new attempt.
             for pid in marked_processes(self.request.app_id, _name(replica)):
@@ -283,7 +284,7 @@ class Supervisor:
     def _on_failure(self, replica: _Replica) -> None:
         if self.ending is None:
             code = replica.state.exit_code
-            how = "could not start" if code is None else f"exited with code {code}"
+            how = "could not start" if code is None else _how(code)
             self._end(State.FAILED, f"replica {_name(replica)} {how}: {replica.state.error} (logs: {replica.request.log_dir})")
 
     def _end(self, state: State, msg: str) -> None:
@@ -372,6 +373,15 @@ def _root_cause(request: ReplicaRequest) -> str:
         return "no error output"
     tail = [line for line in lines if line.strip()][-_STDERR_TAIL_LINES:]
     return " | ".join(tail) or "no error output"
+
+
+def _how(code: int) -> str:
+    if code < 0:
+        try:
+            return f"was killed by signal {code * -1} ({signal.Signals(-code).name})"
+        except ValueError:
+            return f"was killed by signal {code * -1}"
+    return f"exited with code {code}"
 
 
 def _may_restart(role: RoleRequest) -> bool:

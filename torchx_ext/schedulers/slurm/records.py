@@ -119,6 +119,16 @@ class JobDir:
         except (OSError, ValueError):
             return 0
 
+    def last_failure(self, role: str) -> Path:
+        """What made the batch script run the role's step again last (absent: nothing yet)."""
+        return self.path / f"{role}.last_failure"
+
+    def read_last_failure(self, role: str) -> str:
+        try:
+            return self.last_failure(role).read_text().strip()
+        except OSError:
+            return ""
+
     def rendezvous_port(self, role: str) -> Path:
         return self.path / f"{role}.rdzv-port"
 
@@ -172,3 +182,14 @@ def find_job(app_id: str) -> JobDir | None:
 def registered_jobs() -> list[str]:
     """App ids, oldest first."""
     return sorted((entry.name for entry in registry_entries(registry()) if JOB_ID.fullmatch(entry.name)), key=int)
+
+
+def first_failure(ends: dict[tuple[str, int], StepEnd | None]) -> tuple[str, int] | None:
+    """The replica whose program failed first: the others were most likely stopped because of it."""
+    failed = [(end.at, key) for key, end in ends.items() if end is not None and end.exit_code != 0]
+    return min(failed)[1] if failed else None
+
+
+def how_it_ended(end: StepEnd, root_cause: str) -> str:
+    how = f"exited with code {end.exit_code}" if end.exit_code >= 0 else f"was killed by signal {-end.exit_code}"
+    return f"{how}: {root_cause}" if root_cause else how

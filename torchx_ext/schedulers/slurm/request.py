@@ -105,6 +105,7 @@ def _retried(srun: str, job: JobDir, role: str, max_retries: int, elastic: bool,
     ``max_retries`` times after it fails; an elastic step that ended with enough of its replicas
     done is not a failure."""
     check = shlex.join([interpreter, "-m", STEP_MODULE, "--enough-succeeded", str(job.path), role])
+    record = shlex.join([interpreter, "-m", STEP_MODULE, "--record-failure", str(job.path), role])
     restarts = shlex.quote(str(job.restarts(role)))
     return [
         "(",
@@ -116,6 +117,7 @@ def _retried(srun: str, job: JobDir, role: str, max_retries: int, elastic: bool,
         '    [ "$code" -eq 0 ] && exit 0',
         *([f"    {check} && exit 0"] if elastic else []),
         f'    [ "$attempt" -ge {int(max_retries)} ] && exit "$code"',
+        f"    {record} || true",  # what failed it, for describe while the rerun runs
         "    attempt=$((attempt + 1))",
         f'    echo "$attempt" > {restarts}',
         "  done",

@@ -27,7 +27,7 @@ from torchx_ext.schedulers.common.files import DIR_MODE, write_atomically
 from torchx_ext.schedulers.common.logs import LogQuery
 from torchx_ext.schedulers.common.role_spec import role_from_spec
 from torchx_ext.schedulers.common.scheduler import ReplicaReport, SchedulerShell, describe_response
-from torchx_ext.schedulers.common.states import State, app_state
+from torchx_ext.schedulers.common.states import State, app_state, restarts_message
 from torchx_ext.schedulers.slurm.commands import JobStates, sbatch, scancel
 from torchx_ext.schedulers.slurm.job_view import SlurmJob, forgotten_job_state, replica_state
 from torchx_ext.schedulers.slurm.options import SlurmOpts, sbatch_options, slurm_runopts
@@ -35,6 +35,8 @@ from torchx_ext.schedulers.slurm.records import (
     JobDir,
     StepEnd,
     find_job,
+    first_failure as records_first_failure,
+    how_it_ended,
     register,
     registered_jobs,
     state_root,
@@ -94,7 +96,7 @@ class SlurmScheduler(SchedulerShell[SlurmOpts]):
         slurm = self._job(app_id, job)
         ends = {(role.name, k): job.read_step_end(role.name, k)
                 for role in request.roles for k in range(role.num_replicas)}
-        first_failure = _first_failure(ends) if slurm.state is State.FAILED else None
+        first_failure = records_first_failure(ends) if slurm.state is State.FAILED else None
         replicas = []
         error = None
         for (role, k), end in ends.items():
@@ -107,6 +109,7 @@ class SlurmScheduler(SchedulerShell[SlurmOpts]):
                 error = error or report
             replicas.append(ReplicaReport(role, k, state, job.started_on(role, k), report))
         msg = slurm.message
+        num_restarts = sum(job.read_restarts(role.name) for role in request.roles)
         if first_failure is not None and error is not None:
             role, k = first_failure
             msg = f"replica {role}/{k} ({job.started_on(role, k)}) {error.message}" + (f"; {msg}" if msg else "")
@@ -116,8 +119,9 @@ class SlurmScheduler(SchedulerShell[SlurmOpts]):
             roles=[role_from_spec(role.spec) for role in request.roles],
             replicas=replicas,
             error=error,
-            num_restarts=sum(job.read_restarts(role.name) for role in request.roles),
-            msg=msg,
+            num_restarts=num_restarts,
+            msg=msg or restarts_message(num_restarts, "; ".join(
+                text for role in request.roles if (text := job.read_last_failure(role.name)))),
             ui_url=f"file://{job.path}",
         )
 
@@ -238,14 +242,8 @@ def _keep_end(job: JobDir, end: SlurmJob) -> None:
         pass  # a read-only job directory: Slurm is asked again next time
 
 
-def _first_failure(ends: Mapping[tuple[str, int], StepEnd | None]) -> tuple[str, int] | None:
-    failed = [(end.at, key) for key, end in ends.items() if end is not None and end.exit_code != 0]
-    return min(failed)[1] if failed else None
-
-
 def _error_report(job: JobDir, role: str, replica_id: int, end: StepEnd) -> ErrorReport:
     report = read_error_file(job.error_file(role, replica_id))
-    how = f"exited with code {end.exit_code}" if end.exit_code >= 0 else f"was killed by signal {-end.exit_code}"
-    message = f"{how}: {report.message}" if report is not None and report.message else how
+    message = how_it_ended(end, report.message if report is not None else "")
     return ErrorReport(message=message, error_code=end.exit_code, timestamp=int(end.at),
                        traceback=report.traceback if report is not None else "")

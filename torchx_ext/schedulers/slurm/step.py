@@ -29,11 +29,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from torchx_ext.error_file import read_error_file
 from torchx_ext.numa.cpulist import format_cpulist
 from torchx_ext.replica_env import ALLOCATED_NODES_ENV, ERROR_FILE_ENV, RANK0_HOST_ENV, RDZV_IS_HOST_ENV, RDZV_PORT_ENV
 from torchx_ext.schedulers.common.files import write_atomically
 from torchx_ext.schedulers.common.log_files import IndexedLog
-from torchx_ext.schedulers.slurm.records import JobDir, RoleRequest
+from torchx_ext.schedulers.slurm.records import JobDir, RoleRequest, first_failure, how_it_ended
 
 START_ORDER_WAIT_S = 10.0
 
@@ -42,6 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--enough-succeeded"]:
         return 0 if enough_succeeded(JobDir(Path(argv[1])), argv[2]) else 1
+    if argv[:1] == ["--record-failure"]:
+        record_failure(JobDir(Path(argv[1])), argv[2])
+        return 0
     job_dir, role_name = argv
     job = JobDir(Path(job_dir))
     role = job.read_request().role(role_name)
@@ -93,6 +97,22 @@ def enough_succeeded(job: JobDir, role_name: str) -> bool:
         return False
     ends = [job.read_step_end(role.name, k) for k in range(role.num_replicas)]
     return sum(end is not None and end.exit_code == 0 for end in ends) >= role.min_replicas
+
+
+def record_failure(job: JobDir, role_name: str) -> None:
+    """Keep what failed the role's step (its first replica to fail) before the batch script runs
+    it again, which overwrites every replica's end."""
+    role = job.read_request().role(role_name)
+    if role is None:
+        return
+    ends = {(role.name, k): job.read_step_end(role.name, k) for k in range(role.num_replicas)}
+    failed = first_failure(ends)
+    end = ends[failed] if failed is not None else None
+    if failed is None or end is None:
+        return
+    report = read_error_file(job.error_file(*failed))
+    text = f"replica {role.name}/{failed[1]} ({end.node}) {how_it_ended(end, report.message if report else '')}"
+    write_atomically(job.last_failure(role.name), text)
 
 
 def replica_command(role: RoleRequest, job: JobDir, replica_id: int, rank0_host: str) -> tuple[list[str], dict[str, str]]:
