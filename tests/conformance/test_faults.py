@@ -57,6 +57,14 @@ def _training(runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path, j: 
     return handle, parse_app_handle(handle).app_id, directory
 
 
+def _every_step_once(runner: Runner, handle: str, directory: Path) -> list[list[Any]]:
+    """The checkpoint's history once the job SUCCEEDED, every step in it once, none skipped."""
+    assert wait(runner, handle, timeout_s=240) == AppState.SUCCEEDED
+    history = _history(directory)
+    assert [entry[0] for entry in history] == list(range(STEPS)), history
+    return history
+
+
 @pytest.mark.parametrize("scheduler", SURVIVING, indirect=True)
 def test_losing_any_replica_with_max_retries_resumes_from_the_checkpoint_at_full_size(
     runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path
@@ -67,9 +75,7 @@ def test_losing_any_replica_with_max_retries_resumes_from_the_checkpoint_at_full
     _wait_for_step(directory, resumed + 3)
     scheduler.kill_replica(app_id, "checkpointed", 0)  # the store's host
 
-    assert wait(runner, handle, timeout_s=240) == AppState.SUCCEEDED
-    history = _history(directory)
-    assert [entry[0] for entry in history] == list(range(STEPS)), history  # each step once, none skipped
+    history = _every_step_once(runner, handle, directory)
     assert history[-1][1] == 2  # back at full size after each loss
     assert json.loads((directory / "checkpoint.json").read_text())["state"] == STEPS
     status = runner.status(handle)
@@ -88,9 +94,8 @@ def test_losing_the_store_hosts_replica_costs_only_that_replica_a_retry(
     handle, app_id, directory = _training(runner, scheduler, tmp_path, "2x1", max_retries=1)
     scheduler.kill_replica(app_id, "checkpointed", 0)
 
-    assert wait(runner, handle, timeout_s=240) == AppState.SUCCEEDED
-    history = _history(directory)
-    assert [entry[0] for entry in history] == list(range(STEPS)) and history[-1][1] == 2, history
+    history = _every_step_once(runner, handle, directory)
+    assert history[-1][1] == 2, history
     status = runner.status(handle)
     # Replica 0 started again; replica 1 restarted its workers in place (a gang restart: 2).
     assert status is not None and status.num_restarts == 1, status
@@ -104,9 +109,7 @@ def test_an_elastic_job_without_retries_carries_on_with_the_survivor(
     handle, app_id, directory = _training(runner, scheduler, tmp_path, "1:2x1", max_retries=0)
     scheduler.kill_replica(app_id, "checkpointed", 1)
 
-    assert wait(runner, handle, timeout_s=240) == AppState.SUCCEEDED
-    history = _history(directory)
-    assert [entry[0] for entry in history] == list(range(STEPS)), history
+    history = _every_step_once(runner, handle, directory)
     if scheduler.cfg.get("backend") == "volcano":
         # Volcano recreates a deleted pod (it has no action that leaves it lost): the survivor
         # carried on, restarting its workers (a pause), and the new pod joined it.
