@@ -86,6 +86,14 @@ def test_a_failed_volcano_job_names_the_failed_replica_and_its_restarts() -> Non
     assert "Volcano Job train-abc12345 is Terminated" in view.message
 
 
+def test_a_failed_volcano_job_names_the_replica_whose_pod_is_gone_first() -> None:
+    # Volcano records no pod name for an evicted (deleted) pod: the replica without one was lost,
+    # and its peer failed because of it.
+    view = read_volcano(APP, volcano("Terminated"), [volcano_pod(0, "Failed", 1)])
+    assert view.state is State.FAILED
+    assert view.message.startswith("replica train/1 lost its pod; replica train/0 (pod train-abc12345-train-0) exited with code 1")
+
+
 def test_our_end_on_a_volcano_job_is_its_state_whatever_the_phase() -> None:
     end = JobEnd(State.CANCELLED, 1.0, "cancelled by request")
     view = read_volcano(APP, volcano("Running", annotations={"torchx-ext/end": end_annotation(end)}),

@@ -160,6 +160,8 @@ def _lost(view: AppView) -> str:
     """The replicas left with no pod in a failed job: deleted or evicted (Volcano removes the
     pods it stops only once one has failed, or on a restart)."""
     keys = [replica.key for replica in view.replicas if not replica.pod]
-    if not keys or len(keys) == len(view.replicas):
-        return "" if not keys else f"replicas {', '.join(keys)} have no pod left (deleted, evicted or stopped)"
-    return f"replica {', '.join(keys)} lost its pod (deleted or evicted)"
+    if not keys:
+        return ""
+    if len(keys) == len(view.replicas):
+        return f"replicas {', '.join(keys)} have no pod left (deleted, evicted or stopped)"
+    return f"replica {keys[0]} lost its pod" if len(keys) == 1 else f"replicas {', '.join(keys)} lost their pods"
