@@ -65,6 +65,14 @@ def _every_step_once(runner: Runner, handle: str, directory: Path) -> list[list[
     return history
 
 
+def _one_lost(runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path, j: str, max_retries: int,
+              replica_id: int) -> tuple[str, str, list[list[Any]]]:
+    """(handle, app id, history) of the checkpointing job that lost ``replica_id`` and succeeded."""
+    handle, app_id, directory = _training(runner, scheduler, tmp_path, j, max_retries)
+    scheduler.kill_replica(app_id, "checkpointed", replica_id)
+    return handle, app_id, _every_step_once(runner, handle, directory)
+
+
 @pytest.mark.parametrize("scheduler", SURVIVING, indirect=True)
 def test_losing_any_replica_with_max_retries_resumes_from_the_checkpoint_at_full_size(
     runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path
@@ -91,10 +99,7 @@ def test_losing_any_replica_with_max_retries_resumes_from_the_checkpoint_at_full
 def test_losing_the_store_hosts_replica_costs_only_that_replica_a_retry(
     runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path
 ) -> None:
-    handle, app_id, directory = _training(runner, scheduler, tmp_path, "2x1", max_retries=1)
-    scheduler.kill_replica(app_id, "checkpointed", 0)
-
-    history = _every_step_once(runner, handle, directory)
+    handle, app_id, history = _one_lost(runner, scheduler, tmp_path, "2x1", max_retries=1, replica_id=0)
     assert history[-1][1] == 2, history
     status = runner.status(handle)
     # Replica 0 started again; replica 1 restarted its workers in place (a gang restart: 2).
@@ -106,10 +111,7 @@ def test_losing_the_store_hosts_replica_costs_only_that_replica_a_retry(
 def test_an_elastic_job_without_retries_carries_on_with_the_survivor(
     runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path
 ) -> None:
-    handle, app_id, directory = _training(runner, scheduler, tmp_path, "1:2x1", max_retries=0)
-    scheduler.kill_replica(app_id, "checkpointed", 1)
-
-    history = _every_step_once(runner, handle, directory)
+    handle, app_id, history = _one_lost(runner, scheduler, tmp_path, "1:2x1", max_retries=0, replica_id=1)
     if scheduler.cfg.get("backend") == "volcano":
         # Volcano recreates a deleted pod (it has no action that leaves it lost): the survivor
         # carried on, restarting its workers (a pause), and the new pod joined it.

@@ -16,6 +16,7 @@ Standard library only; torchx's AppState is imported when asked for.
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
@@ -110,3 +111,13 @@ def restarts_message(restarts: int, last_failure: str) -> str:
         return ""
     count = f"{restarts} restart{'' if restarts == 1 else 's'}"
     return f"{count}, the last after {last_failure}" if last_failure else count
+
+
+def how_it_ended(code: int) -> str:
+    """A process's exit as a replica's message says it (negative: the signal that killed it)."""
+    if code >= 0:
+        return f"exited with code {code}"
+    try:
+        return f"was killed by signal {-code} ({signal.Signals(-code).name})"
+    except ValueError:
+        return f"was killed by signal {-code}"

@@ -4,11 +4,11 @@ It is started in its own session by ``schedule`` and outlives the torchx CLI tha
 the job, so the job keeps running, and keeps being recorded, when that CLI exits or is
 killed. It starts every replica in its own process group with the replica's CPU slice as
 affinity, copies their output into the log files, restarts a failed replica up to the role's
-``max_retries`` (hosting the rendezvous store itself, in a process of its own, when a replica may
-restart, so that losing any replica costs only that replica a retry), lets an elastic role (``min_replicas`` below ``num_replicas``) carry on without
-replicas that failed for good while it keeps ``min_replicas``, and ends the job when any other
-replica fails for good or a cancel arrives: SIGTERM
-to every replica's group, SIGKILL after the grace period, then the same for any process still
+``max_retries`` (hosting the rendezvous store in a process of its own when a replica may
+restart, so that losing any replica costs only that replica a retry), lets an elastic role
+(``min_replicas`` below ``num_replicas``) carry on without replicas that failed for good while
+it keeps ``min_replicas``, and ends the job when any other replica fails for good or a cancel
+arrives: SIGTERM to every replica's group, SIGKILL after the grace period, then the same for any process still
 marked as the job's (torchelastic starts workers in sessions of their own). It is the only
 writer of the job's ``state.json``, and writes a terminal state only once nothing of the job
 is left running and its logs are complete.
@@ -33,7 +33,7 @@ from torchx_ext.error_file import read_error_file
 from torchx_ext.errors import TorchxExtError
 from torchx_ext.numa.bind import bound_thread
 from torchx_ext.replica_env import RDZV_IS_HOST_ENV, RDZV_PORT_ENV
-from torchx_ext.schedulers.common.states import State, job_move, replica_move
+from torchx_ext.schedulers.common.states import State, how_it_ended, job_move, replica_move
 from torchx_ext.schedulers.local.processes import (JOB_MARKER_ENV, marked_processes, signal_process as _signal,
                                                    stop_processes)
 from torchx_ext.schedulers.local.records import JobDir, JobState, LocalJobRequest, ReplicaRequest, ReplicaState, RoleRequest
@@ -258,7 +258,7 @@ class Supervisor:
         elif replica.state.restarts < replica.max_retries and self.ending is None:
             replica.state.restarts += 1
             _log(f"{_name(replica)} exited with code {code}: restart {replica.state.restarts} of {replica.max_retries}")
-            self.state.last_failure = f"replica {_name(replica)} {_how(code)}: {_root_cause(replica.request)}"
+            self.state.last_failure = f"replica {_name(replica)} {how_it_ended(code)}: {_root_cause(replica.request)}"
             # Workers of the failed attempt may outlive their launcher (they have sessions of
             # their own): they must not compete with the new attempt.
             for pid in marked_processes(self.request.app_id, _name(replica)):
@@ -284,7 +284,7 @@ class Supervisor:
     def _on_failure(self, replica: _Replica) -> None:
         if self.ending is None:
             code = replica.state.exit_code
-            how = "could not start" if code is None else _how(code)
+            how = "could not start" if code is None else how_it_ended(code)
             self._end(State.FAILED, f"replica {_name(replica)} {how}: {replica.state.error} (logs: {replica.request.log_dir})")
 
     def _end(self, state: State, msg: str) -> None:
@@ -373,15 +373,6 @@ def _root_cause(request: ReplicaRequest) -> str:
         return "no error output"
     tail = [line for line in lines if line.strip()][-_STDERR_TAIL_LINES:]
     return " | ".join(tail) or "no error output"
-
-
-def _how(code: int) -> str:
-    if code < 0:
-        try:
-            return f"was killed by signal {code * -1} ({signal.Signals(-code).name})"
-        except ValueError:
-            return f"was killed by signal {code * -1}"
-    return f"exited with code {code}"
 
 
 def _may_restart(role: RoleRequest) -> bool:

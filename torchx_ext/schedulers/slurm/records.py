@@ -23,6 +23,7 @@ from typing import Any
 from torchx_ext.errors import JobRecordError
 from torchx_ext.schedulers.common import files
 from torchx_ext.schedulers.common.files import registered_dir, registry_entries
+from torchx_ext.schedulers.common.states import how_it_ended
 
 STATE_ROOT_ENV = "TORCHX_EXT_SLURM_STATE"
 FORMAT_VERSION = 1
@@ -190,6 +191,6 @@ def first_failure(ends: dict[tuple[str, int], StepEnd | None]) -> tuple[str, int
     return min(failed)[1] if failed else None
 
 
-def how_it_ended(end: StepEnd, root_cause: str) -> str:
-    how = f"exited with code {end.exit_code}" if end.exit_code >= 0 else f"was killed by signal {-end.exit_code}"
+def step_ended(end: StepEnd, root_cause: str) -> str:
+    how = how_it_ended(end.exit_code)
     return f"{how}: {root_cause}" if root_cause else how

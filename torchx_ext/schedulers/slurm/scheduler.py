@@ -36,7 +36,7 @@ from torchx_ext.schedulers.slurm.records import (
     StepEnd,
     find_job,
     first_failure as records_first_failure,
-    how_it_ended,
+    step_ended,
     register,
     registered_jobs,
     state_root,
@@ -244,6 +244,6 @@ def _keep_end(job: JobDir, end: SlurmJob) -> None:
 
 def _error_report(job: JobDir, role: str, replica_id: int, end: StepEnd) -> ErrorReport:
     report = read_error_file(job.error_file(role, replica_id))
-    message = how_it_ended(end, report.message if report is not None else "")
+    message = step_ended(end, report.message if report is not None else "")
     return ErrorReport(message=message, error_code=end.exit_code, timestamp=int(end.at),
                        traceback=report.traceback if report is not None else "")

@@ -34,7 +34,7 @@ from torchx_ext.numa.cpulist import format_cpulist
 from torchx_ext.replica_env import ALLOCATED_NODES_ENV, ERROR_FILE_ENV, RANK0_HOST_ENV, RDZV_IS_HOST_ENV, RDZV_PORT_ENV
 from torchx_ext.schedulers.common.files import write_atomically
 from torchx_ext.schedulers.common.log_files import IndexedLog
-from torchx_ext.schedulers.slurm.records import JobDir, RoleRequest, first_failure, how_it_ended
+from torchx_ext.schedulers.slurm.records import JobDir, RoleRequest, first_failure, step_ended
 
 START_ORDER_WAIT_S = 10.0
 
@@ -111,7 +111,7 @@ def record_failure(job: JobDir, role_name: str) -> None:
     if failed is None or end is None:
         return
     report = read_error_file(job.error_file(*failed))
-    text = f"replica {role.name}/{failed[1]} ({end.node}) {how_it_ended(end, report.message if report else '')}"
+    text = f"replica {role.name}/{failed[1]} ({end.node}) {step_ended(end, report.message if report else '')}"
     write_atomically(job.last_failure(role.name), text)
 
 
