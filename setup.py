@@ -21,7 +21,7 @@ ENTRY_POINTS = {
         "describe = torchx_ext.cli.handles:CheckedDescribe",
         "log = torchx_ext.cli.handles:CheckedLog",
         "cancel = torchx_ext.cli.handles:CheckedCancel",
-        "run = torchx_ext.cli.handles:CheckedRun",
+        "run = torchx_ext.cli.run:CheckedRun",
     ],
     "console_scripts": [
         "torchx-ext-numa=torchx_ext.numa.__main__:main",
@@ -57,7 +57,8 @@ setup(
     # editable wheels alike; hence "../purelib".
     data_files=[("../purelib", ["torchx_ext/registration/torchx_ext_registration.pth"])],
     python_requires=">=3.10",
-    install_requires=["torch>=2.4"],
+    # setproctitle: workers named by their script and rank in ps (they run without it).
+    install_requires=["torch>=2.4", "setproctitle>=1.3"],
     extras_require={
         "torchx": ["torchx>=0.7.0"],
         # Exact pins for CI live in requirements-test.txt (torch pinned there: an unpinned

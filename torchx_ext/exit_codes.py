@@ -11,3 +11,6 @@ NOT_FOUND = 1
 """An app handle or job that does not exist (torchx's own code for it)."""
 BAD_INPUT = 2
 """A flag, value or file was refused before anything started."""
+INTERRUPTED = 130
+"""Stopped by Ctrl+C (the shell's code for SIGINT); a launcher stopped by a signal exits with
+128 plus the signal's number, as a shell reports it."""

@@ -137,14 +137,19 @@ def test_max_retries_restarts_a_failed_replica(runner: Runner, tmp_path: Path) -
     assert any("second attempt succeeded" in line for line in runner.log_lines(handle, "flaky", 0))
 
 
-def test_a_script_that_does_not_exist_fails_the_job_with_the_launchers_message(runner: Runner) -> None:
-    handle = runner.run(ddp(script="no/such/script.py", j="2x1"), "local_cwd")
+@pytest.mark.parametrize(("target", "said"), [
+    (["--script", "no/such/script.py"], "torchx: error: script 'no/such/script.py' of role 'script' does not exist"),
+    (["-m", "no_such_package.train"], "torchx: error: module 'no_such_package.train' of role 'train' cannot be imported"),
+])
+def test_a_script_or_module_that_does_not_exist_is_refused_before_anything_is_recorded(
+        target: list[str], said: str, state_dir: Path) -> None:
+    result = torchx("run", "-s", "local_cwd", "dist.ddp", "-j", "2x1", *target)
 
-    assert wait(runner, handle) == AppState.FAILED
-    status = runner.status(handle)
-    assert status is not None
-    assert "'no/such/script.py' does not exist" in status.msg, status.msg
-    assert _local_leftovers(parse_app_handle(handle).app_id) == []
+    assert result.returncode == 2, result.stderr
+    errors = [line for line in result.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and errors[0].startswith(said), result.stderr
+    assert "Traceback" not in result.stderr and "local_cwd://" not in result.stdout
+    assert not (state_dir / "jobs").exists() and not (state_dir / "logs").exists()
 
 
 def test_an_unwritable_log_dir_is_refused_before_anything_starts(tmp_path: Path, state_dir: Path) -> None:

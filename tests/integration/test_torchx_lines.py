@@ -85,7 +85,7 @@ def test_nightly_finds_our_plugins_in_its_own_namespace_with_entry_points_off() 
     off = {"TORCHX_PLUGINS_SOURCE": "1"}
     assert offered_schedulers(off)[0] == "local_cwd"
     dryrun = torchx("run", "--dryrun", "-s", "local_cwd", "dist.ddp", "-j", "1x2", "-h", "dgx_h100",
-                    "--script", "train.py", env=off)
+                    "--script", "examples/train.py", env=off)
     assert dryrun.returncode == 0, dryrun.stderr[-2000:]
     assert "torchx_ext.launcher" in dryrun.stdout + dryrun.stderr
     registry = subprocess.run(

@@ -94,7 +94,7 @@ def test_exactly_the_installed_torchx_builtin_schedulers_are_offered_with_local_
 def test_dryrun_on_each_scheduler_runs_our_launcher() -> None:
     for scheduler, cfg in DRYRUN_SCHEDULERS.items():
         result = torchx("run", "--workspace", "", "--dryrun", "-s", scheduler, *cfg,
-                        "dist.ddp", "-j", "2x2", "--script", "train.py", "--", "--lr", "0.1")
+                        "dist.ddp", "-j", "2x2", "--script", "examples/train.py", "--", "--lr", "0.1")
         assert result.returncode == 0, (scheduler, result.stderr[-2000:])
         out = result.stdout + result.stderr
         assert "torchx_ext.launcher" in out and "--rdzv-endpoint-env" in out, scheduler

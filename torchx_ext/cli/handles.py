@@ -1,5 +1,5 @@
-"""torchx's status, describe, log and cancel, refusing a malformed or unknown app handle clearly;
-and torchx's run, reporting our components' and schedulers' input errors in one line.
+"""torchx's status, describe, log and cancel, refusing a malformed or unknown app handle (and,
+for log, an unknown role or replica) clearly. ``run.py`` has torchx's ``run``.
 
 torchx's own commands answer a malformed handle or an unknown scheduler with a traceback, and
 torchx 0.7.0 answers ``cancel`` of an unknown app with silence and exit 0 and ``log`` of one by
@@ -17,7 +17,6 @@ from typing import NoReturn
 from torchx.cli.cmd_cancel import CmdCancel
 from torchx.cli.cmd_describe import CmdDescribe
 from torchx.cli.cmd_log import CmdLog
-from torchx.cli.cmd_run import CmdRun
 from torchx.cli.cmd_status import CmdStatus
 from torchx.runner import get_runner
 from torchx.schedulers import get_scheduler_factories
@@ -88,33 +87,31 @@ class CheckedLog(HandleChecked, CmdLog):
     handle_argument = "identifier"
     allow_replicas = True
 
-
-class CheckedRun(CmdRun):
     def run(self, args: argparse.Namespace) -> None:
-        # Our errors name the bad value and the valid forms already; a traceback adds nothing.
-        try:
-            _check_cfg_keys(args)
-            super().run(args)
-        except InvalidArgumentError as error:
-            fail(str(error), exit_codes.BAD_INPUT)
-        except TorchxExtError as error:
-            fail(str(error), exit_codes.FAILED)
+        handle = check_app_handle(args.identifier, allow_replicas=True)
+        check_replicas(handle, args.identifier[len(handle):])
+        CmdLog.run(self, args)
 
 
-def _check_cfg_keys(args: argparse.Namespace) -> None:
-    # torchx-nightly refuses a -cfg key its scheduler does not have; torchx 0.7.0 drops it
-    # silently, so a misspelt namespace or queue would submit somewhere unintended.
-    text = getattr(args, "scheduler_args", None)
-    scheduler = getattr(args, "scheduler", None)
-    if not isinstance(text, str) or not text.strip() or not scheduler:
+def check_replicas(handle: str, path: str) -> None:
+    """Exits (BAD_INPUT) when ``path`` (``/ROLE`` or ``/ROLE/ID,ID``, or empty) names a role or
+    replica the app does not have; torchx's log would fail in a thread, with a traceback each."""
+    role, _, ids = path.lstrip("/").partition("/")
+    if not role:
         return
-    from torchx.util.types import to_dict
-
     with get_runner() as runner:
-        opts = runner.scheduler_run_opts(scheduler)
-    unknown = [key for key in to_dict(text) if opts.get(key) is None]
-    if unknown:
-        valid = ", ".join(sorted(name for name, _ in opts))
-        raise InvalidArgumentError(
-            f"unknown -cfg option{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))} for scheduler "
-            f"{scheduler}: its options are {valid}")
+        app = runner.describe(handle)
+        roles = {} if app is None else {known.name: known for known in app.roles}
+        if role not in roles:
+            fail(f"app {handle} has no role {role!r}: it has {', '.join(roles) or 'none'}", exit_codes.BAD_INPUT)
+        replicas = [f"{role}/{index}" for index in range(roles[role].num_replicas)]
+        for text in filter(None, ids.split(",")):
+            if not (text.isascii() and text.isdigit()):
+                fail(f"malformed replica id {text!r} in {handle + path!r}: expected numbers, e.g. {role}/0 or {role}/0,1",
+                     exit_codes.BAD_INPUT)
+            try:
+                runner.log_lines(handle, role, int(text), should_tail=False)
+            except InvalidArgumentError as error:  # ours know the replicas and say which
+                fail(str(error), exit_codes.BAD_INPUT)
+            if int(text) >= len(replicas):
+                fail(f"app {handle} has no replica {role}/{text}: it has {', '.join(replicas)}", exit_codes.BAD_INPUT)

@@ -31,7 +31,7 @@ class CmdTopo(SubCommand):
         try:
             document, text = describe(args.j, args.numa_binding, args.host)
         except TorchxExtError as error:
-            print(f"error: {error}", file=sys.stderr)
+            print(f"torchx: error: {error}", file=sys.stderr)
             sys.exit(BAD_INPUT)
         print(json.dumps(document, indent=2) if args.json else text)
 

@@ -11,6 +11,7 @@ them to build each component's command line.
 """
 
 import os
+import ast
 import re
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
@@ -28,6 +29,7 @@ from torchx.specs import macros
 from torchx_ext.errors import InvalidArgumentError
 from torchx_ext.escaping import escape_template
 from torchx_ext.options import check_mode, parse_omp_threads
+from torchx_ext.role_metadata import target_metadata
 
 J_FORMS = "NODESxPROCS (e.g. 2x4), MIN:MAXxPROCS (e.g. 2:5x8) or a single number"
 MOUNT_FORMS = (
@@ -40,6 +42,8 @@ TORCH_DEBUG_FLAGS: Dict[str, str] = {
     "TORCH_DISTRIBUTED_DEBUG": "DETAIL",
     "TORCH_SHOW_CPP_STACKTRACES": "1",
 }
+# torchx's registry holds two entries that are not resources (NULL, MISSING: its "none given").
+_PLACEHOLDER_RESOURCES = {"NULL", "MISSING"}
 _J_NODES_PROCS = re.compile(r"(?:(\d+):)?(\d+)x(\d+)")
 _J_NUMBER = re.compile(r"\d+")
 
@@ -189,8 +193,19 @@ def _resource(cpu: int, gpu: int, memMB: int, h: Optional[str]) -> specs.Resourc
         # resource(h=) on both lines: nightly deprecates named_resources[h] with a warning.
         return specs.resource(h=h)
     except KeyError as error:
-        # torchx's message already lists every registered name.
-        raise InvalidArgumentError(f"unknown named resource -h {h!r}: {error.args[0]}") from None
+        raise InvalidArgumentError(f"unknown named resource -h {h!r}: {_known_resources(str(error.args[0]))}") from None
+
+
+def _known_resources(torchx_message: str) -> str:
+    # torchx's registry cannot be listed, only its error names every entry (as a Python list).
+    listed = re.search(r"\[[^\]]*\]", torchx_message)
+    try:
+        names = ast.literal_eval(listed.group(0)) if listed else None
+    except (ValueError, SyntaxError):
+        names = None
+    if not isinstance(names, list):
+        return torchx_message
+    return "known are " + ", ".join(sorted(set(map(str, names)) - _PLACEHOLDER_RESOURCES))
 
 
 def _app(
@@ -283,6 +298,7 @@ def _app(
                 port_map={"c10d": rdzv_port},
                 max_retries=max_retries,
                 mounts=_mounts(mounts),
+                metadata=target_metadata(script, m),
             )
         ],
     )

@@ -9,6 +9,8 @@ In the spirit of ``elastic_launch(LaunchConfig, fn)(*args)``: it uses
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -81,52 +83,58 @@ def launch(
         sysfs_root=sysfs_root,
         dry_run=numa_dry_run,
     )
-    logs_specs = _logs_specs(log_dir, redirect_spec, tee_spec)  # last: it creates log_dir
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+    # Without log_dir torchelastic would make a temporary directory and never remove it.
+    scratch = tempfile.mkdtemp(prefix="torchelastic_") if log_dir is None else None
+    try:
+        logs_specs = _logs_specs(log_dir if scratch is None else scratch, redirect_spec, tee_spec)  # last: it creates log_dir
+        from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+        from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-    config = LaunchConfig(
-        min_nodes=nnodes,
-        max_nodes=nnodes,
-        nproc_per_node=nproc_per_node,
-        run_id=run_id or str(uuid.uuid4()),
-        rdzv_backend=rdzv_backend,
-        rdzv_endpoint=rdzv_endpoint,
-        rdzv_configs=configs,
-        max_restarts=max_restarts,
-        monitor_interval=monitor_interval,
-        start_method=start_method,
-        logs_specs=logs_specs,
-    )
-    config.numa_options = None  # ours replaces torch's: applied once, not twice
-    config.shutdown_timeout = shutdown_timeout  # set after construction: older torch lacks the field
-    entrypoint = BoundCallable(
-        encode_plan(bindings),
-        fn,
-        args,
-        pickled=start_method != "fork",
-        bind_spawn_parent=start_method == "spawn",
-    )
-    caller_cpus = os.sched_getaffinity(0)
-    if start_method == "forkserver":
-        # A forkserver is the caller's to keep (it may be warm with their preloads); only one
-        # recorded by the process we were forked from is useless here.
-        preload_server.forget_inherited()
-    with caller_state_kept():
-        use_fresh_store_per_attempt_if_needed(config)
-        try:
-            results: dict[int, Any] = elastic_launch(config, entrypoint)("${local_rank}")
-        except ChildFailedError as error:
-            rank, failure = error.get_first_failure()
-            raise WorkerFailedError(
-                rank=rank,
-                local_rank=failure.local_rank,
-                exitcode=failure.exitcode,
-                traceback=_traceback_of(failure),
-                summary=error.format_msg(),
-            ) from error
-        finally:
-            os.sched_setaffinity(0, caller_cpus)  # spawning bound this thread child by child
+        config = LaunchConfig(
+            min_nodes=nnodes,
+            max_nodes=nnodes,
+            nproc_per_node=nproc_per_node,
+            run_id=run_id or str(uuid.uuid4()),
+            rdzv_backend=rdzv_backend,
+            rdzv_endpoint=rdzv_endpoint,
+            rdzv_configs=configs,
+            max_restarts=max_restarts,
+            monitor_interval=monitor_interval,
+            start_method=start_method,
+            logs_specs=logs_specs,
+        )
+        config.numa_options = None  # ours replaces torch's: applied once, not twice
+        config.shutdown_timeout = shutdown_timeout  # set after construction: older torch lacks the field
+        entrypoint = BoundCallable(
+            encode_plan(bindings),
+            fn,
+            args,
+            pickled=start_method != "fork",
+            bind_spawn_parent=start_method == "spawn",
+        )
+        caller_cpus = os.sched_getaffinity(0)
+        if start_method == "forkserver":
+            # A forkserver is the caller's to keep (it may be warm with their preloads); only one
+            # recorded by the process we were forked from is useless here.
+            preload_server.forget_inherited()
+        with caller_state_kept():
+            use_fresh_store_per_attempt_if_needed(config)
+            try:
+                results: dict[int, Any] = elastic_launch(config, entrypoint)("${local_rank}")
+            except ChildFailedError as error:
+                rank, failure = error.get_first_failure()
+                raise WorkerFailedError(
+                    rank=rank,
+                    local_rank=failure.local_rank,
+                    exitcode=failure.exitcode,
+                    traceback=_traceback_of(failure),
+                    summary=error.format_msg(),
+                ) from error
+            finally:
+                os.sched_setaffinity(0, caller_cpus)  # spawning bound this thread child by child
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
     return results
 
 

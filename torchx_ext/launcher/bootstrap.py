@@ -21,7 +21,7 @@ import sys
 # would cost more than the binding itself.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
     from typing import Any
 
 BOOTSTRAP_CODE = "from torchx_ext.launcher.bootstrap import main; main()"
@@ -85,9 +85,23 @@ def apply(binding: WorkerBinding) -> None:
         os.environ[NUMA_NODE_ENV] = "" if binding.numa_node is None else str(binding.numa_node)
     if binding.omp_threads is not None:
         os.environ["OMP_NUM_THREADS"] = str(binding.omp_threads)
-        torch = sys.modules.get("torch")
-        if torch is not None:  # already loaded, so it read the variable too early
-            torch.set_num_threads(binding.omp_threads)
+    threads = os.environ.get("OMP_NUM_THREADS", "")
+    torch = sys.modules.get("torch")
+    if torch is not None and threads.isdecimal() and int(threads) > 0:
+        # Loaded already (a preloaded worker), so it read the variable before it was set.
+        torch.set_num_threads(int(threads))
+
+
+def set_title(kind: str, target: str, args: Sequence[str]) -> None:
+    """Name the worker in ``ps`` and ``top`` by what it runs and its rank, rather than by our
+    bootstrap's ``-c`` code or multiprocessing's forkserver."""
+    try:
+        from setproctitle import setproctitle
+    except ImportError:  # a title is a convenience: a worker runs without one
+        return
+    command = ["python", "-m", target] if kind == "module" else ["python", target]
+    rank = f"(torchx_ext rank {os.environ.get('RANK', '?')}, local rank {os.environ.get('LOCAL_RANK', '?')})"
+    setproctitle(" ".join([*command, *args, rank]))
 
 
 def _cpus_of(cpulist: str) -> set[int]:
@@ -105,6 +119,7 @@ def main() -> None:
     apply(decode_plan(plan)[int(local_rank)])
     if kind == "exec":
         os.execvp(target, [target, *args])
+    set_title(kind, target, args)
     sys.argv = [target, *args]
     if kind == "module":
         import runpy  # as ``python -m`` itself does
@@ -144,6 +159,7 @@ def run_preloaded(kind: str, target: str, *args: str) -> None:
     import types
 
     _unbuffer_stdio()
+    set_title(kind, target, args)
     sys.argv = [target, *args]
     main_module = types.ModuleType("__main__")
     sys.modules["__main__"] = main_module

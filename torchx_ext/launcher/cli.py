@@ -14,9 +14,13 @@ import importlib.util
 import logging
 import os
 import shutil
+import signal
 import sys
+import tempfile
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from multiprocessing import util as multiprocessing_util
 from typing import Any
 
 from torchx_ext.errors import BindingFallbackError, InvalidArgumentError, TorchxExtError
@@ -105,6 +109,9 @@ def console_main() -> None:
     """
     lock_standard_streams()
     code = main(preload_started=preload_server.start_early(sys.argv[1:]))
+    # atexit is skipped below: multiprocessing's finalizers would remove its temporary directory
+    # (the forkserver's socket's) there.
+    multiprocessing_util._run_finalizers()  # type: ignore[attr-defined]  # private, in 3.10 to 3.13
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -127,15 +134,30 @@ def main(argv: Sequence[str] | None = None, preload_started: bool = False) -> in
                 "and preloads): workers start fresh, as with --worker-start fresh"
             )
             args.worker_start = "fresh"
-        try:
-            config, entrypoint, entry_args = prepare(args)
-        except TorchxExtError as error:
-            print(f"error: {error}", file=sys.stderr)
-            return BAD_INPUT
-        finally:
-            if preload_started and not uses_preloaded_workers(args):
-                preload_server.stop()  # its torch import would only compete with the workers' own
-        return run(config, entrypoint, entry_args, job_name=args.training_script)
+        with scratch_log_dir(args):
+            try:
+                config, entrypoint, entry_args = prepare(args)
+            except TorchxExtError as error:
+                print(f"error: {error}", file=sys.stderr)
+                return BAD_INPUT
+            finally:
+                if preload_started and not uses_preloaded_workers(args):
+                    preload_server.stop()  # its torch import would only compete with the workers' own
+            return run(config, entrypoint, entry_args, job_name=args.training_script)
+
+
+@contextmanager
+def scratch_log_dir(args: argparse.Namespace) -> Iterator[None]:
+    """Without ``--log-dir``, torchelastic writes its per-attempt files (error files, redirected
+    output) under a temporary directory it never removes: give it one of ours, removed after."""
+    if args.log_dir is not None:
+        yield
+        return
+    args.log_dir = tempfile.mkdtemp(prefix="torchelastic_")
+    try:
+        yield
+    finally:
+        shutil.rmtree(args.log_dir, ignore_errors=True)
 
 
 def prepare(args: argparse.Namespace) -> tuple[Any, Callable[..., Any] | str, list[str]]:
@@ -219,6 +241,7 @@ def prepare(args: argparse.Namespace) -> tuple[Any, Callable[..., Any] | str, li
 
 def run(config: Any, entrypoint: Callable[..., Any] | str, entry_args: list[str], job_name: str) -> int:
     import torch.distributed as dist
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.elastic.rendezvous import RendezvousError
     from torch.distributed.launcher.api import elastic_launch
@@ -226,6 +249,11 @@ def run(config: Any, entrypoint: Callable[..., Any] | str, entry_args: list[str]
     use_fresh_store_per_attempt_if_needed(config)
     try:
         elastic_launch(config=config, entrypoint=entrypoint)(*entry_args)
+    except SignalException as error:
+        # A scheduler's cancel (SIGTERM) or Ctrl+C: torchelastic has stopped the workers already.
+        print(f"[torchx_ext.launcher] stopped by {signal.Signals(error.sigval).name}; workers stopped",
+              file=sys.stderr)
+        return 128 + int(error.sigval)
     except ChildFailedError as error:
         rank, failure = error.get_first_failure()
         _report_root_cause(rank, failure)

@@ -80,7 +80,7 @@ def plan_workers(
         bindings.append(
             WorkerBinding(None if dry_run else format_cpulist(rank.cpus), None if dry_run else rank.numa_node, threads)
         )
-    _log(plan, bindings, dry_run, user_omp and omp is not None)
+    _log(plan, bindings, dry_run, user_omp and omp is not None, environ)
     return plan, bindings
 
 
@@ -109,7 +109,9 @@ def _unbound_plan(nproc: int, mode: str, cpus: frozenset[int]) -> BindingPlan:
     return BindingPlan(mode="none", requested_mode=mode, device_kind="cpu", ranks=ranks)
 
 
-def _log(plan: BindingPlan, bindings: list[WorkerBinding], dry_run: bool, omp_overridden: bool) -> None:
+def _log(
+    plan: BindingPlan, bindings: list[WorkerBinding], dry_run: bool, omp_overridden: bool, environ: Mapping[str, str]
+) -> None:
     suffix = " (dry run: not applied)" if dry_run else ""
     logger.info(
         "NUMA binding %s%s, device kind %s, %d local ranks%s",
@@ -119,10 +121,13 @@ def _log(plan: BindingPlan, bindings: list[WorkerBinding], dry_run: bool, omp_ov
         len(plan.ranks),
         suffix,
     )
+    # Without a value of the plan's the worker inherits the launcher's: the user's, torchrun's
+    # default of 1 (exported before the plan is made), or none, and then OpenMP's own.
+    inherited = environ.get("OMP_NUM_THREADS") or "unset"
     for rank, binding in zip(plan.ranks, bindings):
-        omp = f" OMP_NUM_THREADS={binding.omp_threads}" if binding.omp_threads is not None else ""
-        logger.info("%s%s", describe_rank(rank), omp)
+        threads = inherited if binding.omp_threads is None else str(binding.omp_threads)
+        logger.info("%s", describe_rank(rank, threads))
     if omp_overridden:
-        logger.info("OMP_NUM_THREADS=%s was exported by the user and is kept", os.environ.get("OMP_NUM_THREADS"))
+        logger.info("OMP_NUM_THREADS=%s was exported by the user and is kept", environ.get("OMP_NUM_THREADS"))
     for warning in plan.warnings:
         logger.warning("NUMA binding fallback: %s", warning)

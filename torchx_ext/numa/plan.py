@@ -318,11 +318,12 @@ class _Planner:
         return complexes[position % len(complexes)][1]
 
 
-def describe_rank(rank: RankBinding) -> str:
-    """One human line per rank, for launcher logs."""
+def describe_rank(rank: RankBinding, omp_threads: str) -> str:
+    """One human line per rank, for launcher logs; ``omp_threads`` is what the worker's
+    OMP_NUM_THREADS will be (the plan's ``threads`` is only what ``auto`` would choose)."""
     gpu = "-" if rank.gpu is None else f"{rank.gpu} ({rank.gpu_pci_address})"
     node = "-" if rank.numa_node is None else str(rank.numa_node)
     return (
         f"local_rank={rank.local_rank} cpus={format_cpulist(rank.cpus)} numa_node={node} "
-        f"gpu={gpu} threads={rank.threads}"
+        f"gpu={gpu} OMP_NUM_THREADS={omp_threads}"
     )

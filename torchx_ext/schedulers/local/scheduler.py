@@ -43,6 +43,7 @@ from torchx_ext.schedulers.local.records import (
     state_root,
 )
 from torchx_ext.schedulers.common.role_spec import role_from_spec
+from torchx_ext.schedulers.local.targets import check_targets
 from torchx_ext.schedulers.local.request import build_request, describe_request
 from torchx_ext.schedulers.placement import host_topology
 
@@ -76,6 +77,7 @@ class LocalScheduler(SchedulerShell[LocalOpts]):
         app_id = new_app_id(app.name, LOCAL)
         log_dir = Path(cfg.get("log_dir") or state_root() / "logs")
         grace = seconds_option(cfg, "cancel_grace")
+        check_targets(app, os.getcwd(), os.environ)
         request = build_request(
             app,
             app_id=app_id,

@@ -1,0 +1,41 @@
+"""What an attached ``torchx run`` says when its job did not succeed: a few lines a person reads
+(state, the replica that failed and its error, where its output is), not torchx's YAML dump."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from torchx.specs import NONE, AppState, AppStatus
+
+
+def failure_summary(app_handle: str, status: AppStatus) -> str:
+    state = AppState(status.state).name.lower()
+    lines = [f"job {state}: {app_handle}"]
+    if status.msg:
+        # Our schedulers' message already names the replica, how it ended and its logs.
+        lines.append(f"  {status.msg}")
+    else:
+        for role in status.roles:
+            for replica in role.replicas:
+                error = error_message(replica.structured_error_msg)
+                if error or replica.state == AppState.FAILED:
+                    lines.append(f"  replica {role.role}/{replica.id} {AppState(replica.state).name.lower()}"
+                                 f"{': ' + error if error else ''}")
+    lines.append(f"  its output: torchx log {app_handle}")
+    return "\n".join(lines)
+
+
+def error_message(structured: str | None) -> str:
+    """The message of a torchelastic error report as torchx carries it (JSON, ``message`` a
+    string or an object with its own ``message``); "" for none; the text itself when not JSON."""
+    if not structured or structured == NONE:
+        return ""
+    try:
+        report: Any = json.loads(structured)
+    except ValueError:
+        return structured.strip()
+    message = report.get("message", "") if isinstance(report, dict) else report
+    if isinstance(message, dict):
+        message = message.get("message", "")
+    return str(message).strip()

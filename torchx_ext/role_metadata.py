@@ -1,0 +1,23 @@
+"""What a component records in its role's ``metadata`` for the schedulers to check before
+they start anything. A leaf module: components write it, schedulers read it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+TARGET_KEY = "torchx_ext/target"
+"""The launcher's training target as the user gave it: ``{"script": PATH}`` or ``{"module": NAME}``."""
+
+
+def target_metadata(script: str | None, module: str | None) -> dict[str, dict[str, str]]:
+    return {TARGET_KEY: {"script": script} if script is not None else {"module": module or ""}}
+
+
+def target_of(metadata: Mapping[str, Any]) -> tuple[str, str] | None:
+    """``("script", PATH)`` or ``("module", NAME)``; None for a role no component of ours made."""
+    target = metadata.get(TARGET_KEY)
+    if not isinstance(target, Mapping) or len(target) != 1:
+        return None
+    kind, name = next(iter(target.items()))
+    return (kind, name) if kind in ("script", "module") and isinstance(name, str) else None
