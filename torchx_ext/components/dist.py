@@ -193,19 +193,25 @@ def _resource(cpu: int, gpu: int, memMB: int, h: Optional[str]) -> specs.Resourc
         # resource(h=) on both lines: nightly deprecates named_resources[h] with a warning.
         return specs.resource(h=h)
     except KeyError as error:
-        raise InvalidArgumentError(f"unknown named resource -h {h!r}: {_known_resources(str(error.args[0]))}") from None
+        suggestion = re.search(r"Did you mean `([^`]+)`", str(error.args[0]))
+        hint = f" (did you mean {suggestion.group(1)}?)" if suggestion else ""
+        raise InvalidArgumentError(f"unknown named resource -h {h!r}{hint}: known are {_known_resources()}") from None
 
 
-def _known_resources(torchx_message: str) -> str:
-    # torchx's registry cannot be listed, only its error names every entry (as a Python list).
-    listed = re.search(r"\[[^\]]*\]", torchx_message)
+def _known_resources() -> str:
+    # torchx's registry cannot be listed on torchx 0.7.0; its error for a name like no other
+    # lists every entry (as a Python list).
     try:
-        names = ast.literal_eval(listed.group(0)) if listed else None
-    except (ValueError, SyntaxError):
-        names = None
-    if not isinstance(names, list):
-        return torchx_message
-    return "known are " + ", ".join(sorted(set(map(str, names)) - _PLACEHOLDER_RESOURCES))
+        specs.resource(h="\0")
+    except KeyError as error:
+        listed = re.search(r"\[[^\]]*\]", str(error.args[0]))
+        try:
+            names = ast.literal_eval(listed.group(0)) if listed else None
+        except (ValueError, SyntaxError):
+            names = None
+        if isinstance(names, list):
+            return ", ".join(sorted(set(map(str, names)) - _PLACEHOLDER_RESOURCES))
+    return "(this torchx did not list them)"
 
 
 def _app(
