@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The README's main command: installs everything into .venv, then runs a 2-node x 2-process
-# DDP training job on this machine through torchx (local_cwd) and our dist.ddp component.
+# The README's main command: installs torch (CPU build), torchx 0.7.0 and torchx_ext into .venv
+# (not the test tools), then runs a 2-node x 2-process DDP training job on this machine through
+# torchx (local_cwd) and our dist.ddp component.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup_venv.sh --test
+bash scripts/setup_venv.sh
 # torchx's local_cwd runs the role's "python" from PATH: the venv's.
 export PATH="$PWD/.venv/bin:$PATH"
 torchx topo -j 2x2

@@ -28,7 +28,8 @@ case "$line" in
     if $test_deps; then
       "${pip[@]}" -r requirements-test.txt
     fi
-    "${pip[@]}" -c requirements-test.txt -e '.[torchx]'
+    # numpy: torch warns at every import without it (every worker would say so).
+    "${pip[@]}" -c requirements-test.txt -e '.[torchx]' numpy
     ;;
   nightly)
     [ -x .venv-nightly/bin/python ] || "$python" -m venv .venv-nightly
