@@ -13,14 +13,16 @@ from setuptools.dist import Distribution
 ENTRY_POINTS = {
     # Components are per line too (torchx_0_7_0/, torchx_nightly/): a registered group replaces
     # torchx's builtin components, and the builtin modules differ between the lines.
-    # Ours, plus torchx's status/describe/log/cancel with a check of the app handle first, and
-    # torchx's run with our input errors in one line (nightly's delete: torchx_nightly/).
+    # Ours, plus torchx's status/describe/log/cancel with a check of the app handle first,
+    # torchx's list and run with our errors in one line, and run's attached end in one line
+    # (nightly's delete: torchx_nightly/).
     "torchx.cli.cmds": [
         "topo = torchx_ext.cli.topo:CmdTopo",
         "status = torchx_ext.cli.handles:CheckedStatus",
         "describe = torchx_ext.cli.handles:CheckedDescribe",
         "log = torchx_ext.cli.handles:CheckedLog",
         "cancel = torchx_ext.cli.handles:CheckedCancel",
+        "list = torchx_ext.cli.handles:CheckedList",
         "run = torchx_ext.cli.run:CheckedRun",
     ],
     "console_scripts": [

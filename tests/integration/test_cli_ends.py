@@ -191,3 +191,10 @@ def test_a_job_on_local_cwd_leaves_no_temporary_directory(tmp_path: Path, state_
 
     assert result.returncode == 0, result.stderr[-2000:]
     assert list(scratch.iterdir()) == [], (list(scratch.iterdir()), time.monotonic() - started)
+
+
+def test_list_on_an_engine_that_does_not_answer_is_one_line(tmp_path: Path) -> None:
+    result = torchx("list", "-s", "local_docker", env={"DOCKER_HOST": f"unix://{tmp_path}/no.sock"})
+
+    assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith(f"torchx: error: no Docker engine answers at unix://{tmp_path}/no.sock")

@@ -10,12 +10,16 @@ torchx-nightly's ``delete``.
 """
 
 import argparse
+import os
 import re
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import NoReturn
 
 from torchx.cli.cmd_cancel import CmdCancel
 from torchx.cli.cmd_describe import CmdDescribe
+from torchx.cli.cmd_list import CmdList
 from torchx.cli.cmd_log import CmdLog
 from torchx.cli.cmd_status import CmdStatus
 from torchx.runner import get_runner
@@ -24,6 +28,8 @@ from torchx.schedulers import get_scheduler_factories
 from torchx_ext import exit_codes
 from torchx_ext.errors import InvalidArgumentError, TorchxExtError
 
+DEBUG_ENV = "TORCHX_EXT_DEBUG"
+"""Set to 1 for tracebacks instead of one-line errors."""
 HANDLE_FORM = "SCHEDULER://SESSION/APP_ID, e.g. local_cwd://torchx/train-abc123 (`torchx list -s SCHEDULER` shows them)"
 _HANDLE = re.compile(r"(?P<scheduler>[\w-]+)://(?P<session>[^/]*)/(?P<app_id>[^/]+)(?P<rest>/.*)?")
 
@@ -60,6 +66,18 @@ def fail(message: str, code: int) -> NoReturn:
     sys.exit(code)
 
 
+@contextmanager
+def one_line_errors() -> Iterator[None]:
+    """Our deliberate errors (a value refused, an engine or cluster that does not answer) as one
+    ``torchx: error:`` line; ``TORCHX_EXT_DEBUG=1`` lets them through with their traceback."""
+    try:
+        yield
+    except TorchxExtError as error:
+        if os.environ.get(DEBUG_ENV) == "1":
+            raise
+        fail(str(error), exit_codes.BAD_INPUT if isinstance(error, InvalidArgumentError) else exit_codes.FAILED)
+
+
 class HandleChecked:
     """Checks the command's app handle argument, then runs torchx's command (the next base)."""
 
@@ -67,8 +85,15 @@ class HandleChecked:
     allow_replicas = False
 
     def run(self, args: argparse.Namespace) -> None:
-        check_app_handle(getattr(args, self.handle_argument), allow_replicas=self.allow_replicas)
-        super().run(args)  # type: ignore[misc]
+        with one_line_errors():
+            check_app_handle(getattr(args, self.handle_argument), allow_replicas=self.allow_replicas)
+            super().run(args)  # type: ignore[misc]
+
+
+class CheckedList(CmdList):
+    def run(self, args: argparse.Namespace) -> None:
+        with one_line_errors():
+            super().run(args)
 
 
 class CheckedStatus(HandleChecked, CmdStatus):
@@ -88,9 +113,10 @@ class CheckedLog(HandleChecked, CmdLog):
     allow_replicas = True
 
     def run(self, args: argparse.Namespace) -> None:
-        handle = check_app_handle(args.identifier, allow_replicas=True)
-        check_replicas(handle, args.identifier[len(handle):])
-        CmdLog.run(self, args)
+        with one_line_errors():
+            handle = check_app_handle(args.identifier, allow_replicas=True)
+            check_replicas(handle, args.identifier[len(handle):])
+            CmdLog.run(self, args)
 
 
 def check_replicas(handle: str, path: str) -> None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 import threading
 import time
@@ -31,12 +30,9 @@ from torchx.specs import AppState, AppStatus
 
 from torchx_ext import exit_codes
 from torchx_ext.cli.component_help import OUR_COMPONENTS, component_help, with_bare_flags
-from torchx_ext.cli.handles import fail
+from torchx_ext.cli.handles import fail, one_line_errors
 from torchx_ext.cli.summary import failure_summary
-from torchx_ext.errors import InvalidArgumentError, TorchxExtError
-
-DEBUG_ENV = "TORCHX_EXT_DEBUG"
-"""Set to 1 for tracebacks instead of one-line errors."""
+from torchx_ext.errors import InvalidArgumentError
 
 logger = logging.getLogger("torchx.cli.cmd_run")
 
@@ -47,17 +43,9 @@ class CheckedRun(CmdRun):
     def run(self, args: argparse.Namespace) -> None:
         self._json_output = bool(getattr(args, "json", False))
         args.component_name_and_args = self._component_args(args.component_name_and_args)
-        try:
+        with one_line_errors():
             _check_cfg_keys(args)
             super().run(args)
-        except InvalidArgumentError as error:
-            if os.environ.get(DEBUG_ENV) == "1":
-                raise
-            fail(str(error), exit_codes.BAD_INPUT)
-        except TorchxExtError as error:
-            if os.environ.get(DEBUG_ENV) == "1":
-                raise
-            fail(str(error), exit_codes.FAILED)
 
     @staticmethod
     def _component_args(given: list[str]) -> list[str]:
