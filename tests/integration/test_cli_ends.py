@@ -198,3 +198,19 @@ def test_list_on_an_engine_that_does_not_answer_is_one_line(tmp_path: Path) -> N
 
     assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
     assert result.stderr.startswith(f"torchx: error: no Docker engine answers at unix://{tmp_path}/no.sock")
+
+
+def test_a_parameter_the_component_lacks_is_one_line_not_a_usage_text() -> None:
+    result = torchx("run", "--dryrun", "-s", "local_cwd", "dist.spmd", "--cpu", "4", "--script", "examples/train.py")
+
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == ("torchx: error: dist.spmd: unrecognized arguments: --cpu "
+                             "(`torchx run dist.spmd --help` lists its parameters)\n")
+
+
+def test_a_flag_after_the_scripts_first_argument_is_the_scripts() -> None:
+    result = torchx("run", "--dryrun", "-s", "local_cwd", "dist.ddp", "--script", "examples/train.py", "a", "--numa_strict")
+
+    assert result.returncode == 0, result.stderr
+    argv = next(line for line in result.stdout.splitlines() if "argv:" in line)
+    assert "'--numa-strict'" not in argv and argv.endswith("'examples/train.py', 'a', '--numa_strict']"), argv

@@ -11,11 +11,12 @@ from __future__ import annotations
 import argparse
 import inspect
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from torchx.specs.file_linter import get_fn_docstring
 
 from torchx_ext.components.dist import ddp, spmd
+from torchx_ext.errors import InvalidArgumentError
 
 OUR_COMPONENTS: dict[str, Callable[..., Any]] = {"dist.ddp": ddp, "dist.spmd": spmd}
 
@@ -28,43 +29,71 @@ def boolean_flags(component: str) -> list[str]:
     return [f"--{parameter.name}" for parameter in parameters if isinstance(parameter.default, bool)]
 
 
-def with_bare_flags(component: str, args: Sequence[str]) -> list[str]:
-    """``args`` with each bare boolean flag (``--numa_strict`` not followed by true or false)
-    given the value torchx's parser needs; arguments after ``--`` are the script's, untouched."""
+def component_help(component: str) -> str:
+    return _parser(component, for_help=True).format_help().rstrip("\n")
+
+
+def checked_component_args(component: str, args: Sequence[str]) -> list[str]:
+    """``args`` as torchx's parser of the component needs them: each bare boolean flag
+    (``--numa_strict`` not followed by true or false) given its value; the script's arguments
+    (from the first word that is not an option on, as torchx takes them) untouched. Raises
+    InvalidArgumentError, in one line, for what torchx would refuse with its usage text (an
+    unknown flag, a flag without its value)."""
+    try:
+        parsed = _parser(component, for_help=False).parse_args(list(args))
+    except _RefusedError as error:
+        raise InvalidArgumentError(
+            f"{component}: {error} (`torchx run {component} --help` lists its parameters)") from None
+    end = len(args) - len(parsed.ARG)
     flags = boolean_flags(component)
-    end = args.index("--") if "--" in args else len(args)
-    result = list(args[end:])
-    for position in reversed(range(end)):
+    options: list[str] = []
+    for position in range(end):
         word = args[position]
         following = args[position + 1] if position + 1 < end else None
         bare = word in flags and (following is None or following.lower() not in _BOOLEAN_VALUES)
-        result.insert(0, f"{word}=True" if bare else word)
-    return result
+        options.append(f"{word}=True" if bare else word)
+    return [*options, *args[end:]]
 
 
-def component_help(component: str) -> str:
+class _RefusedError(Exception):
+    pass
+
+
+class _RaisingParser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise _RefusedError(message)
+
+
+def _parser(component: str, for_help: bool) -> argparse.ArgumentParser:
+    """The component's parameters as a user gives them: booleans are flags (for parsing, they
+    still take torchx's true or false); the script's arguments are everything after the first
+    one that is not an option, as torchx takes them."""
     fn = OUR_COMPONENTS[component]
     description, parameter_help = get_fn_docstring(fn)
-    parser = argparse.ArgumentParser(
+    parser = (argparse.ArgumentParser if for_help else _RaisingParser)(
         prog=f"torchx run [-s SCHEDULER] {component}",
         description=description,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         add_help=False,
     )
-    parser.add_argument("--help", action="help", help="show this help message and exit")
+    if for_help:
+        parser.add_argument("--help", action="help", help="show this help message and exit")
     for parameter in inspect.signature(fn).parameters.values():
         text = parameter_help.get(parameter.name, "")
         if parameter.kind == inspect.Parameter.VAR_POSITIONAL:
             parser.add_argument(
-                "ARG", nargs="*",
+                "ARG", nargs="*" if for_help else argparse.REMAINDER,
                 help=f"{text} (optional; put them after -- when the first one starts with -)")
             continue
         names = [f"-{parameter.name}", f"--{parameter.name}"] if len(parameter.name) == 1 else [f"--{parameter.name}"]
         if isinstance(parameter.default, bool):
             state = "on" if parameter.default else "off"
-            parser.add_argument(*names, action="store_true", help=f"{text} (a flag; default: {state})")
+            if for_help:
+                parser.add_argument(*names, action="store_true", help=f"{text} (a flag; default: {state})")
+            else:
+                parser.add_argument(*names, nargs="?", const="true")
             continue
         default = "" if parameter.default is None else f" (default: {parameter.default})"
         parser.add_argument(*names, metavar=_METAVARS.get(parameter.name, parameter.name.upper()),
                             help=f"{text}{default}")
-    return parser.format_help().rstrip("\n")
+    return parser

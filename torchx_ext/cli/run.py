@@ -29,7 +29,7 @@ from torchx.runner import get_runner
 from torchx.specs import AppState, AppStatus
 
 from torchx_ext import exit_codes
-from torchx_ext.cli.component_help import OUR_COMPONENTS, component_help, with_bare_flags
+from torchx_ext.cli.component_help import OUR_COMPONENTS, checked_component_args, component_help
 from torchx_ext.cli.handles import fail, one_line_errors
 from torchx_ext.cli.summary import failure_summary
 from torchx_ext.errors import InvalidArgumentError
@@ -42,8 +42,8 @@ _CANCEL_WAIT_S = 60.0
 class CheckedRun(CmdRun):
     def run(self, args: argparse.Namespace) -> None:
         self._json_output = bool(getattr(args, "json", False))
-        args.component_name_and_args = self._component_args(args.component_name_and_args)
         with one_line_errors():
+            args.component_name_and_args = self._component_args(args.component_name_and_args)
             _check_cfg_keys(args)
             super().run(args)
 
@@ -54,10 +54,10 @@ class CheckedRun(CmdRun):
             return given
         name, component_args = words[0], words[1:]
         options = component_args[: component_args.index("--")] if "--" in component_args else component_args
-        if "--help" in options:
+        if "--help" in options:  # as torchx's parser, anywhere before --
             print(component_help(name))
             sys.exit(exit_codes.OK)
-        return [name, *with_bare_flags(name, component_args)]
+        return [name, *checked_component_args(name, component_args)]
 
     # torchx 0.7.0 waits here, and prints the status and exits when the job did not succeed.
     def _wait_and_exit(self, runner: Any, app_handle: str, log: bool) -> None:
