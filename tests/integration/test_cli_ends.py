@@ -148,15 +148,17 @@ def test_numa_strict_works_as_a_bare_flag_and_with_a_value(flags: list[str], str
     assert argv.count("--numa-strict") == int(strict) and argv.endswith("'--numa_strict']"), argv
 
 
-def test_the_launcher_leaves_no_temporary_directory_in_any_worker_start(tmp_path: Path) -> None:
+def test_the_launcher_leaves_no_temporary_directory_in_any_worker_start_nor_through_its_api(tmp_path: Path) -> None:
     scratch = tmp_path / "tmp"
     scratch.mkdir()
-    for mode in ("preloaded", "fresh"):
-        result = subprocess.run(
-            [sys.executable, "-m", "torchx_ext.launcher", "--nproc-per-node", "2", "--worker-start", mode,
-             str(JOBS / "cpus.py")],
-            capture_output=True, text=True, timeout=120, env={**os.environ, "TMPDIR": str(scratch)},
-        )
+    runs = {
+        mode: ["-m", "torchx_ext.launcher", "--nproc-per-node", "2", "--worker-start", mode, str(JOBS / "cpus.py")]
+        for mode in ("preloaded", "fresh")
+    }
+    runs["launch()"] = ["-c", "from torchx_ext.launcher import launch; launch(print, 'hello', nproc_per_node=2)"]
+    for mode, args in runs.items():
+        result = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=120,
+                                env={**os.environ, "TMPDIR": str(scratch)})
         assert result.returncode == 0, result.stderr[-2000:]
         assert list(scratch.iterdir()) == [], (mode, list(scratch.iterdir()))
 
