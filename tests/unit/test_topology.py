@@ -94,6 +94,13 @@ def test_snapshot_of_a_real_two_cpu_host(machine_topology: TopologyOf) -> None:
     assert topology.physical_core_count(topology.allowed) == 2
 
 
+def test_snapshot_of_a_real_h100_vm_whose_gpu_reports_no_numa_node(machine_topology: TopologyOf) -> None:
+    topology = machine_topology("h100-vm")
+    assert node_cpus(topology) == {0: "0-15"}
+    assert [(gpu.pci_address, gpu.numa_node) for gpu in topology.gpus] == [("0000:00:06.0", None)]
+    assert topology.physical_core_count(topology.allowed) == 16
+
+
 def test_gpu_with_unknown_numa_node(machine_topology: TopologyOf) -> None:
     assert [gpu.numa_node for gpu in machine_topology("vm-gpu-node-unknown").gpus] == [None] * 4
 
