@@ -6,7 +6,8 @@ no job, 2 input refused before anything started (argparse's code for a usage err
 
 OK = 0
 FAILED = 1
-"""The job or one of its workers failed, or its rendezvous did not complete."""
+"""The job or one of its workers failed, or its rendezvous did not complete; or the job an
+attached ``torchx run`` waited for was cancelled from elsewhere."""
 NOT_FOUND = 1
 """An app handle or job that does not exist (torchx's own code for it)."""
 BAD_INPUT = 2

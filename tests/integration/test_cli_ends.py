@@ -4,6 +4,7 @@ exit code 2 for bad input, and nothing left behind (processes, temporary directo
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -77,6 +78,24 @@ def test_ctrl_c_cancels_the_attached_job_and_says_so_in_one_line(state_dir: Path
     assert _local_leftovers(parse_app_handle(handle).app_id) == []
 
 
+def test_a_second_ctrl_c_leaves_at_once_in_one_line(state_dir: Path) -> None:
+    cli, handle = sleeping_job(state_dir)
+
+    cli.send_signal(signal.SIGINT)
+    time.sleep(0.2)
+    cli.send_signal(signal.SIGINT)
+    code, lines = ended(cli)
+
+    assert code == 130, lines[-5:]
+    assert lines[-1].startswith(("job being cancelled: ", "job cancel interrupted: ", "job cancelled: ")), lines[-5:]
+    assert handle in lines[-1] and not [line for line in lines if "Traceback" in line], lines
+    assert torchx("cancel", handle).returncode == 0  # whatever the first Ctrl+C got done
+    with get_runner() as runner:
+        status = runner.wait(handle, wait_interval=0.2)
+    assert status is not None and status.state == AppState.CANCELLED
+    assert _local_leftovers(parse_app_handle(handle).app_id) == []
+
+
 def test_a_failed_job_ends_with_its_failing_replica_and_error_not_a_status_dump(state_dir: Path) -> None:
     cli, handle = attached_run("dist.ddp", "-j", "1x2", "--script", str(JOBS / "raise_job.py"))
     code, lines = ended(cli)
@@ -90,6 +109,18 @@ def test_a_failed_job_ends_with_its_failing_replica_and_error_not_a_status_dump(
     assert not [line for line in lines if any(mark in line for mark in ("!!python", "AppStatus"))], lines
 
 
+@pytest.mark.skipif(not hasattr(__import__("torchx.cli.cmd_run", fromlist=["x"]), "_run_result_json"),
+                    reason="torchx run --json is torchx-nightly's")
+def test_a_failed_job_under_json_prints_its_status_as_json_and_the_summary_not_a_dump(state_dir: Path) -> None:
+    result = torchx("run", "-s", "local_cwd", "--json", "dist.ddp", "-j", "1x2", "--script", str(JOBS / "raise_job.py"))
+
+    assert result.returncode == 1, result.stderr[-2000:]
+    document = json.loads(result.stdout.strip().splitlines()[-1])
+    assert document["handle"].startswith("local_cwd://") and document["state"] == "FAILED", document
+    assert f"job failed: {document['handle']}" in result.stderr
+    assert "AppStatus" not in result.stderr and "!!python" not in result.stderr
+
+
 def test_a_log_of_a_replica_or_role_the_job_lacks_is_one_line_naming_what_it_has(state_dir: Path) -> None:
     with get_runner() as runner:
         handle = runner.run_component("dist.ddp", ["-j", "1x1", "--script", str(JOBS / "cpus.py")], "local_cwd")
@@ -99,7 +130,7 @@ def test_a_log_of_a_replica_or_role_the_job_lacks_is_one_line_naming_what_it_has
 
     app_id = parse_app_handle(handle).app_id
     assert (replica.returncode, replica.stderr) == (2, f"torchx: error: app {app_id} has no replica cpus/5: it has cpus/0\n")
-    assert (role.returncode, role.stderr) == (2, f"torchx: error: app {handle} has no role 'nope': it has cpus\n")
+    assert (role.returncode, role.stderr) == (2, f"torchx: error: app {app_id} has no role 'nope': it has cpus\n")
     assert malformed.returncode == 2 and malformed.stderr.count("\n") == 1
     assert malformed.stderr.startswith("torchx: error: malformed replica id 'x'")
 
@@ -137,6 +168,22 @@ def test_component_help_shows_booleans_as_flags_and_the_scripts_arguments_as_opt
     assert has_memory == (component == "dist.ddp")  # spmd takes its sizes from -h
 
 
+@pytest.mark.parametrize("flag", [["--debug", "1"], ["--numa_strict", "yes"]])
+def test_a_boolean_given_neither_true_nor_false_is_refused_not_read_as_false(flag: list[str]) -> None:
+    result = torchx("run", "--dryrun", "-s", "local_cwd", "dist.ddp", *flag, "--script", "examples/train.py")
+
+    assert result.returncode == 2 and result.stderr == (
+        f"torchx: error: dist.ddp: {flag[0]} {flag[1]!r}: {flag[0]} is a flag: give it alone, or followed by true or false\n")
+
+
+def test_help_after_the_scripts_first_argument_is_the_scripts() -> None:
+    result = torchx("run", "--dryrun", "-s", "local_cwd", "dist.ddp", "--script", "examples/train.py", "data", "--help")
+
+    assert result.returncode == 0, result.stderr
+    argv = next(line for line in result.stdout.splitlines() if "argv:" in line)
+    assert argv.endswith("'examples/train.py', 'data', '--help']"), argv
+
+
 @pytest.mark.parametrize(("flags", "strict"), [(["--numa_strict"], True), (["--numa_strict", "False"], False),
                                                (["--numa_strict", "true"], True), ([], False)])
 def test_numa_strict_works_as_a_bare_flag_and_with_a_value(flags: list[str], strict: bool) -> None:
@@ -163,6 +210,19 @@ def test_the_launcher_leaves_no_temporary_directory_in_any_worker_start_nor_thro
         assert list(scratch.iterdir()) == [], (mode, list(scratch.iterdir()))
 
 
+def test_redirected_worker_output_is_kept_and_its_directory_named(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "torchx_ext.launcher", "--nproc-per-node", "1", "--redirects", "3", str(JOBS / "cpus.py")],
+        capture_output=True, text=True, timeout=120, env={**os.environ, "TMPDIR": str(tmp_path)},
+    )
+
+    assert result.returncode == 0, result.stderr[-2000:]
+    kept = re.search(r"redirected worker output goes to files under (\S+) \(kept", result.stderr)
+    assert kept is not None and Path(kept[1]).parent == tmp_path, result.stderr
+    assert sorted(path.name for path in Path(kept[1]).rglob("*.log")) == ["stderr.log", "stdout.log"]
+    assert "cpus" in "".join(path.read_text() for path in Path(kept[1]).rglob("stdout.log"))
+
+
 def test_each_rank_logs_the_thread_count_its_worker_gets_and_is_titled_by_script_and_rank(tmp_path: Path) -> None:
     script = tmp_path / "titled.py"
     script.write_text(
@@ -170,9 +230,12 @@ def test_each_rank_logs_the_thread_count_its_worker_gets_and_is_titled_by_script
         "title = open('/proc/self/cmdline', 'rb').read().replace(b'\\0', b' ').decode().strip()\n"
         "print(f\"rank {os.environ['RANK']} torch_threads={torch.get_num_threads()} title={title}\", flush=True)\n"
     )
+    # No --omp-threads: each worker inherits torchrun's OMP_NUM_THREADS=1, and a preloaded one
+    # (whose torch was imported before) must get it in torch too.
     result = subprocess.run(
-        [sys.executable, "-m", "torchx_ext.launcher", "--nproc-per-node", "2", "--omp-threads", "1", str(script), "--lr", "0.1"],
-        capture_output=True, text=True, timeout=120,
+        [sys.executable, "-m", "torchx_ext.launcher", "--nproc-per-node", "2", str(script), "--lr", "0.1"],
+        capture_output=True, text=True, timeout=120, env={key: value for key, value in os.environ.items()
+                                                          if key != "OMP_NUM_THREADS"},
     )
 
     assert result.returncode == 0, result.stderr[-2000:]

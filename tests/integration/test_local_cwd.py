@@ -140,6 +140,8 @@ def test_max_retries_restarts_a_failed_replica(runner: Runner, tmp_path: Path) -
 @pytest.mark.parametrize(("target", "said"), [
     (["--script", "no/such/script.py"], "torchx: error: script 'no/such/script.py' of role 'script' does not exist"),
     (["-m", "no_such_package.train"], "torchx: error: module 'no_such_package.train' of role 'train' cannot be imported"),
+    (["-m", "examples.no_such_module"], "torchx: error: module 'examples.no_such_module' of role 'no_such_module' cannot "
+                                        "be imported"),
 ])
 def test_a_script_or_module_that_does_not_exist_is_refused_before_anything_is_recorded(
         target: list[str], said: str, state_dir: Path) -> None:

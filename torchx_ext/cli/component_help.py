@@ -3,13 +3,15 @@
 torchx builds a component's parser from its signature and shows every boolean as a value
 (``--numa_strict str``, default ``False``) and the script's arguments as ``(required)``, which
 they are not. The help here comes from the same signature and docstring; torchx still parses
-the arguments, after ``with_bare_flags`` has given each bare boolean flag its value.
+the arguments, after ``checked_component_args`` has checked them and given each bare boolean
+flag its value.
 """
 
 from __future__ import annotations
 
 import argparse
 import inspect
+from dataclasses import dataclass
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
@@ -22,6 +24,8 @@ OUR_COMPONENTS: dict[str, Callable[..., Any]] = {"dist.ddp": ddp, "dist.spmd": s
 
 _METAVARS = {"m": "MODULE", "h": "RESOURCE", "j": "[MIN:]NODESxPROCS", "env": "KEY=VALUE,...", "mounts": "MOUNT,..."}
 _BOOLEAN_VALUES = ("true", "false")
+_BARE: Any = object()
+"""A boolean flag given alone."""
 
 
 def boolean_flags(component: str) -> list[str]:
@@ -33,26 +37,34 @@ def component_help(component: str) -> str:
     return _parser(component, for_help=True).format_help().rstrip("\n")
 
 
-def checked_component_args(component: str, args: Sequence[str]) -> list[str]:
-    """``args`` as torchx's parser of the component needs them: each bare boolean flag
-    (``--numa_strict`` not followed by true or false) given its value; the script's arguments
-    (from the first word that is not an option on, as torchx takes them) untouched. Raises
-    InvalidArgumentError, in one line, for what torchx would refuse with its usage text (an
-    unknown flag, a flag without its value)."""
+@dataclass(frozen=True)
+class ComponentArgs:
+    args: list[str]
+    """As torchx's parser of the component needs them."""
+    wants_help: bool
+    """``--help`` came before the script's first argument (after it, it is the script's)."""
+
+
+def checked_component_args(component: str, args: Sequence[str]) -> ComponentArgs:
+    """``args`` with each bare boolean flag (``--numa_strict`` alone) given the value torchx's
+    parser needs, and the script's arguments (from the first word that is not an option on, as
+    torchx takes them) untouched. Raises InvalidArgumentError, in one line, for what torchx
+    would refuse with its usage text (an unknown flag, a flag without its value) or silently
+    read as false (a boolean given anything but true or false)."""
     try:
         parsed = _parser(component, for_help=False).parse_args(list(args))
     except _RefusedError as error:
         raise InvalidArgumentError(
             f"{component}: {error} (`torchx run {component} --help` lists its parameters)") from None
+    for flag in boolean_flags(component):
+        value = getattr(parsed, flag[2:])
+        if value is not None and value is not _BARE and value.lower() not in _BOOLEAN_VALUES:
+            raise InvalidArgumentError(
+                f"{component}: {flag} {value!r}: {flag} is a flag: give it alone, or followed by true or false")
     end = len(args) - len(parsed.ARG)
     flags = boolean_flags(component)
-    options: list[str] = []
-    for position in range(end):
-        word = args[position]
-        following = args[position + 1] if position + 1 < end else None
-        bare = word in flags and (following is None or following.lower() not in _BOOLEAN_VALUES)
-        options.append(f"{word}=True" if bare else word)
-    return [*options, *args[end:]]
+    options = [f"{word}=True" if word in flags and getattr(parsed, word[2:]) is _BARE else word for word in args[:end]]
+    return ComponentArgs([*options, *args[end:]], wants_help=bool(parsed.help))
 
 
 class _RefusedError(Exception):
@@ -78,6 +90,8 @@ def _parser(component: str, for_help: bool) -> argparse.ArgumentParser:
     )
     if for_help:
         parser.add_argument("--help", action="help", help="show this help message and exit")
+    else:
+        parser.add_argument("--help", action="store_true")
     for parameter in inspect.signature(fn).parameters.values():
         text = parameter_help.get(parameter.name, "")
         if parameter.kind == inspect.Parameter.VAR_POSITIONAL:
@@ -91,7 +105,7 @@ def _parser(component: str, for_help: bool) -> argparse.ArgumentParser:
             if for_help:
                 parser.add_argument(*names, action="store_true", help=f"{text} (a flag; default: {state})")
             else:
-                parser.add_argument(*names, nargs="?", const="true")
+                parser.add_argument(*names, nargs="?", const=_BARE)
             continue
         default = "" if parameter.default is None else f" (default: {parameter.default})"
         parser.add_argument(*names, metavar=_METAVARS.get(parameter.name, parameter.name.upper()),

@@ -14,8 +14,8 @@ from torchx.schedulers import get_scheduler_factories
 from torchx.specs import parse_app_handle
 
 from torchx_ext import exit_codes
-from torchx_ext.cli.handles import HANDLE_FORM, check_app_handle, fail
-from torchx_ext.errors import InvalidArgumentError, TorchxExtError
+from torchx_ext.cli.handles import HANDLE_FORM, check_app_handle
+from torchx_ext.cli.one_line import fail, one_line_errors
 
 
 class Delete(SubCommand):
@@ -31,10 +31,7 @@ class Delete(SubCommand):
             if delete is None:
                 fail(f"scheduler {parsed.scheduler_backend} cannot delete apps on torchx 0.7.0: "
                      f"`torchx cancel {handle}` stops it", exit_codes.BAD_INPUT)
-            delete(parsed.app_id)
-        except InvalidArgumentError as error:
-            fail(str(error), exit_codes.BAD_INPUT)
-        except TorchxExtError as error:
-            fail(str(error), exit_codes.FAILED)
+            with one_line_errors():
+                delete(parsed.app_id)
         finally:
             scheduler.close()

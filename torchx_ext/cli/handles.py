@@ -10,12 +10,7 @@ torchx-nightly's ``delete``.
 """
 
 import argparse
-import os
 import re
-import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import NoReturn
 
 from torchx.cli.cmd_cancel import CmdCancel
 from torchx.cli.cmd_describe import CmdDescribe
@@ -24,12 +19,12 @@ from torchx.cli.cmd_log import CmdLog
 from torchx.cli.cmd_status import CmdStatus
 from torchx.runner import get_runner
 from torchx.schedulers import get_scheduler_factories
+from torchx.specs import parse_app_handle
 
 from torchx_ext import exit_codes
-from torchx_ext.errors import InvalidArgumentError, TorchxExtError
+from torchx_ext.cli.one_line import fail, one_line_errors
+from torchx_ext.errors import InvalidArgumentError
 
-DEBUG_ENV = "TORCHX_EXT_DEBUG"
-"""Set to 1 for tracebacks instead of one-line errors."""
 HANDLE_FORM = "SCHEDULER://SESSION/APP_ID, e.g. local_cwd://torchx/train-abc123 (`torchx list -s SCHEDULER` shows them)"
 _HANDLE = re.compile(r"(?P<scheduler>[\w-]+)://(?P<session>[^/]*)/(?P<app_id>[^/]+)(?P<rest>/.*)?")
 
@@ -48,34 +43,12 @@ def check_app_handle(identifier: str, allow_replicas: bool = False) -> str:
         fail(f"unknown scheduler {scheduler!r} in app handle {identifier!r}: this torchx has {', '.join(known)}",
              exit_codes.BAD_INPUT)
     handle = f"{scheduler}://{match['session']}/{match['app_id']}"
-    try:
-        with get_runner() as runner:
-            status = runner.status(handle)
-    except InvalidArgumentError as error:
-        fail(str(error), exit_codes.BAD_INPUT)
-    except TorchxExtError as error:  # e.g. no container engine answers
-        fail(str(error), exit_codes.FAILED)
+    with one_line_errors(), get_runner() as runner:  # e.g. no container engine answers
+        status = runner.status(handle)
     if status is None:
         fail(f"no app {match['app_id']!r} on {scheduler} (`torchx list -s {scheduler}` shows the known ones)",
              exit_codes.NOT_FOUND)
     return handle
-
-
-def fail(message: str, code: int) -> NoReturn:
-    print(f"torchx: error: {message}", file=sys.stderr)
-    sys.exit(code)
-
-
-@contextmanager
-def one_line_errors() -> Iterator[None]:
-    """Our deliberate errors (a value refused, an engine or cluster that does not answer) as one
-    ``torchx: error:`` line; ``TORCHX_EXT_DEBUG=1`` lets them through with their traceback."""
-    try:
-        yield
-    except TorchxExtError as error:
-        if os.environ.get(DEBUG_ENV) == "1":
-            raise
-        fail(str(error), exit_codes.BAD_INPUT if isinstance(error, InvalidArgumentError) else exit_codes.FAILED)
 
 
 class HandleChecked:
@@ -125,19 +98,18 @@ def check_replicas(handle: str, path: str) -> None:
     role, _, ids = path.lstrip("/").partition("/")
     if not role:
         return
+    app_id = parse_app_handle(handle).app_id
     with get_runner() as runner:
         app = runner.describe(handle)
         roles = {} if app is None else {known.name: known for known in app.roles}
         if role not in roles:
-            fail(f"app {handle} has no role {role!r}: it has {', '.join(roles) or 'none'}", exit_codes.BAD_INPUT)
+            fail(f"app {app_id} has no role {role!r}: it has {', '.join(roles) or 'none'}", exit_codes.BAD_INPUT)
         replicas = [f"{role}/{index}" for index in range(roles[role].num_replicas)]
         for text in filter(None, ids.split(",")):
             if not (text.isascii() and text.isdigit()):
                 fail(f"malformed replica id {text!r} in {handle + path!r}: expected numbers, e.g. {role}/0 or {role}/0,1",
                      exit_codes.BAD_INPUT)
-            try:
-                runner.log_lines(handle, role, int(text), should_tail=False)
-            except InvalidArgumentError as error:  # ours know the replicas and say which
-                fail(str(error), exit_codes.BAD_INPUT)
             if int(text) >= len(replicas):
-                fail(f"app {handle} has no replica {role}/{text}: it has {', '.join(replicas)}", exit_codes.BAD_INPUT)
+                fail(f"app {app_id} has no replica {role}/{text}: it has {', '.join(replicas)}", exit_codes.BAD_INPUT)
+            # Ours know the replicas that really ran (an elastic job's may be fewer): they refuse here.
+            runner.log_lines(handle, role, int(text), should_tail=False)

@@ -10,14 +10,18 @@ What changes from torchx's own ``run`` (on both torchx lines):
   parses every boolean as a value, so ``--numa_strict`` alone would be refused);
 - a job the command waits for (every local job, ``--wait`` and ``--log`` elsewhere) ends with
   one line: ``job cancelled: HANDLE`` when it was cancelled (from another shell, or by Ctrl+C
-  here, which cancels it first), or a short summary of the failure, instead of torchx's YAML
-  dump of its status.
+  here, which cancels it first; exit 130), or a short summary of the failure, instead of
+  torchx's YAML dump of its status (torchx-nightly's ``--json`` prints the status as JSON on
+  stdout first).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
+import os
+import signal
 import sys
 import threading
 import time
@@ -30,7 +34,7 @@ from torchx.specs import AppState, AppStatus
 
 from torchx_ext import exit_codes
 from torchx_ext.cli.component_help import OUR_COMPONENTS, checked_component_args, component_help
-from torchx_ext.cli.handles import fail, one_line_errors
+from torchx_ext.cli.one_line import fail, one_line_errors
 from torchx_ext.cli.summary import failure_summary
 from torchx_ext.errors import InvalidArgumentError
 
@@ -40,24 +44,32 @@ _CANCEL_WAIT_S = 60.0
 
 
 class CheckedRun(CmdRun):
+    _json_output = False
+
     def run(self, args: argparse.Namespace) -> None:
         self._json_output = bool(getattr(args, "json", False))
-        with one_line_errors():
-            args.component_name_and_args = self._component_args(args.component_name_and_args)
-            _check_cfg_keys(args)
-            super().run(args)
+        try:
+            with one_line_errors():
+                args.component_name_and_args = self._component_args(args.component_name_and_args)
+                _check_cfg_keys(args)
+                super().run(args)
+        except KeyboardInterrupt:
+            # Before the job's handle was known (a Ctrl+C while waiting is handled there).
+            print("torchx: interrupted while submitting: `torchx list -s SCHEDULER` shows whether the job "
+                  "was submitted", file=sys.stderr)
+            sys.exit(exit_codes.INTERRUPTED)
 
     @staticmethod
     def _component_args(given: list[str]) -> list[str]:
         words = given[1:] if given[:1] == ["--"] else list(given)
         if not words or words[0] not in OUR_COMPONENTS:
             return given
-        name, component_args = words[0], words[1:]
-        options = component_args[: component_args.index("--")] if "--" in component_args else component_args
-        if "--help" in options:  # as torchx's parser, anywhere before --
+        name = words[0]
+        checked = checked_component_args(name, words[1:])
+        if checked.wants_help:
             print(component_help(name))
             sys.exit(exit_codes.OK)
-        return [name, *checked_component_args(name, component_args)]
+        return [name, *checked.args]
 
     # torchx 0.7.0 waits here, and prints the status and exits when the job did not succeed.
     def _wait_and_exit(self, runner: Any, app_handle: str, log: bool) -> None:
@@ -71,46 +83,54 @@ class CheckedRun(CmdRun):
     def _wait_attached(
         self, runner: Any, app_handle: str, start_log_thread: Callable[[], threading.Thread] | None
     ) -> AppStatus:
-        logger.info("Waiting for the app to finish...")
-        log_thread = start_log_thread() if start_log_thread is not None else None
         try:
+            logger.info("Waiting for the app to finish...")
+            log_thread = start_log_thread() if start_log_thread is not None else None
             status = runner.wait(app_handle, wait_interval=1)
+            if log_thread is not None:
+                log_thread.join()
         except KeyboardInterrupt:
-            _cancel_on_interrupt(runner, app_handle, log_thread)
-        if log_thread is not None:
-            log_thread.join()
+            _cancel_on_interrupt(runner, app_handle)
         if status is None:
             fail(f"{app_handle} is gone: its scheduler no longer knows it", exit_codes.FAILED)
-        if self._json_output:
-            return status  # torchx prints the status as JSON
+        if status.state == AppState.SUCCEEDED:
+            logger.info("Job finished: %s", status.state)
+            return status
+        if self._json_output:  # torchx-nightly's --json: the status as JSON, not its YAML dump
+            from torchx.cli.cmd_run import _run_result_json
+
+            print(json.dumps(_run_result_json(app_handle, status)))
         if status.state == AppState.CANCELLED:
             print(f"job cancelled: {app_handle}", file=sys.stderr)
-            sys.exit(exit_codes.FAILED)
-        if status.state != AppState.SUCCEEDED:
+        else:
             print(failure_summary(app_handle, status), file=sys.stderr)
-            sys.exit(exit_codes.FAILED)
-        logger.info("Job finished: %s", status.state)
-        return status
+        sys.exit(exit_codes.FAILED)
 
 
-def _cancel_on_interrupt(runner: Any, app_handle: str, log_thread: threading.Thread | None) -> NoReturn:
-    """Ctrl+C while attached: cancel the job, wait (briefly) for it to end, say so in one line.
-    A second Ctrl+C leaves at once; the job is then still being cancelled by its scheduler."""
-    try:
-        runner.cancel(app_handle)
-        deadline = time.monotonic() + _CANCEL_WAIT_S
-        while time.monotonic() < deadline:
-            status = runner.status(app_handle)
-            if status is None or status.is_terminal():
-                break
-            time.sleep(0.5)
-        if log_thread is not None:
-            log_thread.join(timeout=5)
-    except KeyboardInterrupt:
-        print(f"job being cancelled: {app_handle} (`torchx status {app_handle}` tells when it has ended)",
-              file=sys.stderr)
-        sys.exit(exit_codes.INTERRUPTED)
-    print(f"job cancelled: {app_handle}", file=sys.stderr)
+def _cancel_on_interrupt(runner: Any, app_handle: str) -> NoReturn:
+    """Ctrl+C while attached: cancel the job, wait (a while) for it to end, say so in one line.
+    Another Ctrl+C meanwhile leaves at once, saying what was done."""
+    sent = threading.Event()
+
+    def leave_now(signum: int, frame: object) -> None:
+        done = "being cancelled" if sent.is_set() else "cancel interrupted"
+        print(f"job {done}: {app_handle} (`torchx status {app_handle}` says whether it still runs)", file=sys.stderr)
+        sys.stderr.flush()
+        os._exit(exit_codes.INTERRUPTED)  # nothing of torchx's teardown: it would cancel and wait again
+
+    signal.signal(signal.SIGINT, leave_now)
+    runner.cancel(app_handle)
+    sent.set()
+    deadline = time.monotonic() + _CANCEL_WAIT_S
+    status = runner.status(app_handle)
+    while status is not None and not status.is_terminal() and time.monotonic() < deadline:
+        time.sleep(0.5)
+        status = runner.status(app_handle)
+    if status is None or status.is_terminal():
+        print(f"job cancelled: {app_handle}", file=sys.stderr)
+    else:
+        print(f"job being cancelled: {app_handle} (still {status.state} after {_CANCEL_WAIT_S:.0f} s; "
+              f"`torchx status {app_handle}` says when it has ended)", file=sys.stderr)
     sys.exit(exit_codes.INTERRUPTED)
 
 

@@ -3,10 +3,9 @@
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 from torchx.specs import NONE, AppState, AppStatus
+
+from torchx_ext.error_file import parse_error_report
 
 
 def failure_summary(app_handle: str, status: AppStatus) -> str:
@@ -27,15 +26,9 @@ def failure_summary(app_handle: str, status: AppStatus) -> str:
 
 
 def error_message(structured: str | None) -> str:
-    """The message of a torchelastic error report as torchx carries it (JSON, ``message`` a
-    string or an object with its own ``message``); "" for none; the text itself when not JSON."""
+    """The message of a torchelastic error report as torchx carries it; "" for none; the text
+    itself when it is no such report."""
     if not structured or structured == NONE:
         return ""
-    try:
-        report: Any = json.loads(structured)
-    except ValueError:
-        return structured.strip()
-    message = report.get("message", "") if isinstance(report, dict) else report
-    if isinstance(message, dict):
-        message = message.get("message", "")
-    return str(message).strip()
+    report = parse_error_report(structured)
+    return report.message.strip() if report is not None else structured.strip()

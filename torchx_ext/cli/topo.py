@@ -8,12 +8,11 @@ No torch import: the torchx CLI loads every subcommand on every call.
 
 import argparse
 import json
-import sys
 
 from torchx.cli.cmd_base import SubCommand
 
-from torchx_ext.errors import InvalidArgumentError, TorchxExtError
-from torchx_ext.exit_codes import BAD_INPUT
+from torchx_ext.cli.one_line import one_line_errors
+from torchx_ext.errors import InvalidArgumentError
 
 
 class CmdTopo(SubCommand):
@@ -28,11 +27,8 @@ class CmdTopo(SubCommand):
         subparser.add_argument("--json", action="store_true", help="print JSON")
 
     def run(self, args: argparse.Namespace) -> None:
-        try:
+        with one_line_errors():
             document, text = describe(args.j, args.numa_binding, args.host)
-        except TorchxExtError as error:
-            print(f"torchx: error: {error}", file=sys.stderr)
-            sys.exit(BAD_INPUT)
         print(json.dumps(document, indent=2) if args.json else text)
 
 

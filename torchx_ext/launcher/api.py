@@ -9,8 +9,6 @@ In the spirit of ``elastic_launch(LaunchConfig, fn)(*args)``: it uses
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -19,6 +17,7 @@ from torchx_ext.errors import InvalidArgumentError, WorkerFailedError
 from torchx_ext.launcher import preload_server
 from torchx_ext.launcher.bootstrap import BoundCallable, encode_plan
 from torchx_ext.launcher.caller_state import caller_state_kept
+from torchx_ext.launcher.scratch import log_dir_of_launch
 from torchx_ext.launcher.rendezvous_store import use_fresh_store_per_attempt_if_needed
 from torchx_ext.launcher.inputs import StdSpec, check_rdzv_backend, std_spec
 from torchx_ext.launcher.worker_binding import plan_workers
@@ -83,10 +82,8 @@ def launch(
         sysfs_root=sysfs_root,
         dry_run=numa_dry_run,
     )
-    # Without log_dir torchelastic would make a temporary directory and never remove it.
-    scratch = tempfile.mkdtemp(prefix="torchelastic_") if log_dir is None else None
-    try:
-        logs_specs = _logs_specs(log_dir if scratch is None else scratch, redirect_spec, tee_spec)  # last: it creates log_dir
+    with log_dir_of_launch(None if log_dir is None else os.fspath(log_dir), redirect_spec) as directory:
+        logs_specs = _logs_specs(directory, redirect_spec, tee_spec)  # last: it creates log_dir
         from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
         from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
@@ -132,9 +129,6 @@ def launch(
                 ) from error
             finally:
                 os.sched_setaffinity(0, caller_cpus)  # spawning bound this thread child by child
-    finally:
-        if scratch is not None:
-            shutil.rmtree(scratch, ignore_errors=True)
     return results
 
 

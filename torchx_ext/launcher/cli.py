@@ -16,10 +16,8 @@ import os
 import shutil
 import signal
 import sys
-import tempfile
 import uuid
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from multiprocessing import util as multiprocessing_util
 from typing import Any
 
@@ -29,6 +27,7 @@ from torchx_ext.exit_codes import BAD_INPUT, FAILED, OK
 from torchx_ext.launcher import preload_server
 from torchx_ext.launcher.bootstrap import BOOTSTRAP_CODE, BoundCallable, encode_plan, run_preloaded, run_script_path
 from torchx_ext.launcher.caller_state import caller_state_kept
+from torchx_ext.launcher.scratch import log_dir_of_launch
 from torchx_ext.launcher.streams import lock_standard_streams
 from torchx_ext.launcher.rendezvous_store import use_fresh_store_per_attempt_if_needed
 from torchx_ext.launcher.inputs import check_rdzv_backend, local_world_size, privateuse1_name, std_spec
@@ -134,7 +133,7 @@ def main(argv: Sequence[str] | None = None, preload_started: bool = False) -> in
                 "and preloads): workers start fresh, as with --worker-start fresh"
             )
             args.worker_start = "fresh"
-        with scratch_log_dir(args):
+        with log_dir_of_launch(args.log_dir, _redirects_or_none(args.redirects)) as args.log_dir:
             try:
                 config, entrypoint, entry_args = prepare(args)
             except TorchxExtError as error:
@@ -146,18 +145,14 @@ def main(argv: Sequence[str] | None = None, preload_started: bool = False) -> in
             return run(config, entrypoint, entry_args, job_name=args.training_script)
 
 
-@contextmanager
-def scratch_log_dir(args: argparse.Namespace) -> Iterator[None]:
-    """Without ``--log-dir``, torchelastic writes its per-attempt files (error files, redirected
-    output) under a temporary directory it never removes: give it one of ours, removed after."""
-    if args.log_dir is not None:
-        yield
-        return
-    args.log_dir = tempfile.mkdtemp(prefix="torchelastic_")
+def _redirects_or_none(text: str) -> Any:
+    # Checked (and refused, in one line) by prepare; unreadable here means nothing to keep.
     try:
-        yield
-    finally:
-        shutil.rmtree(args.log_dir, ignore_errors=True)
+        return std_spec(text, "--redirects")
+    except InvalidArgumentError:
+        from torch.distributed.elastic.multiprocessing import Std
+
+        return Std.NONE
 
 
 def prepare(args: argparse.Namespace) -> tuple[Any, Callable[..., Any] | str, list[str]]:

@@ -33,10 +33,26 @@ def check_target(role: specs.Role, cwd: str, pythonpath: str) -> None:
                 f"script {name!r} of role {role.name!r} does not exist (relative to {cwd}): "
                 "give the path of a Python file, or -m MODULE")
         return
-    top_level = name.partition(".")[0]
-    search = [cwd, *(part for part in pythonpath.split(os.pathsep) if part), *sys.path[1:]]
-    found = top_level in sys.builtin_module_names or importlib.machinery.PathFinder.find_spec(top_level, search)
-    if not found:
+    if not _importable(name, [cwd, *(part for part in pythonpath.split(os.pathsep) if part), *sys.path[1:]]):
         raise InvalidArgumentError(
             f"module {name!r} of role {role.name!r} cannot be imported from {cwd}: "
             "give a module on the Python path or in that directory, or --script PATH")
+
+
+def _importable(name: str, search: list[str]) -> bool:
+    """Whether ``import name`` would find it, each package on the way included; imports nothing.
+    Below a plain module (``os.path``) it cannot tell without importing, so it says yes."""
+    parts = name.split(".")
+    if not all(parts):
+        return False
+    if parts[0] in sys.builtin_module_names:
+        return len(parts) == 1
+    locations: list[str] | None = search
+    for part in parts:
+        if locations is None:
+            return True
+        spec = importlib.machinery.PathFinder.find_spec(part, locations)
+        if spec is None:
+            return False
+        locations = list(spec.submodule_search_locations) if spec.submodule_search_locations is not None else None
+    return True
