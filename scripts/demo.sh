@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_venv.sh
-# torchx's local_cwd runs the role's "python" from PATH: the venv's.
+# The venv's torchx (local_cwd runs the role's "python" with the interpreter torchx runs under).
 export PATH="$PWD/.venv/bin:$PATH"
 torchx topo -j 2x2
 echo

@@ -28,8 +28,12 @@ case "$line" in
     if $test_deps; then
       "${pip[@]}" -r requirements-test.txt
     fi
-    # numpy: torch warns at every import without it (every worker would say so).
-    "${pip[@]}" -c requirements-test.txt -e '.[torchx]' numpy
+    # The pins of requirements-test.txt as constraints only: pip would read its `-r` line (the
+    # test tools) as requirements. numpy: torch warns at every import without it.
+    constraints="$(mktemp)"
+    trap 'rm -f "$constraints"' EXIT
+    grep -v '^-r ' requirements-test.txt > "$constraints"
+    "${pip[@]}" -c "$constraints" -e '.[torchx]' numpy
     ;;
   nightly)
     [ -x .venv-nightly/bin/python ] || "$python" -m venv .venv-nightly

@@ -24,9 +24,14 @@ def fail(message: str, code: int) -> NoReturn:
 @contextmanager
 def one_line_errors() -> Iterator[None]:
     """Our deliberate errors as one line: a value refused (BAD_INPUT), anything else, such as an
-    engine or cluster that does not answer (FAILED)."""
+    engine or cluster that does not answer (FAILED); a closed output pipe, quietly."""
     try:
         yield
+    except BrokenPipeError:
+        # The reader went away (`torchx list | head`): leave quietly, as Python's docs advise,
+        # without the second error flushing stdout at exit would raise.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(exit_codes.FAILED)
     except TorchxExtError as error:
         if os.environ.get(DEBUG_ENV) == "1":
             raise

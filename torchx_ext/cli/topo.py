@@ -29,7 +29,7 @@ class CmdTopo(SubCommand):
     def run(self, args: argparse.Namespace) -> None:
         with one_line_errors():
             document, text = describe(args.j, args.numa_binding, args.host)
-        print(json.dumps(document, indent=2) if args.json else text)
+            print(json.dumps(document, indent=2) if args.json else text, flush=True)
 
 
 def describe(j: str, numa_binding: str, host_name: str | None) -> tuple[dict[str, object], str]:
