@@ -21,6 +21,7 @@ from tests.conformance.conftest import JOBS as CONFORMANCE_JOBS
 from tests.conformance.conftest import _local_leftovers
 from tests.conformance.jobs_api import wait_for_line
 from tests.helpers import TORCHX, torchx
+from tests.integration.test_torchx_lines import nightly_only
 
 JOBS = Path(__file__).parent / "jobs"
 TORCHX_DUMP = ("Traceback", "!!python", "AppStatus", "structured_error_msg")
@@ -109,8 +110,7 @@ def test_a_failed_job_ends_with_its_failing_replica_and_error_not_a_status_dump(
     assert not [line for line in lines if any(mark in line for mark in ("!!python", "AppStatus"))], lines
 
 
-@pytest.mark.skipif(not hasattr(__import__("torchx.cli.cmd_run", fromlist=["x"]), "_run_result_json"),
-                    reason="torchx run --json is torchx-nightly's")
+@nightly_only  # torchx run --json is torchx-nightly's
 def test_a_failed_job_under_json_prints_its_status_as_json_and_the_summary_not_a_dump(state_dir: Path) -> None:
     result = torchx("run", "-s", "local_cwd", "--json", "dist.ddp", "-j", "1x2", "--script", str(JOBS / "raise_job.py"))
 

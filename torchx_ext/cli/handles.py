@@ -54,12 +54,9 @@ def check_app_handle(identifier: str, allow_replicas: bool = False) -> str:
 class HandleChecked:
     """Checks the command's app handle argument, then runs torchx's command (the next base)."""
 
-    handle_argument = "app_handle"
-    allow_replicas = False
-
     def run(self, args: argparse.Namespace) -> None:
         with one_line_errors():
-            check_app_handle(getattr(args, self.handle_argument), allow_replicas=self.allow_replicas)
+            check_app_handle(args.app_handle)
             super().run(args)  # type: ignore[misc]
 
 
@@ -81,15 +78,12 @@ class CheckedCancel(HandleChecked, CmdCancel):
     pass
 
 
-class CheckedLog(HandleChecked, CmdLog):
-    handle_argument = "identifier"
-    allow_replicas = True
-
+class CheckedLog(CmdLog):
     def run(self, args: argparse.Namespace) -> None:
         with one_line_errors():
             handle = check_app_handle(args.identifier, allow_replicas=True)
             check_replicas(handle, args.identifier[len(handle):])
-            CmdLog.run(self, args)
+            super().run(args)
 
 
 def check_replicas(handle: str, path: str) -> None:
