@@ -20,3 +20,6 @@ ALLOCATED_NODES_ENV = "TORCHX_EXT_ALLOCATED_NODES"
 """Set by a scheduler that allocates an elastic job's nodes up front (slurm: ``--nodes=MIN-MAX``):
 how many it got, which caps the launcher's ``--nnodes`` MAX so the rendezvous completes as soon
 as they have all joined."""
+LIVENESS_FILE_ENV = "TORCHX_EXT_LIVENESS_FILE"
+"""Set by a scheduler that watches for frozen replicas: a file the launcher touches every second
+from its start (launcher/liveness.py), whose age tells a frozen or hung replica from a busy one."""

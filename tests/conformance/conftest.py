@@ -37,6 +37,9 @@ class SchedulerUnderTest:
     kill_replica: Callable[[str, str, int], None] = lambda app_id, role, replica_id: None
     """(app_id, role, replica_id): loses that replica the way the engine loses a node: SIGKILL of
     its launcher and workers, ``docker kill``, a deleted pod, the launcher killed on its node."""
+    freeze_replica: Callable[[str, str, int], None] | None = None
+    """(app_id, role, replica_id): freezes every process of that replica, as a hung host looks
+    (SIGSTOP); None where this scheduler's frozen case is not tested yet."""
     shared_dir_mounts: Callable[[Path], list[str]] = lambda directory: []
     """--mounts that make ``directory`` the same path in every replica (a checkpoint directory)."""
 
@@ -52,6 +55,11 @@ def _sigkill(pids: list[int]) -> None:
 def _local_kill(app_id: str, role: str, replica_id: int) -> None:
     # The launcher and its workers (torchelastic puts them in sessions of their own).
     _sigkill(marked_processes(app_id, f"{role}/{replica_id}"))
+
+
+def _local_freeze(app_id: str, role: str, replica_id: int) -> None:
+    for pid in marked_processes(app_id, f"{role}/{replica_id}"):
+        os.kill(pid, signal.SIGSTOP)
 
 
 def _bind(directory: Path) -> list[str]:
@@ -162,7 +170,7 @@ def scheduler(
     if request.param == "local_cwd":
         monkeypatch.setenv(STATE_ROOT_ENV, str(tmp_path / "state"))
         yield SchedulerUnderTest("local_cwd", {"log_dir": str(tmp_path / "logs"), "cancel_grace": 5}, _local_leftovers,
-                                 kill_replica=_local_kill)
+                                 kill_replica=_local_kill, freeze_replica=_local_freeze)
     elif request.param == "local_docker":
         client = request.getfixturevalue("docker_client")
         image = request.getfixturevalue("test_image")

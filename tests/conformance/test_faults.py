@@ -133,3 +133,53 @@ def test_a_fixed_job_without_retries_fails_within_30_s_naming_the_lost_replica(
     assert failed.state == AppState.FAILED and time.monotonic() - killed_at <= 30, failed
     assert "checkpointed/1" in failed.msg, failed.msg
     assert scheduler.leftovers(app_id) == []
+
+
+FREEZABLE = ["local_cwd"]
+
+
+def _freeze(scheduler: SchedulerUnderTest, app_id: str, replica_id: int) -> None:
+    assert scheduler.freeze_replica is not None
+    scheduler.freeze_replica(app_id, "checkpointed", replica_id)
+
+
+@pytest.mark.parametrize("replica_id", [1, 0], ids=["peer", "store host"])
+@pytest.mark.parametrize("scheduler", FREEZABLE, indirect=True)
+def test_a_frozen_replica_is_replaced_and_every_step_is_done_once(
+    runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path, replica_id: int
+) -> None:
+    handle, app_id, directory = _training(runner, scheduler, tmp_path, "2x1", max_retries=1)
+    _freeze(scheduler, app_id, replica_id)
+    history = _every_step_once(runner, handle, directory)
+    assert history[-1][1] == 2, history
+    status = runner.status(handle)
+    assert status is not None and status.num_restarts == 1, status
+    assert f"replica checkpointed/{replica_id} gave no sign of life for" in status.msg, status.msg
+    assert scheduler.leftovers(app_id) == []
+
+
+@pytest.mark.parametrize("scheduler", FREEZABLE, indirect=True)
+def test_an_elastic_job_carries_on_without_a_frozen_replica(
+    runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path
+) -> None:
+    handle, app_id, directory = _training(runner, scheduler, tmp_path, "1:2x1", max_retries=0)
+    _freeze(scheduler, app_id, 1)
+    history = _every_step_once(runner, handle, directory)
+    assert history[0][1] == 2 and history[-1][1] == 1, history
+    assert scheduler.leftovers(app_id) == []
+
+
+@pytest.mark.parametrize("replica_id", [1, 0], ids=["peer", "store host"])
+@pytest.mark.parametrize("scheduler", FREEZABLE, indirect=True)
+def test_a_fixed_job_without_retries_fails_within_60_s_of_a_freeze(
+    runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path, replica_id: int
+) -> None:
+    handle, app_id, _ = _training(runner, scheduler, tmp_path, "2x1", max_retries=0)
+    _freeze(scheduler, app_id, replica_id)
+    frozen_at = time.monotonic()
+    failed = status_until(runner, handle, lambda status: status.is_terminal(), timeout_s=90)
+    assert failed.state == AppState.FAILED and time.monotonic() - frozen_at <= 60, failed
+    # Whoever noticed first: the scheduler (the frozen replica) or the survivor's watchdog (node N).
+    assert (f"replica checkpointed/{replica_id} gave no sign of life" in failed.msg
+            or f"(replica checkpointed/{replica_id} on host" in failed.msg), failed.msg
+    assert scheduler.leftovers(app_id) == []

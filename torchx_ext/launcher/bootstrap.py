@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 BOOTSTRAP_CODE = "from torchx_ext.launcher.bootstrap import main; main()"
 CPUS_ENV = "TORCHX_EXT_CPUS"
+LAUNCHER_PID_ENV = "TORCHX_EXT_LAUNCHER_PID"
 NUMA_NODE_ENV = "TORCHX_EXT_NUMA_NODE"
 
 
@@ -92,6 +93,51 @@ def apply(binding: WorkerBinding) -> None:
         torch.set_num_threads(int(threads))
 
 
+def die_with_launcher(pid: int | None) -> None:
+    """End this worker the moment the launcher ``pid`` ends, however it ends.
+
+    torchelastic stops its workers when the launcher is stopped by a signal it can catch; a
+    SIGKILL (the OOM killer, ``kill -9``) or a lost store ends it at once and would leave them
+    running, holding their CPUs and GPUs. Preloaded workers are the forkserver's children, so
+    the kernel's parent-death signal cannot name the launcher: a pidfd can, on Linux 5.3 and
+    newer (without one, workers outlive a killed launcher as torchrun's do).
+    """
+    if not pid:
+        return
+    import select
+    import signal
+    import threading
+
+    try:
+        launcher = os.pidfd_open(pid)
+    except ProcessLookupError:
+        os.kill(os.getpid(), signal.SIGKILL)  # it is gone already
+        return
+    except (AttributeError, OSError):
+        return
+
+    def wait_for_launcher() -> None:
+        select.select([launcher], [], [])
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=wait_for_launcher, name="torchx_ext: die with the launcher", daemon=True).start()
+
+
+def _die_with_parent_after_exec() -> None:
+    # An exec'd worker (--no-python) keeps no thread: the parent-death signal survives exec,
+    # and the launcher is its parent (torchelastic starts such workers from its main thread).
+    import ctypes
+    import signal
+
+    pr_set_pdeathsig = 1
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    except (AttributeError, OSError):
+        return
+    if str(os.getppid()) != os.environ.get(LAUNCHER_PID_ENV, str(os.getppid())):
+        os.kill(os.getpid(), signal.SIGKILL)  # the launcher ended before the signal was set
+
+
 def set_title(kind: str, target: str, args: Sequence[str]) -> None:
     """Name the worker in ``ps`` and ``top`` by what it runs and its rank, rather than by our
     bootstrap's ``-c`` code or multiprocessing's forkserver."""
@@ -101,7 +147,13 @@ def set_title(kind: str, target: str, args: Sequence[str]) -> None:
         return
     command = ["python", "-m", target] if kind == "module" else ["python", target]
     rank = f"(torchx_ext rank {os.environ.get('RANK', '?')}, local rank {os.environ.get('LOCAL_RANK', '?')})"
-    setproctitle(" ".join([*command, *args, rank]))
+    # Without SPT_NOENV the title would also overwrite the environment block that
+    # /proc/PID/environ shows, where schedulers find their markers (local_cwd's job marker).
+    os.environ["SPT_NOENV"] = "1"
+    try:
+        setproctitle(" ".join([*command, *args, rank]))
+    finally:
+        del os.environ["SPT_NOENV"]
 
 
 def _cpus_of(cpulist: str) -> set[int]:
@@ -118,7 +170,9 @@ def main() -> None:
     plan, local_rank, kind, target, *args = sys.argv[1:]
     apply(decode_plan(plan)[int(local_rank)])
     if kind == "exec":
+        _die_with_parent_after_exec()
         os.execvp(target, [target, *args])
+    die_with_launcher(int(os.environ.get(LAUNCHER_PID_ENV) or 0))
     set_title(kind, target, args)
     sys.argv = [target, *args]
     if kind == "module":
@@ -225,6 +279,7 @@ class BoundCallable:
         bind_spawn_parent: bool = False,
     ) -> None:
         self.plan = plan
+        self.launcher_pid = os.getpid()
         # torchelastic names the run and its events after the entrypoint's names.
         self.__name__ = getattr(fn, "__name__", type(fn).__name__)
         self.__qualname__ = getattr(fn, "__qualname__", self.__name__)
@@ -245,10 +300,11 @@ class BoundCallable:
             self._children_started += 1
             if cpus is not None:
                 os.sched_setaffinity(0, _cpus_of(cpus))  # the child about to be spawned inherits it
-        return (_rebuild_bound_callable, (self.plan, self.__name__, self.__qualname__, self.payload))
+        return (_rebuild_bound_callable, (self.plan, self.launcher_pid, self.__name__, self.__qualname__, self.payload))
 
     def __call__(self, local_rank: str) -> Any:
         apply(decode_plan(self.plan)[int(local_rank)])
+        die_with_launcher(self.launcher_pid)
         if self.call is None:
             import pickle
 
@@ -258,9 +314,9 @@ class BoundCallable:
         return fn(*args)
 
 
-def _rebuild_bound_callable(plan: str, name: str, qualname: str, payload: bytes | None) -> BoundCallable:
+def _rebuild_bound_callable(plan: str, launcher_pid: int, name: str, qualname: str, payload: bytes | None) -> BoundCallable:
     bound = BoundCallable.__new__(BoundCallable)
-    bound.plan, bound.__name__, bound.__qualname__ = plan, name, qualname
+    bound.plan, bound.launcher_pid, bound.__name__, bound.__qualname__ = plan, launcher_pid, name, qualname
     bound.payload, bound.call = payload, None
     bound._spawn_cpus, bound._children_started = [], 0
     return bound

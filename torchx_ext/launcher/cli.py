@@ -30,13 +30,18 @@ from torchx_ext.launcher.caller_state import caller_state_kept
 from torchx_ext.launcher.scratch import log_dir_of_launch
 from torchx_ext.launcher.streams import lock_standard_streams
 from torchx_ext.launcher.rendezvous_store import use_fresh_store_per_attempt_if_needed
+from torchx_ext.launcher.watched_rendezvous import PeerLostError, exit_for_store_loss, peer_timeout, watch_rendezvous
+from torchx_ext.launcher.watchdog import DEFAULT_TIMEOUT_S, Loss
+from torchx_ext.launcher.liveness import start_touching
+from torchx_ext.launcher.bootstrap import LAUNCHER_PID_ENV
 from torchx_ext.launcher.inputs import check_rdzv_backend, local_world_size, privateuse1_name, std_spec
 from torchx_ext.launcher.worker_binding import plan_workers
 from torchx_ext.options import OMP_THREADS_FORMS, check_mode
 from torchx_ext.options import DEVICE_KINDS, MODES
 from torchx_ext.numa.topology import DEFAULT_SYSFS_ROOT
 from torchx_ext.error_file import ErrorReport, read_error_file, write_error_file
-from torchx_ext.replica_env import ALLOCATED_NODES_ENV, ERROR_FILE_ENV, RDZV_IS_HOST_ENV, RDZV_PORT_ENV
+from torchx_ext.replica_env import (ALLOCATED_NODES_ENV, ERROR_FILE_ENV, LIVENESS_FILE_ENV, RDZV_IS_HOST_ENV,
+                                    RDZV_PORT_ENV)
 
 logger = logging.getLogger("torchx_ext.launcher")
 
@@ -92,6 +97,12 @@ def build_parser() -> argparse.ArgumentParser:
         "imported torch while the launcher started; fresh starts a new interpreter per worker, as torchrun does",
     )
     parser.add_argument(
+        "--peer-timeout", "--peer_timeout", default=None, metavar="SECONDS",
+        help="while workers run, a peer node (or the rendezvous store) silent this long is lost: the "
+        "workers stop and rendezvous again within --max-restarts, or the launcher exits naming it "
+        f"(c10d, 2 nodes or more; default {DEFAULT_TIMEOUT_S:g}, or the --rdzv-conf key peer_timeout; 0: off)",
+    )
+    parser.add_argument(
         "--omp-threads", "--omp_threads", metavar="auto|N",
         help=f"OMP_NUM_THREADS for each worker: {OMP_THREADS_FORMS}; auto is the rank's physical "
         "cores from the plan. A value exported by the user wins. Default: torchrun's (1 when nproc > 1)",
@@ -106,6 +117,9 @@ def console_main() -> None:
     launcher has nothing left to clean up once its workers are gone (the rendezvous is shut
     down, logs are flushed), so it exits directly.
     """
+    liveness_file = os.environ.get(LIVENESS_FILE_ENV)
+    if liveness_file:
+        start_touching(liveness_file)
     lock_standard_streams()
     code = main(preload_started=preload_server.start_early(sys.argv[1:]))
     # atexit is skipped below: multiprocessing's finalizers would remove its temporary directory
@@ -193,6 +207,7 @@ def prepare(args: argparse.Namespace) -> tuple[Any, Callable[..., Any] | str, li
         if omp_decided_here:
             os.environ.pop("OMP_NUM_THREADS", None)
     _set_store_host(config.rdzv_configs)
+    watch_rendezvous(config, peer_timeout(args.peer_timeout, config.rdzv_configs), _leave_for_store_loss)
     # LaunchConfig may still pick torch's default numa_options on CUDA hosts: clear them.
     config.numa_options = None
     if getattr(args, "shutdown_timeout", None) is None and "TORCH_ELASTIC_SHUTDOWN_TIMEOUT" not in os.environ:
@@ -242,8 +257,13 @@ def run(config: Any, entrypoint: Callable[..., Any] | str, entry_args: list[str]
     from torch.distributed.launcher.api import elastic_launch
 
     use_fresh_store_per_attempt_if_needed(config)
+    os.environ[LAUNCHER_PID_ENV] = str(os.getpid())  # the workers end with this process (bootstrap)
     try:
         elastic_launch(config=config, entrypoint=entrypoint)(*entry_args)
+    except PeerLostError as error:
+        _report_launcher_failure(str(error))
+        print(f"[torchx_ext.launcher] error: {error}; workers stopped", file=sys.stderr)
+        return FAILED
     except SignalException as error:
         # A scheduler's cancel (SIGTERM) or Ctrl+C: torchelastic has stopped the workers already.
         print(f"[torchx_ext.launcher] stopped by {signal.Signals(error.sigval).name}; workers stopped",
@@ -266,6 +286,17 @@ def run(config: Any, entrypoint: Callable[..., Any] | str, entry_args: list[str]
         )
         return FAILED
     return OK
+
+
+def _leave_for_store_loss(loss: Loss) -> None:
+    exit_for_store_loss(loss, FAILED, _report_launcher_failure)
+
+
+def _report_launcher_failure(message: str) -> None:
+    """The launcher's own failure (not a worker's) as its replica's error report."""
+    path = os.environ.get(ERROR_FILE_ENV)
+    if path:
+        write_error_file(path, ErrorReport(message=message, error_code=FAILED), replace=True)
 
 
 def _report_root_cause(rank: int, failure: Any) -> None:

@@ -32,7 +32,8 @@ from pathlib import Path
 from torchx_ext.error_file import read_error_file
 from torchx_ext.errors import TorchxExtError
 from torchx_ext.numa.bind import bound_thread
-from torchx_ext.replica_env import RDZV_IS_HOST_ENV, RDZV_PORT_ENV
+from torchx_ext.launcher.liveness import DEFAULT_MAX_AGE_S, age_s
+from torchx_ext.replica_env import LIVENESS_FILE_ENV, RDZV_IS_HOST_ENV, RDZV_PORT_ENV
 from torchx_ext.schedulers.common.states import State, how_it_ended, job_move, replica_move
 from torchx_ext.schedulers.local.processes import (JOB_MARKER_ENV, marked_processes, signal_process as _signal,
                                                    stop_processes)
@@ -56,6 +57,12 @@ class _Replica:
     stopped_by_us: bool = False
     lost: bool = False
     """Failed for good in an elastic role that carries on without it."""
+    silent_s: float | None = None
+    """How long its launcher had given no sign of life when we killed it as frozen."""
+
+    @property
+    def liveness_file(self) -> Path:
+        return Path(self.request.log_dir, "liveness")
 
     @property
     def max_retries(self) -> int:
@@ -118,6 +125,7 @@ class Supervisor:
         while self._running() or self.pipes:
             self._wait_for_events()
             self._reap()
+            self._kill_frozen()
             if (self.cancel_requested or self.job.cancel.exists()) and self.ending is None:
                 self._end(State.CANCELLED, "cancelled by request")
             if self.ending is None and not self._running():
@@ -143,6 +151,8 @@ class Supervisor:
     def _start(self, replica: _Replica) -> None:
         request = replica.request
         Path(request.log_dir, ERROR_FILE_NAME).unlink(missing_ok=True)  # a root cause of an earlier attempt
+        replica.liveness_file.unlink(missing_ok=True)
+        replica.silent_s = None
         descriptors: list[int] = []
         try:
             out_read, out_write = os.pipe()
@@ -153,7 +163,8 @@ class Supervisor:
                 # Our store process hosts the rendezvous store, else replica 0 (all replicas share
                 # one host name, so torch cannot tell).
                 host = self.store is None and request.replica_id == 0
-                rendezvous = {RDZV_PORT_ENV: str(self.port), RDZV_IS_HOST_ENV: "1" if host else "0"}
+                rendezvous = {RDZV_PORT_ENV: str(self.port), RDZV_IS_HOST_ENV: "1" if host else "0",
+                              LIVENESS_FILE_ENV: str(replica.liveness_file)}
                 process = subprocess.Popen(
                     request.argv, cwd=request.cwd, env={**os.environ, **request.env, **rendezvous},
                     stdin=subprocess.DEVNULL, stdout=out_write, stderr=err_write, start_new_session=True,
@@ -211,6 +222,22 @@ class Supervisor:
                 _signal(self.store.pid, signal.SIGKILL)
         self.store = None
 
+    def _kill_frozen(self) -> None:
+        """SIGKILL every replica whose launcher stopped touching its liveness file (a frozen or
+        hung replica exits by itself never): its exit is then a lost replica's, within
+        max_retries. A replica that never touched it (not our launcher) is not judged."""
+        for replica in self.replicas:
+            if replica.state.pid not in self.by_pid or replica.silent_s is not None or replica.stopped_by_us:
+                continue
+            silent = age_s(str(replica.liveness_file))
+            if silent is None or silent <= DEFAULT_MAX_AGE_S:
+                continue
+            replica.silent_s = silent
+            _log(f"{_name(replica)} gave no sign of life for {silent:.1f} s (frozen?): killing it")
+            _signal_group(replica.state.pid, signal.SIGKILL)
+            for pid in marked_processes(self.request.app_id, _name(replica)):
+                _signal(pid, signal.SIGKILL)
+
     def _wait_for_events(self) -> None:
         for key, _ in self.selector.select(timeout=_POLL_S):
             if key.fd == self.wakeup:
@@ -258,7 +285,7 @@ class Supervisor:
         elif replica.state.restarts < replica.max_retries and self.ending is None:
             replica.state.restarts += 1
             _log(f"{_name(replica)} exited with code {code}: restart {replica.state.restarts} of {replica.max_retries}")
-            self.state.last_failure = f"replica {_name(replica)} {how_it_ended(code)}: {_root_cause(replica.request)}"
+            self.state.last_failure = f"replica {_name(replica)} {_how_it_ended(replica, code)}: {_root_cause(replica)}"
             # Workers of the failed attempt may outlive their launcher (they have sessions of
             # their own): they must not compete with the new attempt.
             for pid in marked_processes(self.request.app_id, _name(replica)):
@@ -266,7 +293,7 @@ class Supervisor:
             self._start(replica)
         else:
             replica.state.state = replica_move(replica.state.state, State.FAILED)
-            replica.state.error = _root_cause(replica.request)
+            replica.state.error = _root_cause(replica)
             if self.ending is None and self._carries_on_without(replica):
                 replica.lost = True
                 _log(f"{_name(replica)} exited with code {code} for good; its elastic role {replica.role.name!r} "
@@ -284,7 +311,7 @@ class Supervisor:
     def _on_failure(self, replica: _Replica) -> None:
         if self.ending is None:
             code = replica.state.exit_code
-            how = "could not start" if code is None else how_it_ended(code)
+            how = "could not start" if code is None else _how_it_ended(replica, code)
             self._end(State.FAILED, f"replica {_name(replica)} {how}: {replica.state.error} (logs: {replica.request.log_dir})")
 
     def _end(self, state: State, msg: str) -> None:
@@ -360,8 +387,17 @@ class Supervisor:
             signal.signal(sig, on_stop)
 
 
-def _root_cause(request: ReplicaRequest) -> str:
+def _how_it_ended(replica: _Replica, code: int) -> str:
+    if replica.silent_s is not None:
+        return f"gave no sign of life for {replica.silent_s:.1f} s (frozen or hung) and was killed"
+    return how_it_ended(code)
+
+
+def _root_cause(replica: _Replica) -> str:
     """The launcher's error file if it wrote one, else stderr's last lines."""
+    request = replica.request
+    if replica.silent_s is not None:
+        return f"its launcher stopped touching {replica.liveness_file}"
     report = read_error_file(Path(request.log_dir, ERROR_FILE_NAME))
     if report is not None and report.message:
         return report.message

@@ -1,0 +1,203 @@
+"""The launcher's watchdog: a peer that froze or dropped off the network is noticed in seconds.
+
+While workers train, torch's c10d rendezvous looks at its members' keep-alives only during a
+rendezvous (pytorch/pytorch#111646), and gloo and NCCL wait 30 and 10 minutes in a collective
+whose peer went silent: a frozen host or a cut link sends no connection reset. So every agent
+beats a counter of its own in the rendezvous store and watches its two ring neighbours'
+counters on its own monotonic clock (no clocks are compared between hosts; each agent does the
+same work at any scale). A neighbour whose counter has not moved for ``timeout`` seconds is
+lost, and so is the store when it has not answered for as long. The first agent to notice a
+loss writes it to the store, so every agent acts on it, not only the neighbours.
+
+A TCPStore client waits forever on a host that stopped without closing the connection (its own
+timeout did not end a ``get`` on a SIGSTOPped store here), so the store calls run on a thread
+of their own and the judge, which touches no socket, decides alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+logger = logging.getLogger("torchx_ext.launcher")
+
+DEFAULT_TIMEOUT_S = 10.0
+"""A peer silent this long is lost. Beats come from the agent, not the workers, so a long step,
+a slow import or a busy CPU does not delay them; 10 s is five missed beats."""
+BEATS_PER_TIMEOUT = 5
+NEIGHBOURS = 2
+KEY_PREFIX = "torchx_ext.watchdog"
+
+
+@dataclass(frozen=True)
+class Loss:
+    """What the watchdog declared lost, in the one line the launcher prints."""
+
+    line: str
+    of_store: bool
+
+
+def watched_ranks(rank: int, world_size: int) -> list[int]:
+    """The ring neighbours that ``rank`` watches: the next two ranks, wrapping around."""
+    count = min(NEIGHBOURS, world_size - 1)
+    return [(rank + step) % world_size for step in range(1, count + 1)]
+
+
+class Judge:
+    """Decides from what the store answered, and when, whether a peer or the store is lost.
+
+    Pure: every method takes the current monotonic time, so tests drive it with their own clock.
+    """
+
+    def __init__(self, watched: Iterable[int], timeout_s: float, now: float) -> None:
+        self.timeout_s = timeout_s
+        self._moved_at = {rank: now for rank in watched}
+        self._counts: dict[int, int] = {}
+        self._answered_at = now
+
+    def store_answered(self, now: float) -> None:
+        self._answered_at = now
+
+    def saw(self, rank: int, count: int, now: float) -> None:
+        if self._counts.get(rank) != count:
+            self._counts[rank] = count
+            self._moved_at[rank] = now
+
+    def silent_store(self, now: float) -> float | None:
+        """Seconds the store has been silent, once that is longer than the timeout."""
+        silent = now - self._answered_at
+        return silent if silent > self.timeout_s else None
+
+    def silent_peer(self, now: float) -> tuple[int, float] | None:
+        """The peer silent longest and for how long, once that is longer than the timeout.
+        A silent store silences every peer: ask ``silent_store`` first."""
+        if not self._moved_at:
+            return None
+        rank, moved_at = min(self._moved_at.items(), key=lambda item: item[1])
+        silent = now - moved_at
+        return (rank, silent) if silent > self.timeout_s else None
+
+
+def node_name() -> str:
+    """How this agent is named in a loss line: its host, and its pid where hosts are shared."""
+    replica = os.environ.get("TORCHX_EXT_LOCAL_REPLICA")  # local_cwd's replicas share a host name
+    where = f"replica {replica} on " if replica else ""
+    return f"{where}host {socket.gethostname()}, launcher pid {os.getpid()}"
+
+
+class RoundWatch:
+    """Beats and watches for one rendezvous round: from its start until ``stop``.
+
+    ``store`` is the round's store (torch's rendezvous store, prefixed per round), so a round's
+    counters never mix with another's. ``on_loss`` is called once, from the judge's thread.
+    """
+
+    def __init__(
+        self,
+        store: Any,
+        rank: int,
+        world_size: int,
+        timeout_s: float,
+        on_loss: Callable[[Loss], None],
+        store_name: str,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        from torch.distributed import PrefixStore
+
+        self._store = PrefixStore(KEY_PREFIX, store)
+        self._rank = rank
+        self._watched = watched_ranks(rank, world_size)
+        self._interval = timeout_s / BEATS_PER_TIMEOUT
+        self._on_loss = on_loss
+        self._store_name = store_name
+        self._clock = clock
+        self._judge = Judge(self._watched, timeout_s, clock())
+        self._names: dict[int, str] = {}
+        self._reported: str | None = None  # a loss another agent wrote to the store
+        self._loss: Loss | None = None
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._beat, name="torchx_ext watchdog: beat", daemon=True),
+            threading.Thread(target=self._watch, name="torchx_ext watchdog: judge", daemon=True),
+        ]
+
+    def start(self) -> RoundWatch:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop judging at once; a beat stuck in a store call ends with the process."""
+        self._stopped.set()
+
+    def loss(self) -> Loss | None:
+        with self._lock:
+            return self._loss
+
+    def _beat(self) -> None:
+        store = self._store
+        try:
+            store.set(f"name.{self._rank}", node_name())
+            while not self._stopped.is_set():
+                store.add(f"beat.{self._rank}", 1)
+                counts = {rank: store.add(f"beat.{rank}", 0) for rank in self._watched}
+                reported = store.get("lost").decode() if store.check(["lost"]) else None
+                for rank in self._watched:
+                    if rank not in self._names and store.check([f"name.{rank}"]):
+                        self._names[rank] = store.get(f"name.{rank}").decode()
+                now = self._clock()
+                with self._lock:
+                    self._judge.store_answered(now)
+                    for rank, count in counts.items():
+                        self._judge.saw(rank, count, now)
+                    self._reported = self._reported or reported
+                self._stopped.wait(self._interval)
+        except Exception as error:  # the judge tells a store that stopped answering
+            logger.debug("watchdog: store call failed: %s", error)
+
+    def _watch(self) -> None:
+        # A lost peer is the agent's to act on, from its loop; that loop may then be stuck in a
+        # call to a store that stopped too (a frozen store host is also a silent peer, often
+        # noticed first), so the store stays judged until this round's watch stops.
+        while not self._stopped.wait(self._interval):
+            now = self._clock()
+            with self._lock:
+                loss = self._verdict(now)
+                if loss is None or (self._loss is not None and not loss.of_store):
+                    continue
+                self._loss = loss
+                first = loss.line != self._reported
+            if first and not loss.of_store:
+                # On a thread of its own: the judge never waits on the store.
+                threading.Thread(target=self._store.set, args=("lost", loss.line), daemon=True).start()
+            self._on_loss(loss)
+            if loss.of_store:
+                return
+
+    def _verdict(self, now: float) -> Loss | None:
+        timeout = self._judge.timeout_s
+        silent = self._judge.silent_store(now)
+        if silent is not None:
+            return Loss(
+                f"lost the rendezvous store at {self._store_name}: it has not answered for {silent:.1f} s "
+                f"(peer timeout {timeout:g} s)",
+                of_store=True,
+            )
+        if self._reported is not None:
+            return Loss(self._reported, of_store=False)
+        peer = self._judge.silent_peer(now)
+        if peer is None:
+            return None
+        rank, silent = peer
+        name = self._names.get(rank, "name unknown: it never beat")
+        return Loss(
+            f"lost node {rank} ({name}): silent for {silent:.1f} s (peer timeout {timeout:g} s)",
+            of_store=False,
+        )

@@ -1,0 +1,171 @@
+"""torch's c10d rendezvous with the watchdog (``watchdog.py``) running while workers train.
+
+Registered through torch's documented registry of rendezvous backends under our own name, it
+wraps the c10d handler torch builds and changes nothing else: every round is torch's. A loss the
+watchdog declares reaches the agent where it already looks for membership changes,
+``num_nodes_waiting``: the agent then stops its workers (blocked in a collective) and
+re-rendezvouses, as it does when a node joins. Each such restart uses one of ``--max-restarts``
+(counted here: torch counts only worker failures); with none left the agent stops its workers and
+the launcher exits with the loss's line. A store that stopped answering cannot be rendezvoused
+with again (a TCPStore client never reconnects), and the agent's own calls to it hang, so then
+the launcher reports the loss and exits at once; its workers die with it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from torchx_ext.errors import InvalidArgumentError, TorchxExtError
+from torchx_ext.launcher.watchdog import DEFAULT_TIMEOUT_S, Loss, RoundWatch
+
+logger = logging.getLogger("torchx_ext.launcher")
+
+BACKEND = "torchx_ext-c10d"
+TIMEOUT_KEY = "peer_timeout"
+"""The ``--rdzv-conf`` key of the peer timeout (seconds; 0 turns the watchdog off). Not torch's own
+``heartbeat_timeout``, which bounds one keep-alive write."""
+_RESTARTS_KEY = "torchx_ext_max_restarts"
+
+
+class PeerLostError(TorchxExtError):
+    """The watchdog declared a peer or the store lost and no restart was left."""
+
+
+def peer_timeout(flag: str | float | None, rdzv_configs: dict[str, Any]) -> float:
+    """The timeout from ``--peer-timeout`` or, when the flag is not given, the
+    ``peer_timeout`` key of ``--rdzv-conf``; the default when neither is. Checked here."""
+    given, where = (flag, "--peer-timeout") if flag is not None else (rdzv_configs.get(TIMEOUT_KEY), f"--rdzv-conf {TIMEOUT_KEY}")
+    if given is None:
+        return DEFAULT_TIMEOUT_S
+    try:
+        value = float(given)
+    except (TypeError, ValueError):
+        value = -1.0
+    if not (value == 0 or 1 <= value <= 86400):
+        raise InvalidArgumentError(
+            f"invalid {where} {given!r}: expected seconds from 1 to 86400 (a peer silent that long is lost), or 0 for no watchdog"
+        )
+    return value
+
+
+def watch_rendezvous(config: Any, timeout_s: float, on_store_loss: Callable[[Loss], None]) -> None:
+    """Switch ``config`` (torch's ``LaunchConfig``) from c10d to the watched c10d, for runs of
+    more than one node with a timeout; leaves every other run as it is."""
+    config.rdzv_configs.pop(TIMEOUT_KEY, None)
+    if config.rdzv_backend != "c10d" or config.max_nodes < 2 or timeout_s == 0:
+        return
+    _register(on_store_loss)
+    config.rdzv_backend = BACKEND
+    config.rdzv_configs[TIMEOUT_KEY] = timeout_s
+    config.rdzv_configs[_RESTARTS_KEY] = config.max_restarts
+
+
+_store_loss_handler: list[Callable[[Loss], None]] = []
+
+
+def _register(on_store_loss: Callable[[Loss], None]) -> None:
+    from torch.distributed.elastic.rendezvous import rendezvous_handler_registry
+
+    _store_loss_handler[:] = [on_store_loss]
+    rendezvous_handler_registry.register(BACKEND, _create_handler)  # the same creator again is a no-op
+
+
+def _create_handler(params: Any) -> Any:
+    from torch.distributed.elastic.rendezvous import RendezvousParameters, rendezvous_handler_registry
+
+    config = dict(params.config)
+    timeout = float(config.pop(TIMEOUT_KEY))
+    restarts = int(config.pop(_RESTARTS_KEY))
+    inner = rendezvous_handler_registry.create_handler(
+        RendezvousParameters(
+            backend="c10d",
+            endpoint=params.endpoint,
+            run_id=params.run_id,
+            min_nodes=params.min_nodes,
+            max_nodes=params.max_nodes,
+            local_addr=params.local_addr,
+            **config,
+        )
+    )
+    return _watched_handler_class()(inner, timeout, restarts, params.endpoint, _store_loss_handler[0])
+
+
+def _watched_handler_class() -> type:
+    from torch.distributed.elastic.rendezvous import RendezvousHandler
+
+    class WatchedRendezvousHandler(RendezvousHandler):  # type: ignore[misc]  # torch is untyped here
+        def __init__(self, inner: Any, timeout_s: float, restarts: int, endpoint: str,
+                     on_store_loss: Callable[[Loss], None]) -> None:
+            self._inner = inner
+            self._timeout_s = timeout_s
+            self._restarts_left = restarts
+            self._restarts = restarts
+            self._endpoint = endpoint
+            self._on_store_loss = on_store_loss
+            self._watch: RoundWatch | None = None
+
+        def get_backend(self) -> str:
+            return BACKEND  # torch checks that a handler is of the backend it was asked for
+
+        @property
+        def use_agent_store(self) -> bool:
+            return bool(self._inner.use_agent_store)
+
+        def next_rendezvous(self) -> Any:
+            self._stop_watching()
+            info = self._inner.next_rendezvous()
+            if info.world_size > 1:
+                self._watch = RoundWatch(
+                    info.store, info.rank, info.world_size, self._timeout_s, self._on_loss, self._endpoint
+                ).start()
+            return info
+
+        def num_nodes_waiting(self) -> int:
+            loss = self._watch.loss() if self._watch is not None else None
+            if loss is None:
+                return int(self._inner.num_nodes_waiting())
+            self._stop_watching()
+            if self._restarts_left == 0:
+                raise PeerLostError(f"{loss.line}; no restart left (--max-restarts {self._restarts})")
+            self._restarts_left -= 1
+            logger.warning(
+                "%s; stopping the workers to rendezvous again (%d of %d restarts left)",
+                loss.line, self._restarts_left, self._restarts,
+            )
+            return 1
+
+        def is_closed(self) -> bool:
+            return bool(self._inner.is_closed())
+
+        def set_closed(self) -> None:
+            self._inner.set_closed()
+
+        def get_run_id(self) -> str:
+            return str(self._inner.get_run_id())
+
+        def shutdown(self) -> bool:
+            self._stop_watching()
+            return bool(self._inner.shutdown())
+
+        def _on_loss(self, loss: Loss) -> None:
+            if loss.of_store:
+                self._on_store_loss(loss)
+
+        def _stop_watching(self) -> None:
+            if self._watch is not None:
+                self._watch.stop()
+                self._watch = None
+
+    return WatchedRendezvousHandler
+
+
+def exit_for_store_loss(loss: Loss, exit_code: int, write_report: Callable[[str], None]) -> None:
+    """The launcher's answer to a lost store: report, then leave at once (the agent's own store
+    calls hang, so nothing else would end this process). Workers die with the launcher."""
+    write_report(loss.line)
+    print(f"[torchx_ext.launcher] error: {loss.line}; stopping", file=sys.stderr, flush=True)
+    os._exit(exit_code)
