@@ -75,6 +75,15 @@ def _docker_kill(client: Any) -> Callable[[str, str, int], None]:
     return kill
 
 
+def _docker_pause(client: Any) -> Callable[[str, str, int], None]:
+    def pause(app_id: str, role: str, replica_id: int) -> None:
+        labels = [f"torchx_ext.app_id={app_id}", f"torchx_ext.role={role}", f"torchx_ext.replica_id={replica_id}"]
+        for container in client.containers.list(filters={"label": labels}):
+            container.pause()
+
+    return pause
+
+
 def _kube_delete_pod(app_id: str, role: str, replica_id: int) -> None:
     from kubernetes import client, config
 
@@ -178,7 +187,7 @@ def scheduler(
         yield SchedulerUnderTest(
             "local_docker", {"cancel_grace": 5}, _docker_leftovers(client),
             component_args={"image": image.name, "mounts": list(image.mount_options)},
-            kill_replica=_docker_kill(client), shared_dir_mounts=_bind,
+            kill_replica=_docker_kill(client), freeze_replica=_docker_pause(client), shared_dir_mounts=_bind,
         )
         # Jobs keep their stopped containers until deleted: delete what this test made.
         from torchx.schedulers import get_scheduler_factories

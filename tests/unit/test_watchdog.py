@@ -71,3 +71,12 @@ def test_a_bad_timeout_names_the_value_and_the_valid_forms(value: str) -> None:
         f"invalid --peer-timeout {value!r}: expected seconds from 1 to 86400 (a peer silent that long "
         "is lost), or 0 for no watchdog"
     )
+
+
+def test_a_judge_that_was_frozen_itself_counts_silences_afresh() -> None:
+    judge = Judge([1], timeout_s=10, now=0)
+    judge.store_answered(1)
+    judge.saw(1, 1, 1)
+    judge.restart(60)  # thawed a minute later: nobody else was silent for that minute
+    assert judge.silent_store(65) is None and judge.silent_peer(65) is None
+    assert judge.silent_peer(71) == (1, 11)

@@ -25,6 +25,17 @@ DEFAULT_MAX_AGE_S = 10.0
 """A replica whose file is older than this is frozen: ten missed touches."""
 
 
+def probe_command(path: str, max_age_s: float = DEFAULT_MAX_AGE_S, python: str = "python") -> list[str]:
+    """The argv of a probe (Docker HEALTHCHECK, Kubernetes livenessProbe) judging ``path``."""
+    return [python, "-m", "torchx_ext.launcher.liveness", path, f"{max_age_s:g}"]
+
+
+def runs_our_launcher(args: list[str]) -> bool:
+    """Whether a role's arguments start our launcher, which touches the liveness file: a probe on
+    any other program would find no file and call a healthy replica frozen."""
+    return any(first == "-m" and second == "torchx_ext.launcher" for first, second in zip(args, args[1:]))
+
+
 def start_touching(path: str) -> None:
     """Touch ``path`` now and then every second, for as long as this process lives."""
     _touch(path)

@@ -25,6 +25,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from torchx_ext.replica_env import REPLICA_ENV
+
 logger = logging.getLogger("torchx_ext.launcher")
 
 DEFAULT_TIMEOUT_S = 10.0
@@ -61,6 +63,11 @@ class Judge:
         self._counts: dict[int, int] = {}
         self._answered_at = now
 
+    def restart(self, now: float) -> None:
+        """Count every silence from ``now``: what was measured before does not count."""
+        self._answered_at = now
+        self._moved_at = {rank: now for rank in self._moved_at}
+
     def store_answered(self, now: float) -> None:
         self._answered_at = now
 
@@ -86,7 +93,7 @@ class Judge:
 
 def node_name() -> str:
     """How this agent is named in a loss line: its host, and its pid where hosts are shared."""
-    replica = os.environ.get("TORCHX_EXT_LOCAL_REPLICA")  # local_cwd's replicas share a host name
+    replica = os.environ.get(REPLICA_ENV)  # local_cwd's replicas share a host name
     where = f"replica {replica} on " if replica else ""
     return f"{where}host {socket.gethostname()}, launcher pid {os.getpid()}"
 
@@ -166,9 +173,16 @@ class RoundWatch:
         # A lost peer is the agent's to act on, from its loop; that loop may then be stuck in a
         # call to a store that stopped too (a frozen store host is also a silent peer, often
         # noticed first), so the store stays judged until this round's watch stops.
+        woke = self._clock()
         while not self._stopped.wait(self._interval):
-            now = self._clock()
+            now, slept = self._clock(), self._clock() - woke
+            woke = now
             with self._lock:
+                if slept > self._judge.timeout_s / 2:
+                    # This process was frozen itself (SIGSTOP, a paused VM or container): the
+                    # silence it measured is its own. Everyone gets a fresh start.
+                    self._judge.restart(now)
+                    continue
                 loss = self._verdict(now)
                 if loss is None or (self._loss is not None and not loss.of_store):
                     continue

@@ -11,6 +11,7 @@ import io
 import os
 import re
 import tarfile
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,10 @@ from torchx_ext.errors import EngineError, InvalidArgumentError
 from torchx_ext.schedulers.common.states import JobEnd
 from torchx_ext.schedulers.docker.job_view import ContainerView, end_from_labels, end_labels
 from torchx_ext.schedulers.docker.request import (
+    HEALTH_INTERVAL_S,
+    HEALTH_PROBE_TIMEOUT_S,
+    HEALTH_RETRIES,
+    HEALTH_START_PERIOD_S,
     LABEL_APP_ID,
     LABEL_SCHEDULER,
     SCHEDULER,
@@ -96,11 +101,13 @@ class Engine:
         labels = {LABEL_SCHEDULER: SCHEDULER, LABEL_APP_ID: app_id, LABEL_RESTART_OF: key, LABEL_RESTARTS: str(restarts),
                   LABEL_RESTART_CAUSE: cause}
         name = f"{app_id}-restart-{re.sub(r'[^A-Za-z0-9_.-]', '-', key)}-{restarts}"
-        self._call(lambda: self.client.volumes.create(name=name, labels=labels), "record a restart")
         remaining = max(0, max_retries - restarts)
         policy = {"Name": "on-failure", "MaximumRetryCount": remaining} if remaining else {"Name": "no"}
         self._call(lambda: container.update(restart_policy=policy), "update the restart policy")
+        # Started before the count is recorded: a reader in between (describe in another process)
+        # must not see the container exited with its retries used up, which is failed for good.
         self._call(container.start, f"restart {key}")
+        self._call(lambda: self.client.volumes.create(name=name, labels=labels), "record a restart")
 
     def read_file(self, container: Any, path: str, limit: int = 1 << 20) -> bytes | None:
         """A file from a container, running or stopped; None when it has none there."""
@@ -116,6 +123,11 @@ class Engine:
             extracted = archive.extractfile(member) if member is not None else None
             return extracted.read(limit) if extracted is not None else None
 
+    def last_probe_output(self, container: Any) -> str:
+        """What the container's last HEALTHCHECK probe printed (why it is unhealthy)."""
+        log = ((container.attrs.get("State") or {}).get("Health") or {}).get("Log") or []
+        return str(log[-1].get("Output", "")).strip() if log else ""
+
     def stderr_tail(self, container: Any, lines: int = 5) -> str:
         import docker.errors
 
@@ -126,6 +138,29 @@ class Engine:
         return " | ".join(line for line in data.decode(errors="replace").splitlines() if line.strip())
 
     # --- changing ------------------------------------------------------------------------
+
+    def kill_and_wait(self, container: Any, timeout_s: float = 30) -> None:
+        """SIGKILL a container (a paused one too: the engine thaws it after the signal) and wait
+        until it has exited."""
+        import docker.errors
+
+        try:
+            container.kill()
+            container.wait(timeout=timeout_s)
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.APIError as error:
+            if "is not running" not in str(error):
+                raise self._error(f"kill {container.name}", error) from error
+
+    def write_file(self, container: Any, path: str, data: bytes) -> None:
+        """Put a file into a container, running or stopped."""
+        archive = io.BytesIO()
+        with tarfile.open(fileobj=archive, mode="w") as tar:
+            member = tarfile.TarInfo(os.path.basename(path))
+            member.size, member.mtime = len(data), int(time.time())
+            tar.addfile(member, io.BytesIO(data))
+        self._call(lambda: container.put_archive(os.path.dirname(path), archive.getvalue()), f"write {path}")
 
     def record_end(self, app_id: str, end: JobEnd) -> JobEnd:
         """Record ``end`` unless an end is recorded already; returns the one that stands.
@@ -264,6 +299,13 @@ class Engine:
             kwargs["memswap_limit"] = f"{container.memory_mb}m"  # the limit is the limit: no swap on top
         if container.nano_cpus is not None:
             kwargs["nano_cpus"] = container.nano_cpus
+        if container.health_probe:
+            second = 1_000_000_000  # the engine counts in nanoseconds
+            kwargs["healthcheck"] = {
+                "test": ["CMD", *container.health_probe], "interval": HEALTH_INTERVAL_S * second,
+                "timeout": HEALTH_PROBE_TIMEOUT_S * second, "retries": HEALTH_RETRIES,
+                "start_period": HEALTH_START_PERIOD_S * second,
+            }
         if container.max_retries > 0:
             kwargs["restart_policy"] = {"Name": "on-failure", "MaximumRetryCount": container.max_retries}
         if container.gpus and container.gpu_vendor == "amd":

@@ -47,6 +47,9 @@ class ContainerView:
     role_replicas: int = 1
     min_replicas: int = 1
     """An elastic role carries on while this many of its replicas have not failed for good."""
+    health: str = ""
+    """The HEALTHCHECK's verdict (starting, healthy, unhealthy), for a replica that has one. The
+    engine calls a paused container unhealthy at once."""
 
     @property
     def key(self) -> str:
@@ -73,6 +76,7 @@ class ContainerView:
             engine_error=str(state.get("Error") or ""),
             role_replicas=int(labels.get(LABEL_ROLE_REPLICAS, "1")),
             min_replicas=int(labels.get(LABEL_MIN_REPLICAS) or labels.get(LABEL_ROLE_REPLICAS, "1")),
+            health=str((state.get("Health") or {}).get("Status") or ""),
         )
 
 

@@ -16,13 +16,19 @@ from torchx import specs
 from torchx_ext.errors import InvalidArgumentError
 from torchx_ext.numa.cpulist import format_cpulist
 from torchx_ext.numa.topology import Topology
-from torchx_ext.replica_env import ERROR_FILE_ENV, RANK0_HOST_ENV
+from torchx_ext.launcher.liveness import probe_command, runs_our_launcher
+from torchx_ext.replica_env import ERROR_FILE_ENV, LIVENESS_FILE_ENV, RANK0_HOST_ENV, REPLICA_ENV
 from torchx_ext.schedulers.common.checks import shm_mb
 from torchx_ext.schedulers.placement import ReplicaSlice, slice_host
 
 SCHEDULER = "local_docker"
 # Inside the container: /tmp exists in practically every image and is writable.
 ERROR_FILE = "/tmp/torchx_ext_error.json"
+LIVENESS_FILE = "/tmp/torchx_ext_liveness"
+HEALTH_INTERVAL_S = 2
+HEALTH_RETRIES = 2  # one slow probe on a loaded host is not a frozen replica
+HEALTH_PROBE_TIMEOUT_S = 10
+HEALTH_START_PERIOD_S = 30
 HOSTNAME_MAX = 63
 SHM_FORMS = "'auto', or a size such as 512m, 2g, 1073741824 (bytes), 64k"
 
@@ -71,6 +77,9 @@ class ContainerRequest:
     """Only when not pinned to a cpuset: pinning is the CPU policy then."""
     mounts: tuple[Mount, ...]
     max_retries: int
+    health_probe: tuple[str, ...] = ()
+    """The HEALTHCHECK's argv, for a replica that runs our launcher: it fails once the launcher has
+    not touched its liveness file for 10 s (frozen or hung); the job's watcher then kills it."""
 
 
 @dataclass(frozen=True)
@@ -124,6 +133,8 @@ def build_request(
                     env={
                         RANK0_HOST_ENV: names[(role.name, 0)],
                         ERROR_FILE_ENV: ERROR_FILE,
+                        REPLICA_ENV: f"{role.name}/{replica_id}",
+                        **({LIVENESS_FILE_ENV: LIVENESS_FILE} if runs_our_launcher(resolved.args) else {}),
                         **_amd_env(role, piece, vendor),
                         **resolved.env,
                     },
@@ -148,6 +159,8 @@ def build_request(
                     nano_cpus=int(role.resource.cpu * 1e9) if piece is None and role.resource.cpu > 0 else None,
                     mounts=tuple(_mount(mount, role.name) for mount in role.mounts),
                     max_retries=role.max_retries,
+                    health_probe=tuple(probe_command(LIVENESS_FILE, python=resolved.entrypoint))
+                    if runs_our_launcher(resolved.args) else (),
                 )
             )
     return DockerJobRequest(
@@ -176,6 +189,9 @@ def describe_request(request: DockerJobRequest) -> str:
             f"restarts={container.max_retries}"
         )
         lines.append(f"  command: {list(container.command)!r}")
+        if container.health_probe:
+            lines.append(f"  healthcheck: {list(container.health_probe)!r} every {HEALTH_INTERVAL_S} s, "
+                         f"unhealthy after {HEALTH_RETRIES} failures")
         lines += [f"  env {key}={value!r}" for key, value in sorted(container.env.items())]
         lines += [
             f"  mount {mount.kind} {mount.source} -> {mount.target}{' (read-only)' if mount.read_only else ''}"

@@ -37,7 +37,7 @@ from torchx_ext.schedulers.docker.request import (
     build_request,
     describe_request,
 )
-from torchx_ext.schedulers.docker.snapshot import Snapshot, end_if_failed, restart_if_lost, snapshot
+from torchx_ext.schedulers.docker.snapshot import Snapshot, end_if_failed, kill_if_frozen, restart_if_lost, snapshot
 from torchx_ext.schedulers.docker.watcher import watcher_log
 from torchx_ext.schedulers.placement import host_topology
 
@@ -102,10 +102,11 @@ class DockerScheduler(WorkspaceMixin[None], SchedulerShell[DockerOpts]):
         return request.app_id
 
     def describe(self, app_id: str) -> Optional[DescribeAppResponse]:
-        """The job as its containers are now; a replica lost within its retries is started again,
-        and a job one of whose replicas failed for good is ended, here if its watcher has not done
-        so yet (the others are stopped)."""
-        current = end_if_failed(self.engine, restart_if_lost(self.engine, snapshot(self.engine, app_id)))
+        """The job as its containers are now; a frozen replica (unhealthy) is killed, a replica lost
+        within its retries is started again, and a job one of whose replicas failed for good is
+        ended, here if its watcher has not done so yet (the others are stopped)."""
+        engine = self.engine
+        current = end_if_failed(engine, restart_if_lost(engine, kill_if_frozen(engine, snapshot(engine, app_id))))
         if current.view.state is None:
             return None
         return _response(current)

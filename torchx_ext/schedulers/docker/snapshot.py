@@ -11,7 +11,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from torchx_ext.error_file import parse_error_report
+from torchx_ext.error_file import ErrorReport, parse_error_report
+from torchx_ext.launcher.liveness import DEFAULT_MAX_AGE_S
 from torchx_ext.schedulers.common.states import JobEnd, State
 from torchx_ext.schedulers.docker.engine import Engine
 from torchx_ext.schedulers.docker.job_view import ContainerView, JobView, failure_message, read_job
@@ -54,6 +55,31 @@ def snapshot(engine: Engine, app_id: str) -> Snapshot:
                        for view, container in containers)
     end = engine.ends(app_id).get(app_id) if containers else None
     return Snapshot(app_id, containers, end, read_job((view for view, _ in containers), end), cause)
+
+
+def kill_if_frozen(engine: Engine, current: Snapshot, paused_too_long: frozenset[str] = frozenset()) -> Snapshot:
+    """Kill a replica its HEALTHCHECK calls unhealthy (its launcher has not touched its liveness
+    file for 10 s: a frozen or hung replica never exits by itself, and the engine does not
+    restart an unhealthy container), and one paused for longer than that (``paused_too_long``:
+    container names, judged by whoever watches the clock, the watcher). Within ``max_retries`` it
+    is started again, as a lost replica; else the job ends or an elastic role carries on, and its
+    error report says why it was killed."""
+    if current.end is not None:
+        return current
+    frozen = [(view, container) for view, container in current.containers
+              if (view.status == "running" and view.health == "unhealthy")
+              or (view.status == "paused" and view.name in paused_too_long)]
+    for view, container in frozen:
+        why = (f"paused for over {DEFAULT_MAX_AGE_S:g} s" if view.status == "paused"
+               else engine.last_probe_output(container) or "unhealthy")
+        message = f"gave no sign of life ({why}) and was killed"
+        engine.kill_and_wait(container)
+        if view.restarts < view.max_retries:
+            engine.restart(current.app_id, view.key, container, view.restarts + 1, view.max_retries,
+                           f"replica {view.key} ({view.name}) {message}")
+        else:
+            engine.write_file(container, ERROR_FILE, ErrorReport(message=message, error_code=137).to_json().encode())
+    return snapshot(engine, current.app_id) if frozen else current
 
 
 def restart_if_lost(engine: Engine, current: Snapshot) -> Snapshot:

@@ -2,7 +2,8 @@
 
 The engine restarts a failed replica by itself (its ``on-failure`` policy, ``max_retries``
 times), but not one killed (``docker kill``: the watcher starts that one again, within
-``max_retries``), and does not stop the others when one gives up; without this watcher they would wait
+``max_retries``), nor one its HEALTHCHECK calls unhealthy (a frozen replica: the watcher kills it,
+and one paused for over 10 s), and does not stop the others when one gives up; without this watcher they would wait
 at a barrier for a peer that is gone. ``schedule`` starts one per job, detached from the CLI;
 it follows the engine's events for the job's containers and exits when the job has ended
 and none of its containers runs. Tracking never depends on it: any describe of a job whose
@@ -14,13 +15,18 @@ watcher is gone ends the job the same way.
 from __future__ import annotations
 
 import os
+import queue
 import sys
 import tempfile
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
+from torchx_ext.launcher.liveness import DEFAULT_MAX_AGE_S
 from torchx_ext.schedulers.docker.engine import connect
 from torchx_ext.schedulers.docker.request import LABEL_APP_ID
-from torchx_ext.schedulers.docker.snapshot import end_if_failed, restart_if_lost, snapshot
+from torchx_ext.schedulers.docker.snapshot import Snapshot, end_if_failed, kill_if_frozen, restart_if_lost, snapshot
 
 
 def watcher_log(app_id: str) -> Path:
@@ -30,13 +36,21 @@ def watcher_log(app_id: str) -> Path:
 
 def watch(app_id: str) -> int:
     engine = connect()
-    # Subscribed before the first look, so that nothing that happens in between is missed.
+    # Subscribed before the first look, so that nothing that happens in between is missed. A
+    # health change wakes it (an unhealthy replica is frozen); a pause too, whose unhealthy mark
+    # the engine sets without an event, and which is judged by how long it lasts.
     events = engine.client.events(
-        decode=True, filters={"type": "container", "label": f"{LABEL_APP_ID}={app_id}", "event": ["die", "destroy"]}
+        decode=True, filters={"type": "container", "label": f"{LABEL_APP_ID}={app_id}",
+                              "event": ["die", "destroy", "health_status", "pause", "unpause"]}
     )
+    woken: queue.Queue[object] = queue.Queue()
+    threading.Thread(target=_pump, args=(events, woken), daemon=True).start()
+    paused_since: dict[str, float] = {}
     try:
         while True:
-            current = end_if_failed(engine, restart_if_lost(engine, snapshot(engine, app_id)))
+            current = snapshot(engine, app_id)
+            paused_too_long = _paused_too_long(current, paused_since)
+            current = end_if_failed(engine, restart_if_lost(engine, kill_if_frozen(engine, current, paused_too_long)))
             if not current.containers:
                 return 0  # deleted
             if current.end is not None and current.running:
@@ -45,11 +59,34 @@ def watch(app_id: str) -> int:
                 continue
             if current.view.state is not None and current.view.state.terminal and not current.running:
                 return 0
-            next(events)
-    except StopIteration:
-        return 1  # the engine closed the stream: it stopped or restarted
+            try:
+                if woken.get(timeout=_PAUSE_POLL_S if paused_since else None) is _ENDED:
+                    return 1  # the engine closed the stream: it stopped or restarted
+            except queue.Empty:
+                pass  # a pause went on for another second
     finally:
         events.close()
+
+
+_ENDED = object()
+_PAUSE_POLL_S = 1.0
+
+
+def _pump(events: Iterator[object], woken: queue.Queue[object]) -> None:
+    for event in events:
+        woken.put(event)
+    woken.put(_ENDED)
+
+
+def _paused_too_long(current: Snapshot, paused_since: dict[str, float]) -> frozenset[str]:
+    """The containers paused for longer than a frozen launcher may stay silent."""
+    now = time.monotonic()
+    paused = {view.name for view, _ in current.containers if view.status == "paused"}
+    for name in set(paused_since) - paused:
+        del paused_since[name]
+    for name in paused:
+        paused_since.setdefault(name, now)
+    return frozenset(name for name, since in paused_since.items() if now - since > DEFAULT_MAX_AGE_S)
 
 
 def main(argv: list[str]) -> int:

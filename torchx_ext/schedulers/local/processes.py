@@ -13,10 +13,12 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from torchx_ext.replica_env import REPLICA_ENV
+
 # Every process of a job carries this variable (children inherit it), which is how cancel
 # finds workers that left their replica's process group.
 JOB_MARKER_ENV = "TORCHX_EXT_LOCAL_JOB"
-REPLICA_MARKER_ENV = "TORCHX_EXT_LOCAL_REPLICA"  # role/replica_id
+REPLICA_MARKER_ENV = REPLICA_ENV  # role/replica_id
 
 
 def boot_id() -> str:
