@@ -98,7 +98,7 @@ def _kube_delete_pod(app_id: str, role: str, replica_id: int) -> None:
             core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace)
 
 
-def _slurm_kill(job_id: str, role: str, replica_id: int) -> None:
+def _slurm_replica_processes(job_id: str, role: str, replica_id: int) -> list[int]:
     # The launcher on that node and its workers: everything below the task's step program,
     # which stays (as slurmstepd stays when a task dies) to record how the replica ended. The
     # batch script and srun carry SLURM_PROCID=0 too: they are not the replica.
@@ -120,7 +120,16 @@ def _slurm_kill(job_id: str, role: str, replica_id: int) -> None:
     while frontier:
         frontier = {pid for pid, parent in parents.items() if parent in frontier} - below
         below |= frontier
-    _sigkill(sorted(below))
+    return sorted(below)
+
+
+def _slurm_kill(job_id: str, role: str, replica_id: int) -> None:
+    _sigkill(_slurm_replica_processes(job_id, role, replica_id))
+
+
+def _slurm_freeze(job_id: str, role: str, replica_id: int) -> None:
+    for pid in _slurm_replica_processes(job_id, role, replica_id):
+        os.kill(pid, signal.SIGSTOP)
 
 
 def _local_leftovers(app_id: str, settle_s: float = 3.0) -> list[str]:
@@ -227,7 +236,7 @@ def scheduler(
         assert still_there(busy_nodes, settle_s=30, poll_s=0.2) == []
         # One CPU per replica: both test nodes are this 2-CPU machine.
         yield SchedulerUnderTest("slurm", {"job_dir": str(tmp_path / "jobs")}, slurm_leftovers,
-                                 component_args={"cpu": 1}, kill_replica=_slurm_kill)
+                                 component_args={"cpu": 1}, kill_replica=_slurm_kill, freeze_replica=_slurm_freeze)
         for item in slurm_scheduler.list():
             slurm_scheduler.delete(item.app_id)
     else:

@@ -135,7 +135,7 @@ def test_a_fixed_job_without_retries_fails_within_30_s_naming_the_lost_replica(
     assert scheduler.leftovers(app_id) == []
 
 
-FREEZABLE = ["local_cwd", "local_docker"]
+FREEZABLE = ["local_cwd", "local_docker", "slurm"]
 
 
 def _freeze(scheduler: SchedulerUnderTest, app_id: str, replica_id: int) -> None:

@@ -12,7 +12,10 @@
 - runs the replica with its output passed on to the files ``srun --output/--error`` write,
   indexed by arrival time, and both streams into ``<role>-<k>.log``;
 - records where it ran and how it ended (``.started``, ``.exit``): what is left to read once
-  the controller has forgotten the job and accounting is off.
+  the controller has forgotten the job and accounting is off;
+- kills the replica when its launcher stops touching its liveness file (frozen or hung: Slurm
+  notices nothing while slurmd answers), so the task ends, ``--kill-on-bad-exit`` ends the step and
+  the batch script runs it again within ``max_retries``, as for a lost replica.
 """
 
 from __future__ import annotations
@@ -29,9 +32,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from torchx_ext.error_file import read_error_file
+from torchx_ext.error_file import ErrorReport, read_error_file, write_error_file
+from torchx_ext.launcher.liveness import DEFAULT_MAX_AGE_S, age_s
 from torchx_ext.numa.cpulist import format_cpulist
-from torchx_ext.replica_env import ALLOCATED_NODES_ENV, ERROR_FILE_ENV, RANK0_HOST_ENV, RDZV_IS_HOST_ENV, RDZV_PORT_ENV
+from torchx_ext.replica_env import (ALLOCATED_NODES_ENV, ERROR_FILE_ENV, LIVENESS_FILE_ENV, RANK0_HOST_ENV,
+                                    RDZV_IS_HOST_ENV, RDZV_PORT_ENV, REPLICA_ENV)
 from torchx_ext.schedulers.common.files import write_atomically
 from torchx_ext.schedulers.common.log_files import IndexedLog
 from torchx_ext.schedulers.slurm.records import JobDir, RoleRequest, first_failure, step_ended
@@ -82,7 +87,17 @@ def main(argv: list[str] | None = None) -> int:
             # Published once node rank 0's agent has its pid: see rendezvous_port.
             write_atomically(job.rendezvous_port(role.name), port)
 
-    code = run_replica(argv_, env, role.cwd, logs, started=started)
+    liveness = job.liveness_file(role.name, replica_id)
+    liveness.unlink(missing_ok=True)
+    env[LIVENESS_FILE_ENV] = str(liveness)
+
+    def frozen(silent_s: float) -> None:
+        message = f"gave no sign of life for {silent_s:.1f} s (frozen or hung) and was killed"
+        say(f"{role.name}/{replica_id}: its launcher {message}")
+        write_error_file(job.error_file(role.name, replica_id), ErrorReport(message=message, error_code=137),
+                         replace=True)
+
+    code = run_replica(argv_, env, role.cwd, logs, started=started, liveness=(str(liveness), frozen))
     for log in logs.values():
         log.close()
     write_atomically(job.exit(role.name, replica_id), json.dumps({"exit_code": code, "at": time.time(), "node": node}))
@@ -128,6 +143,7 @@ def replica_command(role: RoleRequest, job: JobDir, replica_id: int, rank0_host:
         RANK0_HOST_ENV: rank0_host,
         RDZV_IS_HOST_ENV: "1" if replica_id == 0 else "0",
         ERROR_FILE_ENV: str(job.error_file(role.name, replica_id)),
+        REPLICA_ENV: f"{role.name}/{replica_id}",
         **resolved.env,
     }
     if role.min_replicas != role.num_replicas:
@@ -187,9 +203,12 @@ def cpus_given() -> str:
 
 
 def run_replica(argv: list[str], env: dict[str, str], cwd: str, logs: dict[str, IndexedLog],
-                started: Callable[[], None]) -> int:
+                started: Callable[[], None],
+                liveness: tuple[str, Callable[[float], None]] | None = None) -> int:
     """Runs the replica to its end, passing on its output and the signals Slurm sends; its exit
-    code (negative: the signal that killed it). ``started`` is called once it runs."""
+    code (negative: the signal that killed it). ``started`` is called once it runs. With
+    ``liveness`` (a file, and what to do first), a replica whose launcher touched the file once and
+    then not for 10 s is frozen: it is killed with everything it started."""
     process = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE)
     started()
@@ -204,8 +223,9 @@ def run_replica(argv: list[str], env: dict[str, str], cwd: str, logs: dict[str, 
     assert process.stdout is not None and process.stderr is not None
     selector.register(process.stdout, selectors.EVENT_READ, "stdout")
     selector.register(process.stderr, selectors.EVENT_READ, "stderr")
+    killed = False
     while selector.get_map():
-        for key, _ in selector.select():
+        for key, _ in selector.select(timeout=1.0):
             data = os.read(key.fd, 1 << 16)
             if not data:
                 selector.unregister(key.fileobj)
@@ -213,7 +233,33 @@ def run_replica(argv: list[str], env: dict[str, str], cwd: str, logs: dict[str, 
             now = time.time()
             logs[key.data].write(data, now)
             logs["combined"].write(data, now)
+        silent = age_s(liveness[0]) if liveness is not None and not killed else None
+        if liveness is not None and silent is not None and silent > DEFAULT_MAX_AGE_S:
+            liveness[1](silent)
+            kill_tree(process.pid)
+            killed = True
     return process.wait()
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL ``pid`` and everything below it, frozen or not (workers in sessions of their own
+    included: they are still its descendants)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                parent = int(Path(f"/proc/{entry.name}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(parent, []).append(int(entry.name))
+    pending = [pid]
+    while pending:
+        current = pending.pop()
+        pending += children.get(current, [])
+        try:
+            os.kill(current, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 if __name__ == "__main__":
