@@ -84,18 +84,43 @@ def _docker_pause(client: Any) -> Callable[[str, str, int], None]:
     return pause
 
 
-def _kube_delete_pod(app_id: str, role: str, replica_id: int) -> None:
+def _kube_running_pods(app_id: str, replica_id: int) -> list[Any]:
     from kubernetes import client, config
 
     config.load_kube_config()
     # "namespace:name", or "namespace:backend:name" for JobSet and Volcano.
     namespace, name = app_id.split(":")[0], app_id.split(":")[-1]
-    core = client.CoreV1Api()
-    for pod in core.list_namespaced_pod(namespace, label_selector=f"torchx-ext/app-id={name}").items:
+    found = []
+    for pod in client.CoreV1Api().list_namespaced_pod(namespace, label_selector=f"torchx-ext/app-id={name}").items:
         labels, annotations = pod.metadata.labels or {}, pod.metadata.annotations or {}
         index = labels.get("batch.kubernetes.io/job-completion-index", annotations.get("volcano.sh/task-index"))
         if index == str(replica_id) and pod.metadata.deletion_timestamp is None and pod.status.phase == "Running":
-            core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace)
+            found.append(pod)
+    return found
+
+
+def _kube_delete_pod(app_id: str, role: str, replica_id: int) -> None:
+    from kubernetes import client
+
+    for pod in _kube_running_pods(app_id, replica_id):
+        client.CoreV1Api().delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace)
+
+
+def _kube_freeze(docker_client: Any) -> Callable[[str, str, int], None]:
+    # Every process of the pod's container stopped (SIGSTOP), as a hung one looks: the kubelet
+    # still runs its probes in it.
+    from tests.kubernetes.apiserver.containers import POD_LABEL
+
+    def freeze(app_id: str, role: str, replica_id: int) -> None:
+        for pod in _kube_running_pods(app_id, replica_id):
+            label = f"{POD_LABEL}={pod.metadata.namespace}/{pod.metadata.name}"
+            for container in docker_client.containers.list(filters={"label": label}):
+                top = container.top()
+                column = top["Titles"].index("PID")
+                for process in top["Processes"]:
+                    os.kill(int(process[column]), signal.SIGSTOP)
+
+    return freeze
 
 
 def _slurm_replica_processes(job_id: str, role: str, replica_id: int) -> list[int]:
@@ -220,7 +245,8 @@ def scheduler(
         # ask for (two replicas asking for 2 CPUs each would not both fit, as on a real node).
         yield SchedulerUnderTest("kubernetes", {"cancel_grace": 5, "backend": backend}, kube_leftovers(client),
                                  component_args={"image": image.name, "cpu": 1},
-                                 kill_replica=_kube_delete_pod, shared_dir_mounts=_bind)
+                                 kill_replica=_kube_delete_pod, freeze_replica=_kube_freeze(client),
+                                 shared_dir_mounts=_bind)
         # Jobs stay until deleted: delete what this test made (their pods go with them).
         for app_id in {item.app_id for item in kube_scheduler.list()} - before:
             kube_scheduler.delete(app_id)

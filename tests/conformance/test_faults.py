@@ -8,6 +8,7 @@ ran at.
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -135,7 +136,9 @@ def test_a_fixed_job_without_retries_fails_within_30_s_naming_the_lost_replica(
     assert scheduler.leftovers(app_id) == []
 
 
-FREEZABLE = ["local_cwd", "local_docker", "slurm"]
+# The frozen cases: every case on local_cwd, where they are cheapest, and one (a frozen peer,
+# with retries) on every other scheduler; TORCHX_EXT_FAULT_MATRIX=all runs every case everywhere.
+FREEZE_MATRIX = SURVIVING if os.environ.get("TORCHX_EXT_FAULT_MATRIX") == "all" else ["local_cwd"]
 
 
 def _freeze(scheduler: SchedulerUnderTest, app_id: str, replica_id: int) -> None:
@@ -143,8 +146,12 @@ def _freeze(scheduler: SchedulerUnderTest, app_id: str, replica_id: int) -> None
     scheduler.freeze_replica(app_id, "checkpointed", replica_id)
 
 
-@pytest.mark.parametrize("replica_id", [1, 0], ids=["peer", "store host"])
-@pytest.mark.parametrize("scheduler", FREEZABLE, indirect=True)
+@pytest.mark.parametrize(
+    "scheduler, replica_id",
+    [pytest.param(name, 1, id=f"{name}-peer") for name in SURVIVING]
+    + [pytest.param(name, 0, id=f"{name}-store host") for name in FREEZE_MATRIX],
+    indirect=["scheduler"],
+)
 def test_a_frozen_replica_is_replaced_and_every_step_is_done_once(
     runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path, replica_id: int
 ) -> None:
@@ -153,24 +160,32 @@ def test_a_frozen_replica_is_replaced_and_every_step_is_done_once(
     history = _every_step_once(runner, handle, directory)
     assert history[-1][1] == 2, history
     status = runner.status(handle)
-    assert status is not None and status.num_restarts == 1, status
-    assert f"replica checkpointed/{replica_id}" in status.msg and "gave no sign of life" in status.msg, status.msg
+    assert status is not None and status.num_restarts >= 1, status
+    if scheduler.name == "local_cwd":  # the store outside the replicas: only the frozen one restarted
+        assert status.num_restarts == 1, status
+    if scheduler.name in ("local_cwd", "local_docker", "slurm"):  # a replaced pod leaves no record
+        assert f"replica checkpointed/{replica_id}" in status.msg and "gave no sign of life" in status.msg, status.msg
     assert scheduler.leftovers(app_id) == []
 
 
-@pytest.mark.parametrize("scheduler", FREEZABLE, indirect=True)
+@pytest.mark.parametrize("max_retries", [0, 1])
+@pytest.mark.parametrize("scheduler", FREEZE_MATRIX, indirect=True)
 def test_an_elastic_job_carries_on_without_a_frozen_replica(
-    runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path
+    runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path, max_retries: int
 ) -> None:
-    handle, app_id, directory = _training(runner, scheduler, tmp_path, "1:2x1", max_retries=0)
+    handle, app_id, directory = _training(runner, scheduler, tmp_path, "1:2x1", max_retries=max_retries)
     _freeze(scheduler, app_id, 1)
     history = _every_step_once(runner, handle, directory)
-    assert history[0][1] == 2 and history[-1][1] == 1, history
+    assert history[0][1] == 2, history
+    if max_retries == 0:
+        assert history[-1][1] == 1, history
+    else:  # the frozen replica was started again: the survivor may have carried on alone meanwhile
+        assert {world for _, world, _ in history} <= {1, 2}, history
     assert scheduler.leftovers(app_id) == []
 
 
 @pytest.mark.parametrize("replica_id", [1, 0], ids=["peer", "store host"])
-@pytest.mark.parametrize("scheduler", FREEZABLE, indirect=True)
+@pytest.mark.parametrize("scheduler", FREEZE_MATRIX, indirect=True)
 def test_a_fixed_job_without_retries_fails_within_60_s_of_a_freeze(
     runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path, replica_id: int
 ) -> None:
@@ -179,7 +194,6 @@ def test_a_fixed_job_without_retries_fails_within_60_s_of_a_freeze(
     frozen_at = time.monotonic()
     failed = status_until(runner, handle, lambda status: status.is_terminal(), timeout_s=90)
     assert failed.state == AppState.FAILED and time.monotonic() - frozen_at <= 60, failed
-    # Whoever noticed first: the scheduler (the frozen replica) or the survivor's watchdog (node N).
-    assert ((f"replica checkpointed/{replica_id}" in failed.msg and "gave no sign of life" in failed.msg)
-            or f"(replica checkpointed/{replica_id} on host" in failed.msg), failed.msg
+    # Whoever noticed first: the scheduler (the frozen replica) or the survivor's watchdog.
+    assert any(why in failed.msg for why in ("gave no sign of life", "lost node", "lost the rendezvous store")), failed.msg
     assert scheduler.leftovers(app_id) == []

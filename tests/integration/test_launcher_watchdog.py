@@ -190,10 +190,10 @@ def test_a_frozen_store_host_ends_its_peer_in_seconds_naming_the_store(tmp_path:
 
 
 def test_a_long_step_without_collectives_is_not_a_lost_peer(tmp_path: Path, nodes: list[Node]) -> None:
-    # Each step sleeps three peer timeouts before its all-reduce: the agents still beat.
+    # Each step sleeps two peer timeouts before its all-reduce: the agents still beat.
     port = free_port()
-    host = Node(tmp_path, port, host=True, nnodes="2", max_restarts=0, steps=2, step_s=3 * TIMEOUT_S)
-    peer = Node(tmp_path, port, host=False, nnodes="2", max_restarts=0, steps=2, step_s=3 * TIMEOUT_S)
+    host = Node(tmp_path, port, host=True, nnodes="2", max_restarts=0, steps=2, step_s=2 * TIMEOUT_S)
+    peer = Node(tmp_path, port, host=False, nnodes="2", max_restarts=0, steps=2, step_s=2 * TIMEOUT_S)
     nodes += [host, peer]
     assert _exit_of(host, timeout_s=120)[0] == 0, host.output()[-2000:]
     assert _exit_of(peer, timeout_s=30)[0] == 0, peer.output()[-2000:]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import shutil
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -42,6 +43,9 @@ class Runtime:
     started: bool = False
     finished: dict[str, dict[str, Any]] = field(default_factory=dict)  # container -> state.terminated
     restarts: dict[str, int] = field(default_factory=dict)
+    started_at: float = 0.0  # monotonic, for the liveness probes' initial delay
+    probe_due: dict[str, float] = field(default_factory=dict)  # container -> next liveness probe
+    probe_failures: dict[str, int] = field(default_factory=dict)  # container -> failures in a row
 
 
 def _docker_time(text: str) -> str:
@@ -70,12 +74,16 @@ class Kubelet(ControlLoop):
         self._known_images: set[str] = set()
         self._pull_attempts: dict[str, int] = {}
         self._networks: dict[str, str] = {}
+        # Liveness probes run apart from the pods' starts and stops: a probe may take its timeout.
+        self._probes = ThreadPoolExecutor(max_workers=8, thread_name_prefix="fake-kubelet-probe")
+        self._probing: set[tuple[str, str]] = set()
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
     def stop(self) -> None:
         super().stop()
         self._pool.shutdown(wait=True, cancel_futures=True)
+        self._probes.shutdown(wait=True, cancel_futures=True)
         for container in self._api.containers(all=True, filters={"label": f"{CLUSTER_LABEL}={self._id}"}):
             self._remove_container(container["Id"])
         for network in self._api.networks(filters={"label": f"{CLUSTER_LABEL}={self._id}"}):
@@ -138,6 +146,7 @@ class Kubelet(ControlLoop):
                     self._admit(pod)
                 elif runtime.started:
                     self._check_exits(pod, runtime, states)
+                    self._probe_liveness(pod, runtime, states)
         # Pods removed without going through a graceful deletion (or containers of earlier runs).
         for uid in [uid for uid in list(self._runtimes) if uid not in live]:  # the pool pops from it
             self._submit(uid, partial(self._cleanup, uid))
@@ -306,6 +315,7 @@ class Kubelet(ControlLoop):
             for kind in ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady"):
                 set_condition(status, condition(kind, True))
         self._write_status(pod, running)
+        runtime.started_at = time.monotonic()
         runtime.started = True
 
     def _start_failed(self, pod: Obj, runtime: Runtime, message: str) -> None:
@@ -341,6 +351,63 @@ class Kubelet(ControlLoop):
             self._write_status(pod, lambda status: self._terminal(status, pod, runtime))
         else:
             self._write_status(pod, lambda status: self._update_finished(status, runtime))
+
+    def _probe_liveness(self, pod: Obj, runtime: Runtime, states: dict[str, str]) -> None:
+        """Run each container's exec livenessProbe as the kubelet does: after initialDelaySeconds,
+        every periodSeconds, a run longer than timeoutSeconds failing; failureThreshold failures in
+        a row kill the container (SIGTERM, SIGKILL after the pod's grace period), which then
+        restarts or ends as its pod's restartPolicy says."""
+        now, uid = time.monotonic(), pod["metadata"]["uid"]
+        for container in pod["spec"]["containers"]:
+            name, probe = container["name"], container.get("livenessProbe")
+            container_id = runtime.container_ids.get(name)
+            if (not probe or "exec" not in probe or container_id is None or name in runtime.finished
+                    or states.get(container_id) not in ("running", "paused") or (uid, name) in self._probing):
+                continue
+            due = runtime.probe_due.get(name, runtime.started_at + int(probe.get("initialDelaySeconds", 0)))
+            if now < due:
+                continue
+            runtime.probe_due[name] = now + int(probe.get("periodSeconds", 10))
+            with self._lock:
+                self._probing.add((uid, name))
+            self._probes.submit(self._run_probe, pod, runtime, name, container_id, probe)
+
+    def _run_probe(self, pod: Obj, runtime: Runtime, name: str, container_id: str, probe: dict[str, Any]) -> None:
+        try:
+            passed, output = self._exec_probe(container_id, probe)
+            if passed:
+                runtime.probe_failures[name] = 0
+                return
+            failures = runtime.probe_failures[name] = runtime.probe_failures.get(name, 0) + 1
+            log.info("liveness probe of %s/%s failed (%d): %s", pod["metadata"]["name"], name, failures, output)
+            if failures < int(probe.get("failureThreshold", 3)):
+                return
+            runtime.probe_failures[name] = 0
+            grace = int(pod["spec"].get("terminationGracePeriodSeconds", 30))
+            try:
+                self._api.stop(container_id, timeout=grace)  # a paused container is thawed and stopped
+            except Exception as error:
+                log.debug("stopping %s after its liveness probe: %s", container_id, error)
+        except Exception:
+            log.exception("fake kubelet liveness probe failed to run")
+        finally:
+            with self._lock:
+                self._probing.discard((pod["metadata"]["uid"], name))
+
+    def _exec_probe(self, container_id: str, probe: dict[str, Any]) -> tuple[bool, str]:
+        timeout = int(probe.get("timeoutSeconds", 1))
+        try:
+            exec_id = self._api.exec_create(container_id, probe["exec"]["command"])["Id"]
+        except Exception as error:  # a paused or stopped container runs no probe: a failure
+            return False, str(error)
+        output: list[bytes] = []
+        runner = threading.Thread(target=lambda: output.append(self._api.exec_start(exec_id)), daemon=True)
+        runner.start()
+        runner.join(timeout)
+        if runner.is_alive():
+            return False, f"command timed out after {timeout}s"
+        code = self._api.exec_inspect(exec_id).get("ExitCode")
+        return code == 0, b"".join(output).decode(errors="replace").strip()
 
     def _terminated_state(self, pod: Obj, name: str, container_id: str, runtime: Runtime) -> dict[str, Any]:
         try:

@@ -18,7 +18,8 @@ from torchx import specs
 
 from torchx_ext.errors import InvalidArgumentError
 from torchx_ext.resources import GPU_VENDOR, K8S_INSTANCE_TYPE, NUMA_NODES
-from torchx_ext.replica_env import ERROR_FILE_ENV, RANK0_HOST_ENV
+from torchx_ext.launcher.liveness import probe_command, runs_our_launcher
+from torchx_ext.replica_env import ERROR_FILE_ENV, LIVENESS_FILE_ENV, RANK0_HOST_ENV
 from torchx_ext.schedulers.common.checks import shm_mb
 from torchx_ext.schedulers.kubernetes import names
 from torchx_ext.schedulers.kubernetes.options import ManifestOptions, parse_quantity_mb, parse_toleration
@@ -29,6 +30,14 @@ TERMINATION_LOG = "/dev/termination-log"
 # Kubelets keep some CPU for themselves: a whole host's named resource would never fit.
 RESERVED_MILLICPU = 100
 _INDEX_MARK = "\x00torchx-ext-index\x00"
+LIVENESS_FILE = "/tmp/torchx_ext_liveness"
+# The launcher touches its liveness file every second from its start; the probe fails once the
+# file is 10 s old. Two failures 2 s apart: one slow probe on a loaded node is not a frozen replica.
+LIVENESS_PROBE = {"initialDelaySeconds": 15, "periodSeconds": 2, "timeoutSeconds": 10, "failureThreshold": 2}
+UNREACHABLE_TAINTS = ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready")
+UNREACHABLE_TOLERATION_S = 10
+"""How long a pod stays bound to a node that stopped answering once the node controller has
+tainted it (Kubernetes' default is 300 s): then the pod is evicted and replaced like a lost one."""
 
 
 @dataclass(frozen=True)
@@ -57,9 +66,13 @@ def _pod_spec(app: specs.AppDef, role: specs.Role, app_id: str, addressing: PodA
     aligned = _aligned(role, options)
     memory_mb = role.resource.memMB if role.resource.memMB > 0 else None
     shm = shm_mb(options.shm_size, memory_mb, parse_quantity_mb, "the role's")
+    ours = runs_our_launcher(resolved.args)
     env = {
         RANK0_HOST_ENV: addressing.rank0_host,
         ERROR_FILE_ENV: TERMINATION_LOG,
+        # No REPLICA_ENV: the index's variable is defined after ours, so $(...) would stay literal;
+        # the pod's host name names the replica.
+        **({LIVENESS_FILE_ENV: LIVENESS_FILE} if ours else {}),
         **resolved.env,
     }
     for key in env:
@@ -83,6 +96,11 @@ def _pod_spec(app: specs.AppDef, role: specs.Role, app_id: str, addressing: PodA
         # The launcher's report when it wrote one, else the end of the output.
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
+    if ours:
+        # A frozen or hung replica never exits: the kubelet kills it, and the pod (restartPolicy
+        # Never) fails and is replaced as a lost replica is.
+        container["livenessProbe"] = {"exec": {"command": probe_command(LIVENESS_FILE, python=resolved.entrypoint)},
+                                      **LIVENESS_PROBE}
     if options.image_pull_policy:
         container["imagePullPolicy"] = options.image_pull_policy
     pod: dict[str, Any] = {
@@ -100,9 +118,11 @@ def _pod_spec(app: specs.AppDef, role: specs.Role, app_id: str, addressing: PodA
         node_selector.setdefault(K8S_INSTANCE_TYPE, str(instance_type))
     if node_selector:
         pod["nodeSelector"] = node_selector
-    tolerations = [parse_toleration(text) for text in options.tolerations]
-    if tolerations:
-        pod["tolerations"] = tolerations
+    tolerations: list[dict[str, Any]] = [parse_toleration(text) for text in options.tolerations]
+    given = {toleration.get("key") for toleration in tolerations}
+    tolerations += [{"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": UNREACHABLE_TOLERATION_S}
+                    for key in UNREACHABLE_TAINTS if key not in given]
+    pod["tolerations"] = tolerations
     if options.service_account:
         pod["serviceAccountName"] = options.service_account
     if options.priority_class:
