@@ -1,5 +1,6 @@
 """Time from losing a replica to the next completed training step, per scheduler and case, next
-to torchrun's own behaviour measured in the same run.
+to torchrun's own behaviour measured in the same run; for a frozen replica, also the time until
+the scheduler removed it (detection) apart from the next step (recovery).
 
 The job is tests/conformance/jobs/checkpointed.py (a checkpoint every step) on two replicas of
 one process. Cases: the replica that does not host the rendezvous store (``non-host``), the one
@@ -10,7 +11,15 @@ local_cwd, ``docker kill`` on local_docker, the pod deleted on kubernetes, the l
 on its node on slurm). torchrun's baseline:
 two ``torchrun --max-restarts 3`` agents on this host (c10d, the first hosting the store); the
 lost one is started again 1 s later, as a scheduler would (not in the elastic case).
-Targets: non-host <= 15 s, store host <= 30 s, elastic shrink <= 30 s. Slurm runs where
+Targets: non-host <= 15 s, store host <= 30 s, elastic shrink <= 30 s.
+
+Frozen cases: every process of the replica stopped (SIGSTOP; ``docker pause`` on local_docker),
+as a hung host looks: ``frozen non-host`` and ``frozen store host`` (``max_retries=1``),
+``frozen elastic`` (``-j 1:2x1``, ``max_retries=0``), and ``frozen, no retries`` (``2x1``,
+``max_retries=0``: the time until the job is FAILED). Detection: until ``torchx status`` first
+shows a change (the frozen replica restarted or failed). torchrun's agents: the victim's tree
+stopped, nothing started again (no scheduler). Targets: frozen non-host <= 30 s, frozen store
+host <= 45 s, frozen elastic <= 30 s, FAILED <= 60 s. Slurm runs where
 ``SLURM_CONF`` names a cluster that answers (``bash scripts/slurm_cluster.sh start``);
 local_docker and kubernetes (the test cluster, its pods on that engine; backends ``job``,
 ``jobset``, ``volcano``) where ``DOCKER_HOST`` answers (``export $(bash scripts/docker_engine.sh start)``).
@@ -38,12 +47,17 @@ from typing import Any, Callable
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 # The suite's way to lose a replica on each scheduler.
-from tests.conformance.conftest import _docker_kill, _kube_delete_pod, _local_kill, _slurm_kill  # noqa: E402
+from tests.conformance.conftest import (_docker_kill, _docker_pause, _kube_delete_pod, _kube_freeze,  # noqa: E402
+                                       _local_freeze, _local_kill, _slurm_freeze, _slurm_kill)
 
 JOB = REPO / "tests" / "conformance" / "jobs" / "checkpointed.py"
 STEPS, STEP_S = 60, 0.25
-CASES = {"non-host": ("2x1", 1, 1), "store host": ("2x1", 1, 0), "elastic shrink": ("1:2x1", 0, 1)}
-TARGETS = {"non-host": 15.0, "store host": 30.0, "elastic shrink": 30.0}
+CASES = {"non-host": ("2x1", 1, 1), "store host": ("2x1", 1, 0), "elastic shrink": ("1:2x1", 0, 1),
+         "frozen non-host": ("2x1", 1, 1), "frozen store host": ("2x1", 1, 0), "frozen elastic": ("1:2x1", 0, 1),
+         "frozen, no retries": ("2x1", 0, 1)}
+TARGETS = {"non-host": 15.0, "store host": 30.0, "elastic shrink": 30.0, "frozen non-host": 30.0,
+           "frozen store host": 45.0, "frozen elastic": 30.0, "frozen, no retries": 60.0}
+FAILS = {"frozen, no retries"}  # timed to FAILED, not to the next step
 
 
 def history(directory: Path) -> list[list[float]]:
@@ -79,6 +93,7 @@ class Target:
     scheduler: str
     cfg: Callable[[Path], dict[str, Any]]
     kill: Callable[[str, str, int], None]
+    freeze: Callable[[str, str, int], None]
     args: dict[str, Any] = field(default_factory=dict)
     mounts: Callable[[Path], list[str]] = lambda directory: []
 
@@ -89,9 +104,9 @@ def targets(names: list[str]) -> Iterator[dict[str, Target]]:
     found: dict[str, Target] = {}
     with ExitStack() as stack:
         if "local_cwd" in names:
-            found["local_cwd"] = Target("local_cwd", lambda d: {"log_dir": str(d / "logs")}, _local_kill)
+            found["local_cwd"] = Target("local_cwd", lambda d: {"log_dir": str(d / "logs")}, _local_kill, _local_freeze)
         if "slurm" in names and slurm_answers():
-            found["slurm"] = Target("slurm", lambda d: {"job_dir": str(d / "jobs")}, _slurm_kill)
+            found["slurm"] = Target("slurm", lambda d: {"job_dir": str(d / "jobs")}, _slurm_kill, _slurm_freeze)
         docker = docker_client() if {"local_docker", "kubernetes"} & set(names) else None
         if docker is not None:
             from tests.fixtures.docker_engine import ensure_test_image
@@ -105,12 +120,12 @@ def targets(names: list[str]) -> Iterator[dict[str, Target]]:
 
             if "local_docker" in names:
                 found["local_docker"] = Target("local_docker", lambda d: {"cancel_grace": 5}, _docker_kill(docker),
-                                               args, bind)
+                                               _docker_pause(docker), args, bind)
             if "kubernetes" in names:
                 stack.enter_context(test_cluster(docker, image.paths))
                 for backend in ("job", "jobset", "volcano"):
                     found[f"kubernetes/{backend}"] = Target("kubernetes", kube_cfg(backend), _kube_delete_pod,
-                                                            {"image": image.name}, bind)
+                                                            _kube_freeze(docker), {"image": image.name}, bind)
         yield found
 
 
@@ -150,7 +165,15 @@ def test_cluster(docker: Any, node_mounts: tuple[str, ...]) -> Iterator[None]:
             cluster.stop()
 
 
-def ours(target: Target, case: str, timeout_s: float) -> float | None:
+@dataclass
+class Measured:
+    recovered_s: float | None
+    """To the next completed step (to FAILED for the FAILS cases); None: not within the timeout."""
+    detected_s: float | None = None
+    """Frozen cases: to the first change ``torchx status`` shows."""
+
+
+def ours(target: Target, case: str, timeout_s: float) -> Measured:
     from torchx.runner import get_runner
     from torchx.specs import parse_app_handle
 
@@ -167,10 +190,19 @@ def ours(target: Target, case: str, timeout_s: float) -> float | None:
         handle = runner.run(app, target.scheduler, cfg=target.cfg(directory))
         try:
             if not wait_for_steps(directory, 4, timeout_s) or history(directory)[-1][1] != 2:
-                return None  # never ran on two replicas
+                return Measured(None)  # never ran on two replicas
+            app_id = parse_app_handle(handle).app_id
+            if not case.startswith("frozen"):
+                lost_at = time.time()
+                target.kill(app_id, "checkpointed", victim)
+                return Measured(recovery_s(directory, lost_at, timeout_s))
+            before = status_key(runner, handle)
             lost_at = time.time()
-            target.kill(parse_app_handle(handle).app_id, "checkpointed", victim)
-            return recovery_s(directory, lost_at, timeout_s)
+            target.freeze(app_id, "checkpointed", victim)
+            detected = changed_s(runner, handle, before, lost_at, timeout_s)
+            if case in FAILS:
+                return Measured(failed_s(runner, handle, lost_at, timeout_s), detected)
+            return Measured(recovery_s(directory, lost_at, timeout_s), detected)
         finally:
             runner.cancel(handle)
             runner.close()
@@ -180,6 +212,36 @@ def ours(target: Target, case: str, timeout_s: float) -> float | None:
                 scheduler = get_scheduler_factories()[target.scheduler]("recovery")
                 scheduler.delete(parse_app_handle(handle).app_id)
                 scheduler.close()
+
+
+def status_key(runner: Any, handle: str) -> tuple[Any, ...]:
+    """What of ``torchx status`` changes when a replica is removed or restarted."""
+    status = runner.status(handle)
+    if status is None:
+        return ()
+    replicas = tuple((replica.role, replica.id, replica.state) for role in status.roles for replica in role.replicas)
+    return status.state, status.num_restarts, replicas
+
+
+def changed_s(runner: Any, handle: str, before: tuple[Any, ...], since: float, timeout_s: float) -> float | None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if status_key(runner, handle) != before:
+            return time.time() - since
+        time.sleep(0.2)
+    return None
+
+
+def failed_s(runner: Any, handle: str, since: float, timeout_s: float) -> float | None:
+    from torchx.specs import AppState
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        status = runner.status(handle)
+        if status is not None and status.state == AppState.FAILED:
+            return time.time() - since
+        time.sleep(0.2)
+    return None
 
 
 def torchrun(case: str, timeout_s: float) -> float | None:
@@ -205,19 +267,30 @@ def torchrun(case: str, timeout_s: float) -> float | None:
             if not wait_for_steps(directory, 4, timeout_s) or history(directory)[-1][1] != 2:
                 return None
             lost_at = time.time()
-            _kill_tree(agents[victim].pid)
+            if case.startswith("frozen"):
+                _signal_tree(agents[victim].pid, signal.SIGSTOP)  # no scheduler removes it
+                if case in FAILS:
+                    survivor = agents[1 - victim]
+                    try:
+                        survivor.wait(timeout=timeout_s)
+                    except subprocess.TimeoutExpired:
+                        return None
+                    return time.time() - lost_at if survivor.returncode else None
+                return recovery_s(directory, lost_at, timeout_s)
+            _signal_tree(agents[victim].pid, signal.SIGKILL)
             if case != "elastic shrink":
                 time.sleep(1)
                 agents[victim] = agent(victim == 0)
             return recovery_s(directory, lost_at, timeout_s)
         finally:
             for process in agents:
-                _kill_tree(process.pid)
+                _signal_tree(process.pid, signal.SIGKILL)
+                _signal_tree(process.pid, signal.SIGCONT)
                 process.wait()
 
 
-def _kill_tree(root: int) -> None:
-    """SIGKILL ``root`` and everything below it (torchrun's workers have sessions of their own)."""
+def _signal_tree(root: int, signum: int) -> None:
+    """Signal ``root`` and everything below it (torchrun's workers have sessions of their own)."""
     parents = {}
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
@@ -231,7 +304,7 @@ def _kill_tree(root: int) -> None:
         tree |= frontier
     for pid in tree:
         try:
-            os.kill(pid, signal.SIGKILL)
+            os.kill(pid, signum)
         except ProcessLookupError:
             pass
 
@@ -248,21 +321,31 @@ def shown(seconds: float | None) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--schedulers", default="local_cwd,slurm,local_docker,kubernetes")
+    parser.add_argument("--cases", default=",".join(CASES), help=f"some of: {', '.join(CASES)}")
     parser.add_argument("--timeout", type=float, default=90.0)
     args = parser.parse_args()
+    cases = [case.strip() for case in args.cases.split(",")]
+    unknown = [case for case in cases if case not in CASES]
+    if unknown:
+        parser.error(f"unknown --cases {', '.join(unknown)}: valid ones are {', '.join(CASES)}")
     print(f"recovery: time from the loss to the next completed step ({STEPS} steps of {STEP_S} s, 2 replicas x 1)")
-    baseline = {case: torchrun(case, args.timeout) for case in CASES}
+    baseline = {case: torchrun(case, args.timeout) for case in cases}
     missed = 0
     with targets(args.schedulers.split(",")) as found:
-        for case in CASES:
-            print(f"{case:>15}: torchrun --max-restarts 3: {shown(baseline[case])} (target <= {TARGETS[case]:.0f} s)")
+        for case in cases:
+            what = "to FAILED" if case in FAILS else "to the next step"
+            print(f"{case:>18}: torchrun --max-restarts 3: {shown(baseline[case])} {what} "
+                  f"(target <= {TARGETS[case]:.0f} s)", flush=True)
             for name, target in found.items():
-                seconds = ours(target, case, args.timeout)
+                measured = ours(target, case, args.timeout)
+                seconds = measured.recovered_s
                 ok = seconds is not None and seconds <= TARGETS[case]
                 missed += not ok
                 before = baseline[case]
                 ratio = "" if seconds is None or before is None else f", ratio {seconds / before:.2f}"
-                print(f"{'':>15}  {name:>18}: {shown(seconds)}{ratio} {'ok' if ok else 'MISSED'}", flush=True)
+                detected = "" if not case.startswith("frozen") else f"detected {shown(measured.detected_s)}, "
+                print(f"{'':>18}  {name:>18}: {detected}{what.split()[-1] if case in FAILS else 'next step'} "
+                      f"{shown(seconds)}{ratio} {'ok' if ok else 'MISSED'}", flush=True)
     return 1 if missed else 0
 
 

@@ -185,7 +185,8 @@ def _response(current: Snapshot) -> DescribeAppResponse:
         replicas.append(ReplicaReport(container_view.role, container_view.replica_id,
                                       view.replicas[(container_view.role, container_view.replica_id)],
                                       container_view.name, error if failing is container_view else None))
-    restarts = max((container_view.restarts for container_view, _ in current.containers), default=0)
+    # Every replica's restarts, summed: num_restarts means that on every scheduler.
+    restarts = sum(container_view.restarts for container_view, _ in current.containers)
     return describe_response(
         current.app_id,
         view.state,
