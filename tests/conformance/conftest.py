@@ -39,7 +39,8 @@ class SchedulerUnderTest:
     its launcher and workers, ``docker kill``, a deleted pod, the launcher killed on its node."""
     freeze_replica: Callable[[str, str, int], None] | None = None
     """(app_id, role, replica_id): freezes every process of that replica, as a hung host looks
-    (SIGSTOP); None where this scheduler's frozen case is not tested yet."""
+    (SIGSTOP: a container's processes on local_docker and kubernetes, whose probes still run;
+    the bench also pauses containers, ``_docker_pause``)."""
     shared_dir_mounts: Callable[[Path], list[str]] = lambda directory: []
     """--mounts that make ``directory`` the same path in every replica (a checkpoint directory)."""
 
@@ -106,19 +107,32 @@ def _kube_delete_pod(app_id: str, role: str, replica_id: int) -> None:
         client.CoreV1Api().delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace)
 
 
+def _stop_processes_of(container: Any) -> None:
+    """SIGSTOP every process of a container, as a hung replica looks: the engine (a HEALTHCHECK)
+    or the kubelet (a livenessProbe) still runs its probes in it."""
+    top = container.top()
+    column = top["Titles"].index("PID")
+    for process in top["Processes"]:
+        os.kill(int(process[column]), signal.SIGSTOP)
+
+
+def _docker_freeze(client: Any) -> Callable[[str, str, int], None]:
+    def freeze(app_id: str, role: str, replica_id: int) -> None:
+        labels = [f"torchx_ext.app_id={app_id}", f"torchx_ext.role={role}", f"torchx_ext.replica_id={replica_id}"]
+        for container in client.containers.list(filters={"label": labels}):
+            _stop_processes_of(container)
+
+    return freeze
+
+
 def _kube_freeze(docker_client: Any) -> Callable[[str, str, int], None]:
-    # Every process of the pod's container stopped (SIGSTOP), as a hung one looks: the kubelet
-    # still runs its probes in it.
     from tests.kubernetes.apiserver.containers import POD_LABEL
 
     def freeze(app_id: str, role: str, replica_id: int) -> None:
         for pod in _kube_running_pods(app_id, replica_id):
             label = f"{POD_LABEL}={pod.metadata.namespace}/{pod.metadata.name}"
             for container in docker_client.containers.list(filters={"label": label}):
-                top = container.top()
-                column = top["Titles"].index("PID")
-                for process in top["Processes"]:
-                    os.kill(int(process[column]), signal.SIGSTOP)
+                _stop_processes_of(container)
 
     return freeze
 
@@ -221,7 +235,7 @@ def scheduler(
         yield SchedulerUnderTest(
             "local_docker", {"cancel_grace": 5}, _docker_leftovers(client),
             component_args={"image": image.name, "mounts": list(image.mount_options)},
-            kill_replica=_docker_kill(client), freeze_replica=_docker_pause(client), shared_dir_mounts=_bind,
+            kill_replica=_docker_kill(client), freeze_replica=_docker_freeze(client), shared_dir_mounts=_bind,
         )
         # Jobs keep their stopped containers until deleted: delete what this test made.
         from torchx.schedulers import get_scheduler_factories

@@ -30,9 +30,10 @@ from torchx_ext.launcher.caller_state import caller_state_kept
 from torchx_ext.launcher.scratch import log_dir_of_launch
 from torchx_ext.launcher.streams import lock_standard_streams
 from torchx_ext.launcher.rendezvous_store import use_fresh_store_per_attempt_if_needed
+from torchx_ext.launcher.watched_rendezvous import BACKEND as WATCHED_BACKEND
 from torchx_ext.launcher.watched_rendezvous import PeerLostError, exit_for_store_loss, peer_timeout, watch_rendezvous
 from torchx_ext.launcher.watchdog import DEFAULT_TIMEOUT_S, Loss
-from torchx_ext.launcher.liveness import start_touching
+from torchx_ext.launcher.liveness import mark_running, start_touching
 from torchx_ext.launcher.bootstrap import LAUNCHER_PID_ENV
 from torchx_ext.launcher.inputs import check_rdzv_backend, local_world_size, privateuse1_name, std_spec
 from torchx_ext.launcher.worker_binding import plan_workers
@@ -258,6 +259,9 @@ def run(config: Any, entrypoint: Callable[..., Any] | str, entry_args: list[str]
 
     use_fresh_store_per_attempt_if_needed(config)
     os.environ[LAUNCHER_PID_ENV] = str(os.getpid())  # the workers end with this process (bootstrap)
+    liveness_file = os.environ.get(LIVENESS_FILE_ENV)
+    if liveness_file:
+        mark_running(liveness_file)  # torch is imported: the short limit holds from now on
     try:
         elastic_launch(config=config, entrypoint=entrypoint)(*entry_args)
     except PeerLostError as error:
@@ -278,7 +282,7 @@ def run(config: Any, entrypoint: Callable[..., Any] | str, entry_args: list[str]
     except (RendezvousError, dist.DistError, TimeoutError) as error:
         timeout = config.rdzv_configs.get("join_timeout", config.rdzv_configs.get("timeout", 600))
         print(
-            f"error: rendezvous {config.run_id!r} ({config.rdzv_backend} at {config.rdzv_endpoint or '(default)'}) "
+            f"error: rendezvous {config.run_id!r} ({_backend_name(config.rdzv_backend)} at {config.rdzv_endpoint or '(default)'}) "
             f"did not complete: {str(error).strip() or type(error).__name__} (need {config.min_nodes}"
             f"{'' if config.min_nodes == config.max_nodes else f'-{config.max_nodes}'} nodes; "
             f"timeout {timeout} s)",
@@ -286,6 +290,10 @@ def run(config: Any, entrypoint: Callable[..., Any] | str, entry_args: list[str]
         )
         return FAILED
     return OK
+
+
+def _backend_name(backend: str) -> str:
+    return "c10d" if backend == WATCHED_BACKEND else backend
 
 
 def _leave_for_store_loss(loss: Loss) -> None:

@@ -115,9 +115,8 @@ class RoundWatch:
         store_name: str,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        from torch.distributed import PrefixStore
-
-        self._store = PrefixStore(KEY_PREFIX, store)
+        self._round_store = store
+        self._store: Any = None  # a client of its own, made by the beat thread (connecting may hang)
         self._rank = rank
         self._watched = watched_ranks(rank, world_size)
         self._interval = timeout_s / BEATS_PER_TIMEOUT
@@ -128,6 +127,7 @@ class RoundWatch:
         self._names: dict[int, str] = {}
         self._reported: str | None = None  # a loss another agent wrote to the store
         self._loss: Loss | None = None
+        self._store_only = False
         self._lock = threading.Lock()
         self._stopped = threading.Event()
         self._threads = [
@@ -148,9 +148,19 @@ class RoundWatch:
         with self._lock:
             return self._loss
 
+    def judge_store_only(self) -> None:
+        """Stop judging peers but keep judging the store: while the agent re-rendezvouses or shuts
+        down after a loss, a store that stops answering would hang it for good."""
+        with self._lock:
+            self._store_only = True
+
     def _beat(self) -> None:
-        store = self._store
         try:
+            from torch.distributed import PrefixStore
+
+            # Its own connection: a TCPStore client holds its connection while it waits for a key
+            # (the agent's exit barrier, up to 300 s), and beats must not queue behind that.
+            store = self._store = PrefixStore(KEY_PREFIX, self._round_store.clone())
             store.set(f"name.{self._rank}", node_name())
             while not self._stopped.is_set():
                 store.add(f"beat.{self._rank}", 1)
@@ -188,7 +198,7 @@ class RoundWatch:
                     continue
                 self._loss = loss
                 first = loss.line != self._reported
-            if first and not loss.of_store:
+            if first and not loss.of_store and self._store is not None:
                 # On a thread of its own: the judge never waits on the store.
                 threading.Thread(target=self._store.set, args=("lost", loss.line), daemon=True).start()
             self._on_loss(loss)
@@ -204,6 +214,8 @@ class RoundWatch:
                 f"(peer timeout {timeout:g} s)",
                 of_store=True,
             )
+        if self._store_only:
+            return None
         if self._reported is not None:
             return Loss(self._reported, of_store=False)
         peer = self._judge.silent_peer(now)

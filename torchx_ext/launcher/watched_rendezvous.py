@@ -4,9 +4,10 @@ Registered through torch's documented registry of rendezvous backends under our 
 wraps the c10d handler torch builds and changes nothing else: every round is torch's. A loss the
 watchdog declares reaches the agent where it already looks for membership changes,
 ``num_nodes_waiting``: the agent then stops its workers (blocked in a collective) and
-re-rendezvouses, as it does when a node joins. Each such restart uses one of ``--max-restarts``
-(counted here: torch counts only worker failures); with none left the agent stops its workers and
-the launcher exits with the loss's line. A store that stopped answering cannot be rendezvoused
+re-rendezvouses, as it does when a node joins. Such restarts are counted here, up to
+``--max-restarts``, apart from torch's count of worker failures (which this handler cannot see):
+a launcher may restart ``--max-restarts`` times for each. With none left the agent stops its workers
+and the launcher exits with the loss's line. A store that stopped answering cannot be rendezvoused
 with again (a TCPStore client never reconnects), and the agent's own calls to it hang, so then
 the launcher reports the loss and exits at once; its workers die with it.
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -116,8 +118,14 @@ def _watched_handler_class() -> type:
             return bool(self._inner.use_agent_store)
 
         def next_rendezvous(self) -> Any:
-            self._stop_watching()
-            info = self._inner.next_rendezvous()
+            previous, self._watch = self._watch, None
+            if previous is not None:
+                previous.judge_store_only()
+            try:
+                info = self._inner.next_rendezvous()
+            finally:
+                if previous is not None:
+                    previous.stop()
             if info.world_size > 1:
                 self._watch = RoundWatch(
                     info.store, info.rank, info.world_size, self._timeout_s, self._on_loss, self._endpoint
@@ -128,7 +136,8 @@ def _watched_handler_class() -> type:
             loss = self._watch.loss() if self._watch is not None else None
             if loss is None:
                 return int(self._inner.num_nodes_waiting())
-            self._stop_watching()
+            assert self._watch is not None
+            self._watch.judge_store_only()  # stopped once the next round has formed, or at shutdown
             if self._restarts_left == 0:
                 raise PeerLostError(f"{loss.line}; no restart left (--max-restarts {self._restarts})")
             self._restarts_left -= 1
@@ -148,8 +157,12 @@ def _watched_handler_class() -> type:
             return str(self._inner.get_run_id())
 
         def shutdown(self) -> bool:
-            self._stop_watching()
-            return bool(self._inner.shutdown())
+            if self._watch is not None:
+                self._watch.judge_store_only()
+            try:
+                return bool(self._inner.shutdown())
+            finally:
+                self._stop_watching()
 
         def _on_loss(self, loss: Loss) -> None:
             if loss.of_store:
@@ -165,7 +178,19 @@ def _watched_handler_class() -> type:
 
 def exit_for_store_loss(loss: Loss, exit_code: int, write_report: Callable[[str], None]) -> None:
     """The launcher's answer to a lost store: report, then leave at once (the agent's own store
-    calls hang, so nothing else would end this process). Workers die with the launcher."""
-    write_report(loss.line)
-    print(f"[torchx_ext.launcher] error: {loss.line}; stopping", file=sys.stderr, flush=True)
-    os._exit(exit_code)
+    calls hang, so nothing else would end this process). Workers die with the launcher. The report
+    gets 2 s (a cut node's shared file system, a full pipe may block it): leaving is not delayed."""
+
+    def report() -> None:
+        write_report(loss.line)
+        print(f"[torchx_ext.launcher] error: {loss.line}; stopping", file=sys.stderr, flush=True)
+
+    try:
+        reporter = threading.Thread(target=report, name="torchx_ext: last report", daemon=True)
+        reporter.start()
+        reporter.join(REPORT_BOUND_S)
+    finally:
+        os._exit(exit_code)
+
+
+REPORT_BOUND_S = 2.0

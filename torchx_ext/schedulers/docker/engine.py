@@ -123,10 +123,13 @@ class Engine:
             extracted = archive.extractfile(member) if member is not None else None
             return extracted.read(limit) if extracted is not None else None
 
-    def last_probe_output(self, container: Any) -> str:
-        """What the container's last HEALTHCHECK probe printed (why it is unhealthy)."""
+    def failed_probe(self, container: Any) -> str | None:
+        """What the container's last HEALTHCHECK probe printed when it failed; None when it passed
+        (an unpaused container stays unhealthy until its next probe, though nothing failed)."""
         log = ((container.attrs.get("State") or {}).get("Health") or {}).get("Log") or []
-        return str(log[-1].get("Output", "")).strip() if log else ""
+        if not log or log[-1].get("ExitCode") == 0:
+            return None
+        return str(log[-1].get("Output", "")).strip() or "unhealthy"
 
     def stderr_tail(self, container: Any, lines: int = 5) -> str:
         import docker.errors

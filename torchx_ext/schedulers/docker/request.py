@@ -134,7 +134,7 @@ def build_request(
                         RANK0_HOST_ENV: names[(role.name, 0)],
                         ERROR_FILE_ENV: ERROR_FILE,
                         REPLICA_ENV: f"{role.name}/{replica_id}",
-                        **({LIVENESS_FILE_ENV: LIVENESS_FILE} if runs_our_launcher(resolved.args) else {}),
+                        **({LIVENESS_FILE_ENV: LIVENESS_FILE} if runs_our_launcher(resolved.entrypoint, resolved.args) else {}),
                         **_amd_env(role, piece, vendor),
                         **resolved.env,
                     },
@@ -160,7 +160,7 @@ def build_request(
                     mounts=tuple(_mount(mount, role.name) for mount in role.mounts),
                     max_retries=role.max_retries,
                     health_probe=tuple(probe_command(LIVENESS_FILE, python=resolved.entrypoint))
-                    if runs_our_launcher(resolved.args) else (),
+                    if runs_our_launcher(resolved.entrypoint, resolved.args) else (),
                 )
             )
     return DockerJobRequest(

@@ -66,12 +66,15 @@ def kill_if_frozen(engine: Engine, current: Snapshot, paused_too_long: frozenset
     error report says why it was killed."""
     if current.end is not None:
         return current
-    frozen = [(view, container) for view, container in current.containers
-              if (view.status == "running" and view.health == "unhealthy")
-              or (view.status == "paused" and view.name in paused_too_long)]
-    for view, container in frozen:
-        why = (f"paused for over {DEFAULT_MAX_AGE_S:g} s" if view.status == "paused"
-               else engine.last_probe_output(container) or "unhealthy")
+    frozen = []
+    for view, container in current.containers:
+        if view.status == "paused" and view.name in paused_too_long:
+            frozen.append((view, container, f"paused for over {DEFAULT_MAX_AGE_S:g} s"))
+        elif view.status == "running" and view.health == "unhealthy":
+            failed = engine.failed_probe(container)
+            if failed is not None:
+                frozen.append((view, container, failed))
+    for view, container, why in frozen:
         message = f"gave no sign of life ({why}) and was killed"
         engine.kill_and_wait(container)
         if view.restarts < view.max_retries:

@@ -73,9 +73,13 @@ _PAUSE_POLL_S = 1.0
 
 
 def _pump(events: Iterator[object], woken: queue.Queue[object]) -> None:
-    for event in events:
-        woken.put(event)
-    woken.put(_ENDED)
+    try:
+        for event in events:
+            woken.put(event)
+    except Exception:  # the engine went away mid-stream: as a closed stream
+        pass
+    finally:
+        woken.put(_ENDED)
 
 
 def _paused_too_long(current: Snapshot, paused_since: dict[str, float]) -> frozenset[str]:

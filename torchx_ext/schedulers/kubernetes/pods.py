@@ -66,7 +66,7 @@ def _pod_spec(app: specs.AppDef, role: specs.Role, app_id: str, addressing: PodA
     aligned = _aligned(role, options)
     memory_mb = role.resource.memMB if role.resource.memMB > 0 else None
     shm = shm_mb(options.shm_size, memory_mb, parse_quantity_mb, "the role's")
-    ours = runs_our_launcher(resolved.args)
+    ours = runs_our_launcher(resolved.entrypoint, resolved.args)
     env = {
         RANK0_HOST_ENV: addressing.rank0_host,
         ERROR_FILE_ENV: TERMINATION_LOG,

@@ -32,7 +32,7 @@ from pathlib import Path
 from torchx_ext.error_file import read_error_file
 from torchx_ext.errors import TorchxExtError
 from torchx_ext.numa.bind import bound_thread
-from torchx_ext.launcher.liveness import DEFAULT_MAX_AGE_S, age_s
+from torchx_ext.launcher.liveness import FileWatch
 from torchx_ext.replica_env import LIVENESS_FILE_ENV, RDZV_IS_HOST_ENV, RDZV_PORT_ENV
 from torchx_ext.schedulers.common.states import State, how_it_ended, job_move, replica_move
 from torchx_ext.schedulers.local.processes import (JOB_MARKER_ENV, marked_processes, signal_process as _signal,
@@ -59,6 +59,7 @@ class _Replica:
     """Failed for good in an elastic role that carries on without it."""
     silent_s: float | None = None
     """How long its launcher had given no sign of life when we killed it as frozen."""
+    liveness: FileWatch | None = None
 
     @property
     def liveness_file(self) -> Path:
@@ -152,7 +153,7 @@ class Supervisor:
         request = replica.request
         Path(request.log_dir, ERROR_FILE_NAME).unlink(missing_ok=True)  # a root cause of an earlier attempt
         replica.liveness_file.unlink(missing_ok=True)
-        replica.silent_s = None
+        replica.silent_s, replica.liveness = None, FileWatch(str(replica.liveness_file))
         descriptors: list[int] = []
         try:
             out_read, out_write = os.pipe()
@@ -227,10 +228,11 @@ class Supervisor:
         hung replica exits by itself never): its exit is then a lost replica's, within
         max_retries. A replica that never touched it (not our launcher) is not judged."""
         for replica in self.replicas:
-            if replica.state.pid not in self.by_pid or replica.silent_s is not None or replica.stopped_by_us:
+            if (replica.state.pid not in self.by_pid or replica.silent_s is not None or replica.stopped_by_us
+                    or replica.liveness is None):
                 continue
-            silent = age_s(str(replica.liveness_file))
-            if silent is None or silent <= DEFAULT_MAX_AGE_S:
+            silent = replica.liveness.frozen_for()
+            if silent is None:
                 continue
             replica.silent_s = silent
             _log(f"{_name(replica)} gave no sign of life for {silent:.1f} s (frozen?): killing it")

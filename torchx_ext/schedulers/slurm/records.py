@@ -133,9 +133,6 @@ class JobDir:
     def rendezvous_port(self, role: str) -> Path:
         return self.path / f"{role}.rdzv-port"
 
-    def liveness_file(self, role: str, replica_id: int) -> Path:
-        return self.path / f"{role}-{replica_id}.alive"
-
     def error_file(self, role: str, replica_id: int) -> Path:
         return self.path / f"{role}-{replica_id}.error.json"
 

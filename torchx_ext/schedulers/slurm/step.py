@@ -28,12 +28,13 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from torchx_ext.error_file import ErrorReport, read_error_file, write_error_file
-from torchx_ext.launcher.liveness import DEFAULT_MAX_AGE_S, age_s
+from torchx_ext.launcher.liveness import FileWatch
 from torchx_ext.numa.cpulist import format_cpulist
 from torchx_ext.replica_env import (ALLOCATED_NODES_ENV, ERROR_FILE_ENV, LIVENESS_FILE_ENV, RANK0_HOST_ENV,
                                     RDZV_IS_HOST_ENV, RDZV_PORT_ENV, REPLICA_ENV)
@@ -87,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
             # Published once node rank 0's agent has its pid: see rendezvous_port.
             write_atomically(job.rendezvous_port(role.name), port)
 
-    liveness = job.liveness_file(role.name, replica_id)
+    # On the node's own disk: the job directory is shared (NFS), whose stalls are not the replica's.
+    liveness = Path(tempfile.gettempdir()) / f"torchx_ext-{os.environ.get('SLURM_JOB_ID', '')}-{role.name}-{replica_id}.alive"
     liveness.unlink(missing_ok=True)
     env[LIVENESS_FILE_ENV] = str(liveness)
 
@@ -97,7 +99,10 @@ def main(argv: list[str] | None = None) -> int:
         write_error_file(job.error_file(role.name, replica_id), ErrorReport(message=message, error_code=137),
                          replace=True)
 
-    code = run_replica(argv_, env, role.cwd, logs, started=started, liveness=(str(liveness), frozen))
+    try:
+        code = run_replica(argv_, env, role.cwd, logs, started=started, liveness=(str(liveness), frozen))
+    finally:
+        liveness.unlink(missing_ok=True)
     for log in logs.values():
         log.close()
     write_atomically(job.exit(role.name, replica_id), json.dumps({"exit_code": code, "at": time.time(), "node": node}))
@@ -224,6 +229,7 @@ def run_replica(argv: list[str], env: dict[str, str], cwd: str, logs: dict[str, 
     selector.register(process.stdout, selectors.EVENT_READ, "stdout")
     selector.register(process.stderr, selectors.EVENT_READ, "stderr")
     killed = False
+    watch = FileWatch(liveness[0]) if liveness is not None else None
     while selector.get_map():
         for key, _ in selector.select(timeout=1.0):
             data = os.read(key.fd, 1 << 16)
@@ -233,8 +239,8 @@ def run_replica(argv: list[str], env: dict[str, str], cwd: str, logs: dict[str, 
             now = time.time()
             logs[key.data].write(data, now)
             logs["combined"].write(data, now)
-        silent = age_s(liveness[0]) if liveness is not None and not killed else None
-        if liveness is not None and silent is not None and silent > DEFAULT_MAX_AGE_S:
+        silent = watch.frozen_for() if watch is not None and not killed else None
+        if liveness is not None and silent is not None:
             liveness[1](silent)
             kill_tree(process.pid)
             killed = True

@@ -1,0 +1,63 @@
+"""The liveness file: how its judges read it, on a clock of the test's own."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from torchx_ext.launcher import liveness
+from torchx_ext.launcher.liveness import FileWatch, mark_running, max_age_s, runs_our_launcher
+
+
+def test_a_file_that_keeps_changing_is_never_silent(tmp_path: Path) -> None:
+    path = tmp_path / "alive"
+    watch = FileWatch(str(path))
+    assert watch.silent_s(now=0) is None  # no file yet: nothing to judge
+    mark_running(str(path))
+    for second in range(1, 30):
+        os.utime(path, ns=(second * 10**9, second * 10**9))
+        assert watch.silent_s(now=second) == 0
+        assert watch.frozen_for(now=second) is None
+
+
+def test_a_file_that_stops_changing_is_frozen_after_ten_seconds_of_the_judges_clock(tmp_path: Path) -> None:
+    path = tmp_path / "alive"
+    mark_running(str(path))
+    os.utime(path, ns=(0, 0))  # a clock far off (a shared file system's) does not matter
+    watch = FileWatch(str(path))
+    assert watch.silent_s(now=100) == 0
+    assert watch.frozen_for(now=110) is None
+    assert watch.frozen_for(now=110.5) == 10.5
+
+
+def test_a_starting_launcher_may_be_silent_for_a_minute(tmp_path: Path) -> None:
+    path = tmp_path / "alive"
+    liveness.start_touching(str(path))
+    assert max_age_s(str(path)) == liveness.STARTING_MAX_AGE_S
+    mark_running(str(path))
+    assert max_age_s(str(path)) == liveness.DEFAULT_MAX_AGE_S
+
+
+def test_the_probe_says_why_a_replica_is_frozen(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "alive"
+    assert liveness.main([str(path), "10"]) == 1
+    assert "does not exist" in capsys.readouterr().err
+    mark_running(str(path))
+    assert liveness.main([str(path), "10"]) == 0
+    os.utime(path, (0, 0))
+    assert liveness.main([str(path), "10"]) == 1
+    assert "(more than 10 s): frozen" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "entrypoint, args, probed",
+    [("python", ["-m", "torchx_ext.launcher", "--nnodes", "2"], True),
+     ("/usr/bin/python3.11", ["-m", "torchx_ext.launcher"], True),
+     ("uv", ["run", "python", "-m", "torchx_ext.launcher"], False),
+     ("python", ["train.py", "-m", "torchx_ext.launcher"], False),
+     ("echo", ["hello"], False)],
+)
+def test_only_our_launcher_under_a_plain_python_gets_a_probe(entrypoint: str, args: list[str], probed: bool) -> None:
+    assert runs_our_launcher(entrypoint, args) is probed
