@@ -67,22 +67,22 @@ def _bind(directory: Path) -> list[str]:
     return ["type=bind", f"src={directory}", f"dst={directory}"]
 
 
-def _docker_kill(client: Any) -> Callable[[str, str, int], None]:
-    def kill(app_id: str, role: str, replica_id: int) -> None:
+def _on_docker_replica(client: Any, act: Callable[[Any], None]) -> Callable[[str, str, int], None]:
+    """(app_id, role, replica_id) -> ``act`` on that replica's running container."""
+    def on_replica(app_id: str, role: str, replica_id: int) -> None:
         labels = [f"torchx_ext.app_id={app_id}", f"torchx_ext.role={role}", f"torchx_ext.replica_id={replica_id}"]
         for container in client.containers.list(filters={"label": labels}):
-            container.kill()
+            act(container)
 
-    return kill
+    return on_replica
+
+
+def _docker_kill(client: Any) -> Callable[[str, str, int], None]:
+    return _on_docker_replica(client, lambda container: container.kill())
 
 
 def _docker_pause(client: Any) -> Callable[[str, str, int], None]:
-    def pause(app_id: str, role: str, replica_id: int) -> None:
-        labels = [f"torchx_ext.app_id={app_id}", f"torchx_ext.role={role}", f"torchx_ext.replica_id={replica_id}"]
-        for container in client.containers.list(filters={"label": labels}):
-            container.pause()
-
-    return pause
+    return _on_docker_replica(client, lambda container: container.pause())
 
 
 def _kube_running_pods(app_id: str, replica_id: int) -> list[Any]:
@@ -117,12 +117,7 @@ def _stop_processes_of(container: Any) -> None:
 
 
 def _docker_freeze(client: Any) -> Callable[[str, str, int], None]:
-    def freeze(app_id: str, role: str, replica_id: int) -> None:
-        labels = [f"torchx_ext.app_id={app_id}", f"torchx_ext.role={role}", f"torchx_ext.replica_id={replica_id}"]
-        for container in client.containers.list(filters={"label": labels}):
-            _stop_processes_of(container)
-
-    return freeze
+    return _on_docker_replica(client, _stop_processes_of)
 
 
 def _kube_freeze(docker_client: Any) -> Callable[[str, str, int], None]:

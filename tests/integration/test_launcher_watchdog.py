@@ -123,17 +123,25 @@ def _every_step_once(directory: Path, steps: int) -> list[list[Any]]:
     return history
 
 
-def test_a_frozen_peer_ends_a_job_without_restarts_in_seconds_naming_it(tmp_path: Path, nodes: list[Node]) -> None:
+def _one_frozen(tmp_path: Path, nodes: list[Node], max_restarts: int, frozen: str) -> tuple[Node, Node, int]:
+    """(survivor, frozen node, port) once the survivor has exited 1 within 3 timeouts of the
+    freeze of ``frozen`` ("host": the store's, or "peer")."""
     port = free_port()
-    host = Node(tmp_path, port, host=True, nnodes="2", max_restarts=0, steps=400)
-    peer = Node(tmp_path, port, host=False, nnodes="2", max_restarts=0, steps=400)
+    host = Node(tmp_path, port, host=True, nnodes="2", max_restarts=max_restarts, steps=400)
+    peer = Node(tmp_path, port, host=False, nnodes="2", max_restarts=max_restarts, steps=400)
     nodes += [host, peer]
+    survivor, victim = (peer, host) if frozen == "host" else (host, peer)
     _wait_for_step(tmp_path, 3)
-    assert len(host.left()) >= 2  # its workers seen now: once it has exited they are orphans
-    peer.freeze()
-    code, waited = _exit_of(host, timeout_s=60)
-    assert code == 1, host.output()[-2000:]
+    assert len(survivor.left()) >= 2  # its workers seen now: once it has exited they are orphans
+    victim.freeze()
+    code, waited = _exit_of(survivor, timeout_s=60)
+    assert code == 1, survivor.output()[-2000:]
     assert waited < 3 * TIMEOUT_S, waited
+    return survivor, victim, port
+
+
+def test_a_frozen_peer_ends_a_job_without_restarts_in_seconds_naming_it(tmp_path: Path, nodes: list[Node]) -> None:
+    host, peer, _ = _one_frozen(tmp_path, nodes, max_restarts=0, frozen="peer")
     last = host.output().strip().splitlines()[-1]
     assert "lost node " in last and f"launcher pid {peer.process.pid}): silent for" in last, last
     assert "silent for" in last and "no restart left" in last, last
@@ -141,24 +149,6 @@ def test_a_frozen_peer_ends_a_job_without_restarts_in_seconds_naming_it(tmp_path
     while host.left() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert host.left() == [], "a worker outlived its launcher"
-
-
-def test_a_frozen_peer_is_left_behind_and_its_replacement_resumes_every_step(tmp_path: Path, nodes: list[Node]) -> None:
-    port, steps = free_port(), 40
-    host = Node(tmp_path, port, host=True, nnodes="2", max_restarts=2, steps=steps)
-    peer = Node(tmp_path, port, host=False, nnodes="2", max_restarts=2, steps=steps)
-    nodes += [host, peer]
-    _wait_for_step(tmp_path, 3)
-    peer.freeze()
-    deadline = time.monotonic() + 3 * TIMEOUT_S
-    while "stopping the workers to rendezvous again" not in host.output():
-        assert time.monotonic() < deadline, host.output()[-2000:]
-        time.sleep(0.1)
-    peer.kill()  # what the scheduler does with a frozen replica: kill it, start it again
-    nodes.append(Node(tmp_path, port, host=False, nnodes="2", max_restarts=2, steps=steps))
-    code, _ = _exit_of(host, timeout_s=120)
-    assert code == 0, host.output()[-2000:]
-    assert {world for _, world, _ in _every_step_once(tmp_path, steps)} == {2}
 
 
 def test_an_elastic_survivor_of_a_frozen_peer_carries_on_alone(tmp_path: Path, nodes: list[Node]) -> None:
@@ -177,16 +167,7 @@ def test_an_elastic_survivor_of_a_frozen_peer_carries_on_alone(tmp_path: Path, n
 
 
 def test_a_frozen_store_host_ends_its_peer_in_seconds_naming_the_store(tmp_path: Path, nodes: list[Node]) -> None:
-    port = free_port()
-    host = Node(tmp_path, port, host=True, nnodes="2", max_restarts=2, steps=400)
-    peer = Node(tmp_path, port, host=False, nnodes="2", max_restarts=2, steps=400)
-    nodes += [host, peer]
-    _wait_for_step(tmp_path, 3)
-    assert len(peer.left()) >= 2  # its workers seen now: once it has exited they are orphans
-    host.freeze()
-    code, waited = _exit_of(peer, timeout_s=60)
-    assert code == 1, peer.output()[-2000:]
-    assert waited < 3 * TIMEOUT_S, waited
+    peer, _, port = _one_frozen(tmp_path, nodes, max_restarts=2, frozen="host")
     assert f"lost the rendezvous store at 127.0.0.1:{port}: it has not answered for" in peer.output()
     deadline = time.monotonic() + 5
     while peer.left() and time.monotonic() < deadline:
@@ -195,10 +176,11 @@ def test_a_frozen_store_host_ends_its_peer_in_seconds_naming_the_store(tmp_path:
 
 
 def test_a_long_step_without_collectives_is_not_a_lost_peer(tmp_path: Path, nodes: list[Node]) -> None:
-    # Each step sleeps two peer timeouts before its all-reduce: the agents still beat.
+    # The step sleeps two peer timeouts before its all-reduce: the agents still beat. (A frozen
+    # peer's replacement resuming every step is the fault suite's, on every scheduler.)
     port = free_port()
-    host = Node(tmp_path, port, host=True, nnodes="2", max_restarts=0, steps=2, step_s=2 * TIMEOUT_S)
-    peer = Node(tmp_path, port, host=False, nnodes="2", max_restarts=0, steps=2, step_s=2 * TIMEOUT_S)
+    host = Node(tmp_path, port, host=True, nnodes="2", max_restarts=0, steps=1, step_s=2 * TIMEOUT_S)
+    peer = Node(tmp_path, port, host=False, nnodes="2", max_restarts=0, steps=1, step_s=2 * TIMEOUT_S)
     nodes += [host, peer]
     assert _exit_of(host, timeout_s=120)[0] == 0, host.output()[-2000:]
     assert _exit_of(peer, timeout_s=30)[0] == 0, peer.output()[-2000:]
