@@ -15,7 +15,7 @@ Targets: non-host <= 15 s, store host <= 30 s, elastic shrink <= 30 s.
 
 Frozen cases: every process of the replica stopped (SIGSTOP; ``docker pause`` on local_docker),
 as a hung host looks: ``frozen non-host`` and ``frozen store host`` (``max_retries=1``),
-``frozen elastic`` (``-j 1:2x1``, ``max_retries=0``), and ``frozen, no retries`` (``2x1``,
+``frozen elastic`` (``-j 1:2x1``, ``max_retries=0``), and ``frozen no retries`` (``2x1``,
 ``max_retries=0``: the time until the job is FAILED). Detection: until ``torchx status`` first
 shows a change (the frozen replica restarted or failed). torchrun's agents: the victim's tree
 stopped, nothing started again (no scheduler). Targets: frozen non-host <= 30 s, frozen store
@@ -54,10 +54,10 @@ JOB = REPO / "tests" / "conformance" / "jobs" / "checkpointed.py"
 STEPS, STEP_S = 60, 0.25
 CASES = {"non-host": ("2x1", 1, 1), "store host": ("2x1", 1, 0), "elastic shrink": ("1:2x1", 0, 1),
          "frozen non-host": ("2x1", 1, 1), "frozen store host": ("2x1", 1, 0), "frozen elastic": ("1:2x1", 0, 1),
-         "frozen, no retries": ("2x1", 0, 1)}
+         "frozen no retries": ("2x1", 0, 1)}
 TARGETS = {"non-host": 15.0, "store host": 30.0, "elastic shrink": 30.0, "frozen non-host": 30.0,
-           "frozen store host": 45.0, "frozen elastic": 30.0, "frozen, no retries": 60.0}
-FAILS = {"frozen, no retries"}  # timed to FAILED, not to the next step
+           "frozen store host": 45.0, "frozen elastic": 30.0, "frozen no retries": 60.0}
+FAILS = {"frozen no retries"}  # timed to FAILED, not to the next step
 
 
 def history(directory: Path) -> list[list[float]]:
