@@ -19,7 +19,11 @@ as a hung host looks: ``frozen non-host`` and ``frozen store host`` (``max_retri
 ``max_retries=0``: the time until the job is FAILED). Detection: until ``torchx status`` first
 shows a change (the frozen replica restarted or failed). torchrun's agents: the victim's tree
 stopped, nothing started again (no scheduler). Targets: frozen non-host <= 30 s, frozen store
-host <= 45 s, frozen elastic <= 30 s, FAILED <= 60 s. Slurm runs where
+host <= 45 s, frozen elastic <= 30 s, FAILED <= 60 s.
+
+``partitioned non-host`` (local_cwd only, as root): each replica on a host of its own (a network
+namespace, tests/fixtures/netns.py), the non-host replica's link taken down; it is started again
+on a replacement host. torchrun's baseline is not measured there. Slurm runs where
 ``SLURM_CONF`` names a cluster that answers (``bash scripts/slurm_cluster.sh start``);
 local_docker and kubernetes (the test cluster, its pods on that engine; backends ``job``,
 ``jobset``, ``volcano``) where ``DOCKER_HOST`` answers (``export $(bash scripts/docker_engine.sh start)``).
@@ -54,9 +58,11 @@ JOB = REPO / "tests" / "conformance" / "jobs" / "checkpointed.py"
 STEPS, STEP_S = 60, 0.25
 CASES = {"non-host": ("2x1", 1, 1), "store host": ("2x1", 1, 0), "elastic shrink": ("1:2x1", 0, 1),
          "frozen non-host": ("2x1", 1, 1), "frozen store host": ("2x1", 1, 0), "frozen elastic": ("1:2x1", 0, 1),
-         "frozen no retries": ("2x1", 0, 1)}
+         "frozen no retries": ("2x1", 0, 1), "partitioned non-host": ("2x1", 1, 1)}
 TARGETS = {"non-host": 15.0, "store host": 30.0, "elastic shrink": 30.0, "frozen non-host": 30.0,
-           "frozen store host": 45.0, "frozen elastic": 30.0, "frozen no retries": 60.0}
+           "frozen store host": 45.0, "frozen elastic": 30.0, "frozen no retries": 60.0,
+           "partitioned non-host": 30.0}
+PARTITIONED = {"partitioned non-host"}  # local_cwd only, its replicas on hosts of the bench's own
 FAILS = {"frozen no retries"}  # timed to FAILED, not to the next step
 
 
@@ -214,6 +220,37 @@ def ours(target: Target, case: str, timeout_s: float) -> Measured:
                 scheduler.close()
 
 
+def partitioned(case: str, timeout_s: float) -> Measured:
+    """``case`` on local_cwd with every replica on a host of its own, one link taken down."""
+    from torchx.runner import get_runner
+
+    from tests.fixtures.netns import WRAPPER, hosts
+    from torchx_ext.components.dist import ddp
+
+    j, max_retries, victim = CASES[case]
+    with tempfile.TemporaryDirectory(prefix="recovery-net-") as scratch, \
+            hosts("rb", [1 + (replica == victim) for replica in range(2)], Path(scratch)) as net:
+        directory = Path(scratch) / "checkpoints"
+        directory.mkdir()
+        app = ddp(str(directory), str(STEPS), str(STEP_S), script=str(JOB), j=j, max_retries=max_retries, cpu=1)
+        role = app.roles[0]
+        role.args = [str(WRAPPER), str(net.plan), "--", sys.executable, *role.args]
+        role.entrypoint = sys.executable
+        runner = get_runner()
+        handle = runner.run(app, "local_cwd", cfg={"log_dir": str(Path(scratch) / "logs")})
+        try:
+            if not wait_for_steps(directory, 4, timeout_s) or history(directory)[-1][1] != 2:
+                return Measured(None)
+            before = status_key(runner, handle)
+            lost_at = time.time()
+            net.cut(next(host for host in net.hosts if host.namespace.endswith(f"{victim}0")))
+            detected = changed_s(runner, handle, before, lost_at, timeout_s)
+            return Measured(recovery_s(directory, lost_at, timeout_s), detected)
+        finally:
+            runner.cancel(handle)
+            runner.close()
+
+
 def status_key(runner: Any, handle: str) -> tuple[Any, ...]:
     """What of ``torchx status`` changes when a replica is removed or restarted."""
     status = runner.status(handle)
@@ -329,21 +366,24 @@ def main() -> int:
     if unknown:
         parser.error(f"unknown --cases {', '.join(unknown)}: valid ones are {', '.join(CASES)}")
     print(f"recovery: time from the loss to the next completed step ({STEPS} steps of {STEP_S} s, 2 replicas x 1)")
-    baseline = {case: torchrun(case, args.timeout) for case in cases}
+    baseline = {case: None if case in PARTITIONED else torchrun(case, args.timeout) for case in cases}
     missed = 0
     with targets(args.schedulers.split(",")) as found:
         for case in cases:
             what = "to FAILED" if case in FAILS else "to the next step"
-            print(f"{case:>18}: torchrun --max-restarts 3: {shown(baseline[case])} {what} "
-                  f"(target <= {TARGETS[case]:.0f} s)", flush=True)
+            before_ours = "not measured" if case in PARTITIONED else f"{shown(baseline[case])} {what}"
+            print(f"{case:>18}: torchrun --max-restarts 3: {before_ours} (target <= {TARGETS[case]:.0f} s)", flush=True)
             for name, target in found.items():
-                measured = ours(target, case, args.timeout)
+                if case in PARTITIONED and name != "local_cwd":
+                    continue
+                measured = partitioned(case, args.timeout) if case in PARTITIONED else ours(target, case, args.timeout)
                 seconds = measured.recovered_s
                 ok = seconds is not None and seconds <= TARGETS[case]
                 missed += not ok
                 before = baseline[case]
                 ratio = "" if seconds is None or before is None else f", ratio {seconds / before:.2f}"
-                detected = "" if not case.startswith("frozen") else f"detected {shown(measured.detected_s)}, "
+                detected = "" if measured.detected_s is None and not case.startswith(("frozen", "partitioned")) \
+                    else f"detected {shown(measured.detected_s)}, "
                 print(f"{'':>18}  {name:>18}: {detected}{what.split()[-1] if case in FAILS else 'next step'} "
                       f"{shown(seconds)}{ratio} {'ok' if ok else 'MISSED'}", flush=True)
     return 1 if missed else 0
