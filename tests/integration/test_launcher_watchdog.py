@@ -8,7 +8,6 @@ workers with it.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -18,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import free_port
+from tests.conformance.test_faults import _history, _wait_for_step
+from tests.helpers import alive, free_port
 from tests.integration.launcher_helpers import LAUNCHER, clean_env, run_launcher
 
 CHECKPOINTED = str(Path(__file__).parents[1] / "conformance" / "jobs" / "checkpointed.py")
@@ -38,13 +38,6 @@ def _children() -> dict[int, list[int]]:
         if fields[0] != "Z":
             children.setdefault(int(fields[1]), []).append(int(entry.name))
     return children
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 class Node:
@@ -82,7 +75,7 @@ class Node:
             pid = pending.pop()
             self._seen.add(pid)
             pending += children.get(pid, [])
-        return sorted(pid for pid in self._seen if _alive(pid))
+        return sorted(pid for pid in self._seen if alive(pid))
 
     def output(self) -> str:
         return self.log.read_text()
@@ -95,20 +88,6 @@ def nodes() -> Any:
     for node in started:
         if node.process.poll() is None or node.left():
             node.kill()
-
-
-def _history(directory: Path) -> list[list[Any]]:
-    try:
-        return list(json.loads((directory / "checkpoint.json").read_text())["history"])
-    except (OSError, ValueError, KeyError):
-        return []
-
-
-def _wait_for_step(directory: Path, step: int, timeout_s: float = 90) -> None:
-    deadline = time.monotonic() + timeout_s
-    while len(_history(directory)) < step:
-        assert time.monotonic() < deadline, f"no step {step} in {timeout_s} s"
-        time.sleep(0.05)
 
 
 def _exit_of(node: Node, timeout_s: float) -> tuple[int, float]:

@@ -6,11 +6,9 @@ No GLOO_SOCKET_IFNAME anywhere: gloo finds each host's address from its name.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 from torchx.runner import Runner
@@ -18,19 +16,13 @@ from torchx.specs import AppState, parse_app_handle
 
 from tests.conformance.conftest import _local_leftovers
 from tests.conformance.jobs_api import wait
+from tests.conformance.test_faults import _history
 from tests.fixtures.netns import WRAPPER, hosts, require_netns
 from tests.helpers import STATE_ROOT_ENV
 from torchx_ext.components.dist import ddp
 
 CHECKPOINTED = str(Path(__file__).parents[1] / "conformance" / "jobs" / "checkpointed.py")
 STEPS = 24
-
-
-def _history(directory: Path) -> list[list[Any]]:
-    try:
-        return list(json.loads((directory / "checkpoint.json").read_text())["history"])
-    except (OSError, ValueError, KeyError):
-        return []
 
 
 def test_a_replica_cut_off_the_network_is_replaced_and_every_step_is_done_once(
