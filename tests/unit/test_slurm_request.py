@@ -3,6 +3,9 @@ task makes inside what Slurm gave it (on fixture trees)."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 from torchx import specs
 
@@ -21,7 +24,9 @@ from torchx_ext.schedulers.slurm.job_view import (
     slurm_job,
 )
 from torchx_ext.schedulers.slurm.options import sbatch_options
+from torchx_ext.schedulers.slurm.records import JobDir
 from torchx_ext.schedulers.slurm.request import build_request
+from torchx_ext.schedulers.slurm.step import record_requeue
 
 EVERY_STATE = {
     "PENDING": State.PENDING, "CONFIGURING": State.PENDING, "RUNNING": State.RUNNING, "COMPLETING": State.RUNNING,
@@ -156,3 +161,35 @@ def test_a_task_plans_inside_the_cpus_and_gpus_slurm_gave_it(machine_root: Machi
     far, _ = plan_workers(2, "node", sysfs_root=root, allowed_cpus=given, env={"CUDA_VISIBLE_DEVICES": "0,1"},
                           device_kind="gpu")
     assert all(rank.cpus <= given for rank in far.ranks) and far.warnings
+
+
+@pytest.mark.parametrize("j, max_retries, requeue", [
+    ("2x1", 1, "--requeue"),  # Slurm starts it again on other nodes after a node failed
+    ("2x1", 0, "--no-requeue"),  # it fails, NODE_FAIL, whatever the cluster's JobRequeue
+    ("1:2x1", 0, "--no-requeue"),
+])
+def test_slurm_requeues_a_job_whose_node_failed_only_with_restarts_left(j: str, max_retries: int, requeue: str) -> None:
+    script = request_for(ddp(script="train.py", j=j, max_retries=max_retries))
+
+    assert f"#SBATCH {requeue}\n" in script
+    assert script.index(f"#SBATCH {requeue}") < script.index("#SBATCH --nodes=")
+    assert ('"${SLURM_RESTART_COUNT:-0}" -gt 0' in script) == (j != "2x1" or max_retries > 0)
+
+
+def test_a_users_own_requeue_option_comes_after_ours_and_wins() -> None:
+    script = request_for(ddp(script="train.py", j="2x1", max_retries=1), sbatch_args=["--no-requeue"])
+    assert script.index("#SBATCH --requeue") < script.index("#SBATCH --no-requeue")
+
+
+def test_a_requeued_run_is_one_more_restart_within_max_retries(tmp_path: Path) -> None:
+    request = build_request(ddp(script="train.py", j="2x1", max_retries=1), job_dir=str(tmp_path), cwd="/home/me",
+                            interpreter="/venv/bin/python", options=[])
+    job = JobDir(tmp_path)
+    job.request.write_text(request.to_json())
+    job.exit("train", 1).write_text(json.dumps({"exit_code": 1, "at": 5.0, "node": "n2"}))
+
+    assert record_requeue(job, "train", max_retries=1) == 1
+    assert job.read_restarts("train") == 1
+    assert job.read_last_failure("train") == "Slurm requeued the job (a node failed): replica train/1 (n2) exited with code 1"
+    with pytest.raises(SystemExit, match=r"restart 2 of role train, over its max_retries \(1\)"):
+        record_requeue(job, "train", max_retries=1)

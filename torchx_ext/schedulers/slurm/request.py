@@ -69,6 +69,8 @@ def batch_script(
     for position, (role, spec) in enumerate(zip(roles, specs_of_roles)):
         if position:
             lines.append("#SBATCH hetjob")
+        if not position:
+            lines.append(f"#SBATCH {_requeue(specs_of_roles)}")
         lines += [f"#SBATCH {option}" for option in _shape(role, spec.resource)]
         lines += [f"#SBATCH {option}" for option in options]
     lines += ["", "set -u", "steps=()"]
@@ -106,10 +108,13 @@ def _retried(srun: str, job: JobDir, role: str, max_retries: int, elastic: bool,
     done is not a failure."""
     check = shlex.join([interpreter, "-m", STEP_MODULE, "--enough-succeeded", str(job.path), role])
     record = shlex.join([interpreter, "-m", STEP_MODULE, "--record-failure", str(job.path), role])
+    requeued = shlex.join([interpreter, "-m", STEP_MODULE, "--requeued", str(job.path), role, str(int(max_retries))])
     restarts = shlex.quote(str(job.restarts(role)))
     return [
         "(",
         "  attempt=0",
+        # Slurm's count of requeues: one more restart, within the same max_retries.
+        f'  if [ "${{SLURM_RESTART_COUNT:-0}}" -gt 0 ]; then attempt=$({requeued}) || exit 1; fi',
         "  while :; do",
         f"    rm -f {shlex.quote(str(job.rendezvous_port(role)))}",  # node rank 0 picks a new store port
         f"    {srun}",
@@ -133,6 +138,13 @@ def describe_request(request: SlurmJobRequest) -> str:
         lines.append(f"  argv: {[role.entrypoint, *role.args]!r}")
         lines += [f"  env {key}={value!r}" for key, value in sorted(role.env.items())]
     return "\n".join(lines) + "\n--- batch.sh\n" + request.script
+
+
+def _requeue(specs_of_roles: list[specs.Role]) -> str:
+    """Slurm requeues a batch job whose node failed (went DOWN: cut off, powered off) when the
+    cluster's JobRequeue allows (its default): the job starts again on other nodes. A job whose
+    every role has restarts left lets it, whatever the cluster's default; otherwise it fails."""
+    return "--requeue" if all(spec.max_retries > 0 for spec in specs_of_roles) else "--no-requeue"
 
 
 def _shape(role: RoleRequest, resource: specs.Resource) -> list[str]:

@@ -52,6 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["--record-failure"]:
         record_failure(JobDir(Path(argv[1])), argv[2])
         return 0
+    if argv[:1] == ["--requeued"]:
+        print(record_requeue(JobDir(Path(argv[1])), argv[2], int(argv[3])))
+        return 0
     job_dir, role_name = argv
     job = JobDir(Path(job_dir))
     role = job.read_request().role(role_name)
@@ -122,17 +125,37 @@ def enough_succeeded(job: JobDir, role_name: str) -> bool:
 def record_failure(job: JobDir, role_name: str) -> None:
     """Keep what failed the role's step (its first replica to fail) before the batch script runs
     it again, which overwrites every replica's end."""
+    text = _failure(job, role_name)
+    if text:
+        write_atomically(job.last_failure(role_name), text)
+
+
+def record_requeue(job: JobDir, role_name: str, max_retries: int) -> int:
+    """Count a run of the batch script that Slurm requeued (after a node failed: the step could
+    not say so itself) as one restart of the role, and say what failed in the run before; the
+    restarts so far, or a SystemExit once they exceed ``max_retries``."""
+    restarts = job.read_restarts(role_name) + 1
+    write_atomically(job.restarts(role_name), str(restarts))
+    failure = _failure(job, role_name)
+    write_atomically(job.last_failure(role_name),
+                     f"Slurm requeued the job (a node failed){': ' + failure if failure else ''}")
+    if restarts > max_retries:
+        raise SystemExit(f"slurm step: Slurm requeued the job, restart {restarts} of role {role_name}, "
+                         f"over its max_retries ({max_retries}); not running it again")
+    return restarts
+
+
+def _failure(job: JobDir, role_name: str) -> str:
     role = job.read_request().role(role_name)
     if role is None:
-        return
+        return ""
     ends = {(role.name, k): job.read_step_end(role.name, k) for k in range(role.num_replicas)}
     failed = first_failure(ends)
     end = ends[failed] if failed is not None else None
     if failed is None or end is None:
-        return
+        return ""
     report = read_error_file(job.error_file(*failed))
-    text = f"replica {role.name}/{failed[1]} ({end.node}) {step_ended(end, report.message if report else '')}"
-    write_atomically(job.last_failure(role.name), text)
+    return f"replica {role.name}/{failed[1]} ({end.node}) {step_ended(end, report.message if report else '')}"
 
 
 def replica_command(role: RoleRequest, job: JobDir, replica_id: int, rank0_host: str) -> tuple[list[str], dict[str, str]]:
