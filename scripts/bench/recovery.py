@@ -21,9 +21,14 @@ shows a change (the frozen replica restarted or failed). torchrun's agents: the 
 stopped, nothing started again (no scheduler). Targets: frozen non-host <= 30 s, frozen store
 host <= 45 s, frozen elastic <= 30 s, FAILED <= 60 s.
 
-``partitioned non-host`` (local_cwd only, as root): each replica on a host of its own (a network
+``partitioned non-host`` (as root): on local_cwd each replica on a host of its own (a network
 namespace, tests/fixtures/netns.py), the non-host replica's link taken down; it is started again
-on a replacement host. torchrun's baseline is not measured there. Slurm runs where
+on a replacement host. On slurm a cluster of the bench's own whose three nodes are network
+namespaces (tests/fixtures/slurm_netns.py, SlurmdTimeout and cred_expire 10 s), the non-host
+replica's node cut off: Slurm gives it up and requeues the job onto the spare node, so the time
+is bounded by those two settings. On local_docker and kubernetes the host side of the replica's
+container's link (its veth) is taken down; the container started again gets a new one.
+torchrun's baseline is not measured there. Slurm runs where
 ``SLURM_CONF`` names a cluster that answers (``bash scripts/slurm_cluster.sh start``);
 local_docker and kubernetes (the test cluster, its pods on that engine; backends ``job``,
 ``jobset``, ``volcano``) where ``DOCKER_HOST`` answers (``export $(bash scripts/docker_engine.sh start)``).
@@ -51,8 +56,9 @@ from typing import Any, Callable
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 # The suite's way to lose a replica on each scheduler.
-from tests.conformance.conftest import (_docker_kill, _docker_pause, _kube_delete_pod, _kube_freeze,  # noqa: E402
-                                       _local_freeze, _local_kill, _slurm_freeze, _slurm_kill)
+from tests.conformance.conftest import (_docker_cut, _docker_kill, _docker_pause, _kube_cut,  # noqa: E402
+                                       _kube_delete_pod, _kube_freeze, _local_freeze, _local_kill, _slurm_freeze,
+                                       _slurm_kill)
 
 JOB = REPO / "tests" / "conformance" / "jobs" / "checkpointed.py"
 STEPS, STEP_S = 60, 0.25
@@ -62,7 +68,7 @@ CASES = {"non-host": ("2x1", 1, 1), "store host": ("2x1", 1, 0), "elastic shrink
 TARGETS = {"non-host": 15.0, "store host": 30.0, "elastic shrink": 30.0, "frozen non-host": 30.0,
            "frozen store host": 45.0, "frozen elastic": 30.0, "frozen no retries": 60.0,
            "partitioned non-host": 30.0}
-PARTITIONED = {"partitioned non-host"}  # local_cwd only, its replicas on hosts of the bench's own
+PARTITIONED = {"partitioned non-host"}  # replicas or nodes on hosts of the bench's own
 FAILS = {"frozen no retries"}  # timed to FAILED, not to the next step
 
 
@@ -100,6 +106,8 @@ class Target:
     cfg: Callable[[Path], dict[str, Any]]
     kill: Callable[[str, str, int], None]
     freeze: Callable[[str, str, int], None]
+    cut: Callable[[str, str, int], None] | None = None
+    """Takes the replica's link down, where it has a network namespace of its own."""
     args: dict[str, Any] = field(default_factory=dict)
     mounts: Callable[[Path], list[str]] = lambda directory: []
 
@@ -126,12 +134,13 @@ def targets(names: list[str]) -> Iterator[dict[str, Target]]:
 
             if "local_docker" in names:
                 found["local_docker"] = Target("local_docker", lambda d: {"cancel_grace": 5}, _docker_kill(docker),
-                                               _docker_pause(docker), args, bind)
+                                               _docker_pause(docker), _docker_cut(docker), args, bind)
             if "kubernetes" in names:
                 stack.enter_context(test_cluster(docker, image.paths))
                 for backend in ("job", "jobset", "volcano"):
                     found[f"kubernetes/{backend}"] = Target("kubernetes", kube_cfg(backend), _kube_delete_pod,
-                                                            _kube_freeze(docker), {"image": image.name}, bind)
+                                                            _kube_freeze(docker), _kube_cut(docker),
+                                                            {"image": image.name}, bind)
         yield found
 
 
@@ -198,13 +207,15 @@ def ours(target: Target, case: str, timeout_s: float) -> Measured:
             if not wait_for_steps(directory, 4, timeout_s) or history(directory)[-1][1] != 2:
                 return Measured(None)  # never ran on two replicas
             app_id = parse_app_handle(handle).app_id
-            if not case.startswith("frozen"):
+            if not case.startswith(("frozen", "partitioned")):
                 lost_at = time.time()
                 target.kill(app_id, "checkpointed", victim)
                 return Measured(recovery_s(directory, lost_at, timeout_s))
             before = status_key(runner, handle)
             lost_at = time.time()
-            target.freeze(app_id, "checkpointed", victim)
+            lose = target.freeze if case.startswith("frozen") else target.cut
+            assert lose is not None
+            lose(app_id, "checkpointed", victim)
             detected = changed_s(runner, handle, before, lost_at, timeout_s)
             if case in FAILS:
                 return Measured(failed_s(runner, handle, lost_at, timeout_s), detected)
@@ -243,12 +254,58 @@ def partitioned(case: str, timeout_s: float) -> Measured:
                 return Measured(None)
             before = status_key(runner, handle)
             lost_at = time.time()
-            net.cut(next(host for host in net.hosts if host.namespace.endswith(f"{victim}0")))
+            net.cut(next(host for host in net.hosts if host.name.endswith(f"-node{victim}-0")))
             detected = changed_s(runner, handle, before, lost_at, timeout_s)
             return Measured(recovery_s(directory, lost_at, timeout_s), detected)
         finally:
             runner.cancel(handle)
             runner.close()
+
+
+def partitioned_slurm(case: str, timeout_s: float) -> Measured:
+    """``case`` on a Slurm of the bench's own whose nodes are network namespaces
+    (tests/fixtures/slurm_netns.py: SlurmdTimeout and cred_expire 10 s), one node's link taken
+    down: Slurm gives the node up and requeues the job onto the spare node."""
+    from torchx.runner import get_runner
+
+    from torchx.specs import parse_app_handle
+
+    from tests.fixtures.slurm_cluster import job_processes
+    from tests.fixtures.slurm_netns import netns_cluster
+    from torchx_ext.components.dist import ddp
+
+    j, max_retries, victim = CASES[case]
+    saved = {key: os.environ.get(key) for key in ("SLURM_CONF", "GLOO_SOCKET_IFNAME")}
+    with tempfile.TemporaryDirectory(prefix="recovery-slurm-net-") as scratch, \
+            netns_cluster(Path(scratch) / "cluster") as cluster:
+        os.environ["SLURM_CONF"] = str(cluster.conf)
+        os.environ.pop("GLOO_SOCKET_IFNAME", None)
+        directory = Path(scratch) / "checkpoints"
+        directory.mkdir()
+        runner = get_runner()
+        app = ddp(str(directory), str(STEPS), str(STEP_S), script=str(JOB), j=j, max_retries=max_retries, cpu=1)
+        handle = runner.run(app, "slurm", cfg={"job_dir": str(Path(scratch) / "jobs")})
+        try:
+            if not wait_for_steps(directory, 4, timeout_s):
+                return Measured(None)
+            status = runner.status(handle)
+            node = next(replica.hostname for replica in status.roles[0].replicas if replica.id == victim)
+            before = status_key(runner, handle)
+            lost_at = time.time()
+            cluster.net.cut(cluster.host(node))
+            detected = changed_s(runner, handle, before, lost_at, timeout_s)
+            return Measured(recovery_s(directory, lost_at, timeout_s), detected)
+        finally:
+            runner.cancel(handle)
+            runner.close()
+            for line in job_processes(parse_app_handle(handle).app_id):  # Slurm's remains on the cut node
+                _signal_tree(int(line.split()[1].rstrip(":")), signal.SIGKILL)
+            for key, value in saved.items():
+                os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
+
+
+# Partitioned on hosts of the bench's own; a container (local_docker, kubernetes) has a link of its own.
+OWN_HOSTS: dict[str, Callable[[str, float], Measured]] = {"local_cwd": partitioned, "slurm": partitioned_slurm}
 
 
 def status_key(runner: Any, handle: str) -> tuple[Any, ...]:
@@ -374,9 +431,10 @@ def main() -> int:
             before_ours = "not measured" if case in PARTITIONED else f"{shown(baseline[case])} {what}"
             print(f"{case:>18}: torchrun --max-restarts 3: {before_ours} (target <= {TARGETS[case]:.0f} s)", flush=True)
             for name, target in found.items():
-                if case in PARTITIONED and name != "local_cwd":
-                    continue
-                measured = partitioned(case, args.timeout) if case in PARTITIONED else ours(target, case, args.timeout)
+                if case in PARTITIONED and name in OWN_HOSTS:
+                    measured = OWN_HOSTS[name](case, args.timeout)
+                else:
+                    measured = ours(target, case, args.timeout)
                 seconds = measured.recovered_s
                 ok = seconds is not None and seconds <= TARGETS[case]
                 missed += not ok

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from tests.fixtures.netns import cut_link_of
 from tests.fixtures.slurm_cluster import busy_nodes, slurm_leftovers
 from tests.helpers import STATE_ROOT_ENV, alive, still_there
 from torchx_ext.schedulers.local.processes import marked_processes
@@ -120,16 +121,33 @@ def _docker_freeze(client: Any) -> Callable[[str, str, int], None]:
     return _on_docker_replica(client, _stop_processes_of)
 
 
-def _kube_freeze(docker_client: Any) -> Callable[[str, str, int], None]:
+def _cut_link_of(container: Any) -> None:
+    cut_link_of(int(container.attrs["State"]["Pid"]))
+
+
+def _docker_cut(client: Any) -> Callable[[str, str, int], None]:
+    return _on_docker_replica(client, _cut_link_of)
+
+
+def _on_kube_replica(docker_client: Any, act: Callable[[Any], None]) -> Callable[[str, str, int], None]:
+    """(app_id, role, replica_id) -> ``act`` on the container of that replica's running pod."""
     from tests.kubernetes.apiserver.containers import POD_LABEL
 
-    def freeze(app_id: str, role: str, replica_id: int) -> None:
+    def on_replica(app_id: str, role: str, replica_id: int) -> None:
         for pod in _kube_running_pods(app_id, replica_id):
             label = f"{POD_LABEL}={pod.metadata.namespace}/{pod.metadata.name}"
             for container in docker_client.containers.list(filters={"label": label}):
-                _stop_processes_of(container)
+                act(container)
 
-    return freeze
+    return on_replica
+
+
+def _kube_freeze(docker_client: Any) -> Callable[[str, str, int], None]:
+    return _on_kube_replica(docker_client, _stop_processes_of)
+
+
+def _kube_cut(docker_client: Any) -> Callable[[str, str, int], None]:
+    return _on_kube_replica(docker_client, _cut_link_of)
 
 
 def _slurm_replica_processes(job_id: str, role: str, replica_id: int) -> list[int]:
