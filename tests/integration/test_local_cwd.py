@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import re
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -230,3 +232,19 @@ def test_a_malformed_log_regex_is_refused_naming_it(runner: Runner) -> None:
     with pytest.raises(InvalidArgumentError, match=r"invalid log regex '\(unclosed'"):
         runner.log_lines(handle, "cpus", 0, regex="(unclosed")
     wait(runner, handle)
+
+
+def test_replica_k_runs_group_rank_k(runner: Runner, tmp_path: Path) -> None:
+    # torch's c10d ranks launchers by address, then pid: each replica here gets an address of its own
+    # (127.0.0.{20-k}), so that torch's order is the reverse of the replicas'.
+    app = ddp(str(tmp_path), script=str(JOBS / "report.py"), j="8x1")
+    role = app.roles[0]
+    reverse = ("import os, sys; k = int(os.environ['TORCHX_EXT_REPLICA'].rpartition('/')[2]); "
+               "os.environ['PET_LOCAL_ADDR'] = f'127.0.0.{20 - k}'; os.execv(sys.executable, [sys.executable, *sys.argv[1:]])")
+    role.entrypoint, role.args = sys.executable, ["-c", reverse, *role.args]
+    handle = runner.run(app, "local_cwd", cfg={"slice_replicas": False})
+    assert wait(runner, handle, timeout_s=300) == AppState.SUCCEEDED
+
+    reports = [json.loads(path.read_text()) for path in tmp_path.glob("rank*.json")]
+    assert sorted((report["replica"], report["group_rank"], report["rank"]) for report in reports) == [
+        (f"report/{k}", k, k) for k in range(8)]

@@ -273,7 +273,8 @@ def _app(
         # (static at localhost:0 would wait forever for a store nobody can reach)
     else:
         args += ["--rdzv-endpoint-env", macros.rank0_env, "--rdzv-port", str(rdzv_port)]
-    if rdzv_backend == "static":
+    if rdzv_backend == "static" or (min_nodes == max_nodes > 1):
+        # c10d: replica k runs group rank k (the launcher's order; torch's would go by address).
         args += ["--node-rank", macros.replica_id]
     restarts = max_restarts(max_retries, min_nodes, max_nodes)
     if restarts:

@@ -208,7 +208,7 @@ def prepare(args: argparse.Namespace) -> tuple[Any, Callable[..., Any] | str, li
         if omp_decided_here:
             os.environ.pop("OMP_NUM_THREADS", None)
     _set_store_host(config.rdzv_configs)
-    watch_rendezvous(config, peer_timeout(args.peer_timeout, config.rdzv_configs), _leave_for_store_loss)
+    watch_rendezvous(config, peer_timeout(args.peer_timeout, config.rdzv_configs), _leave_for_store_loss, args.node_rank)
     # LaunchConfig may still pick torch's default numa_options on CUDA hosts: clear them.
     config.numa_options = None
     if getattr(args, "shutdown_timeout", None) is None and "TORCH_ELASTIC_SHUTDOWN_TIMEOUT" not in os.environ:

@@ -31,6 +31,8 @@ TIMEOUT_KEY = "peer_timeout"
 """The ``--rdzv-conf`` key of the peer timeout (seconds; 0 turns the watchdog off). Not torch's own
 ``heartbeat_timeout``, which bounds one keep-alive write."""
 _RESTARTS_KEY = "torchx_ext_max_restarts"
+_NODE_RANK_KEY = "torchx_ext_node_rank"
+_NODE_RANK_PREFIX = "torchx_ext.node_rank."
 
 
 class PeerLostError(TorchxExtError):
@@ -54,16 +56,20 @@ def peer_timeout(flag: str | float | None, rdzv_configs: dict[str, Any]) -> floa
     return value
 
 
-def watch_rendezvous(config: Any, timeout_s: float, on_store_loss: Callable[[Loss], None]) -> None:
+def watch_rendezvous(config: Any, timeout_s: float, on_store_loss: Callable[[Loss], None], node_rank: int = 0) -> None:
     """Switch ``config`` (torch's ``LaunchConfig``) from c10d to the watched c10d, for runs of
-    more than one node with a timeout; leaves every other run as it is."""
+    more than one node; leaves every other run as it is. The watchdog runs with a timeout (not 0).
+    A run of a fixed number of nodes makes ``node_rank`` (``--node-rank``, which torch's c10d
+    ignores) this node's group rank whenever the nodes' ranks are 0 to N-1, each given once."""
     config.rdzv_configs.pop(TIMEOUT_KEY, None)
-    if config.rdzv_backend != "c10d" or config.max_nodes < 2 or timeout_s == 0:
+    fixed = config.min_nodes == config.max_nodes
+    if config.rdzv_backend != "c10d" or config.max_nodes < 2 or (timeout_s == 0 and not fixed):
         return
     _register(on_store_loss)
     config.rdzv_backend = BACKEND
     config.rdzv_configs[TIMEOUT_KEY] = timeout_s
     config.rdzv_configs[_RESTARTS_KEY] = config.max_restarts
+    config.rdzv_configs[_NODE_RANK_KEY] = node_rank if fixed else -1
 
 
 _store_loss_handler: list[Callable[[Loss], None]] = []
@@ -82,6 +88,7 @@ def _create_handler(params: Any) -> Any:
     config = dict(params.config)
     timeout = float(config.pop(TIMEOUT_KEY))
     restarts = int(config.pop(_RESTARTS_KEY))
+    node_rank = int(config.pop(_NODE_RANK_KEY))
     inner = rendezvous_handler_registry.create_handler(
         RendezvousParameters(
             backend="c10d",
@@ -93,7 +100,7 @@ def _create_handler(params: Any) -> Any:
             **config,
         )
     )
-    return _watched_handler_class()(inner, timeout, restarts, params.endpoint, _store_loss_handler[0])
+    return _watched_handler_class()(inner, timeout, restarts, params.endpoint, _store_loss_handler[0], node_rank)
 
 
 def _watched_handler_class() -> type:
@@ -101,8 +108,9 @@ def _watched_handler_class() -> type:
 
     class WatchedRendezvousHandler(RendezvousHandler):  # type: ignore[misc]  # torch is untyped here
         def __init__(self, inner: Any, timeout_s: float, restarts: int, endpoint: str,
-                     on_store_loss: Callable[[Loss], None]) -> None:
+                     on_store_loss: Callable[[Loss], None], node_rank: int) -> None:
             self._inner = inner
+            self._node_rank = node_rank
             self._timeout_s = timeout_s
             self._restarts_left = restarts
             self._restarts = restarts
@@ -126,7 +134,9 @@ def _watched_handler_class() -> type:
             finally:
                 if previous is not None:
                     previous.stop()
-            if info.world_size > 1:
+            if self._node_rank >= 0:
+                info = in_node_rank_order(info, self._node_rank)
+            if info.world_size > 1 and self._timeout_s > 0:
                 self._watch = RoundWatch(
                     info.store, info.rank, info.world_size, self._timeout_s, self._on_loss, self._endpoint
                 ).start()
@@ -174,6 +184,27 @@ def _watched_handler_class() -> type:
                 self._watch = None
 
     return WatchedRendezvousHandler
+
+
+def in_node_rank_order(info: Any, node_rank: int) -> Any:
+    """``info`` (torch's RendezvousInfo) with ``node_rank`` as its rank when every node of the round
+    gave a distinct one of 0 to N-1; else as it is, in torch's order (by address, then pid).
+
+    torch's c10d ranks agents by host address, so replica k of a scheduler need not run group rank
+    k: the first replica's log is then not rank 0's, nor rank r on the node a user expects. Every
+    node publishes its rank in the round's store and reads all of them: all take the same choice.
+    Only the ranks change: the agent that torch ranked 0 still serves the workers' store, which
+    every worker finds through the round's store."""
+    from torch.distributed.elastic.rendezvous import RendezvousInfo
+
+    store = info.store
+    store.set(f"{_NODE_RANK_PREFIX}{info.rank}", str(node_rank))
+    given = [int(value) for value in store.multi_get([f"{_NODE_RANK_PREFIX}{rank}" for rank in range(info.world_size)])]
+    if sorted(given) != list(range(info.world_size)):
+        logger.info("group ranks in torch's order: the nodes' --node-rank values %s are not 0 to %d, each once",
+                    given, info.world_size - 1)
+        return info
+    return RendezvousInfo(store, node_rank, info.world_size, info.bootstrap_store_info)
 
 
 def exit_for_store_loss(loss: Loss, exit_code: int, write_report: Callable[[str], None]) -> None:

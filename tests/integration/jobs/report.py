@@ -56,6 +56,9 @@ def main() -> None:
         "name": __name__,
         "file": __file__,
         "restart": restart,
+        "group_rank": int(os.environ["GROUP_RANK"]),
+        "node_tag": os.environ.get("REPORT_NODE_TAG"),
+        "replica": os.environ.get("TORCHX_EXT_REPLICA"),
     }
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as handle:
         json.dump(report, handle)

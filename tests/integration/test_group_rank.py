@@ -1,0 +1,49 @@
+"""Group ranks of a fixed-size c10d job follow ``--node-rank`` (the replica id our component
+passes), not torch's order by address and pid: replica k runs group rank k, so ``torchx log
+.../0`` is rank 0's output. Two launchers on this host; the one started first (the lower pid,
+which torch would rank 0) is node rank 1."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from tests.helpers import free_port
+from tests.integration.launcher_helpers import LAUNCHER, clean_env
+
+REPORT = str(Path(__file__).parent / "jobs" / "report.py")
+
+
+def _run_two(tmp_path: Path, node_ranks: tuple[str, str]) -> dict[int, dict[str, object]]:
+    """Start a launcher per node rank, in that order (the first hosts the store); the reports of
+    every worker, by global rank."""
+    port = free_port()
+    out = tmp_path / "out"
+    out.mkdir()
+    launchers = []
+    for position, node_rank in enumerate(node_ranks):
+        env = clean_env(TORCHX_EXT_RDZV_IS_HOST="1" if position == 0 else "0", REPORT_NODE_TAG=f"started-{position}")
+        launchers.append(subprocess.Popen(
+            [*LAUNCHER, "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+             "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "ranks", "--node-rank", node_rank, REPORT, str(out)],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    for launcher in launchers:
+        output, _ = launcher.communicate(timeout=120)
+        assert launcher.returncode == 0, output[-3000:]
+    return {report["rank"]: report for report in (json.loads(path.read_text()) for path in out.glob("rank*.json"))}
+
+
+def test_node_rank_k_runs_group_rank_k_whatever_torch_would_order(tmp_path: Path) -> None:
+    reports = _run_two(tmp_path, ("1", "0"))
+
+    assert {rank: (report["group_rank"], report["node_tag"]) for rank, report in reports.items()} == {
+        0: (0, "started-1"), 1: (1, "started-0")}
+    assert all(report["sum"] == 3.0 for report in reports.values())
+
+
+def test_node_ranks_that_are_not_each_given_once_leave_torchs_order(tmp_path: Path) -> None:
+    reports = _run_two(tmp_path, ("0", "0"))  # torchrun's default on every node
+
+    assert sorted(report["group_rank"] for report in reports.values()) == [0, 1]
+    assert all(report["sum"] == 3.0 for report in reports.values())
