@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
 from tests.helpers import free_port
 from tests.integration.launcher_helpers import LAUNCHER, clean_env
@@ -15,7 +16,7 @@ from tests.integration.launcher_helpers import LAUNCHER, clean_env
 REPORT = str(Path(__file__).parent / "jobs" / "report.py")
 
 
-def _run_two(tmp_path: Path, node_ranks: tuple[str, str]) -> dict[int, dict[str, object]]:
+def _run_two(tmp_path: Path, node_ranks: tuple[str, str]) -> dict[int, dict[str, Any]]:
     """Start a launcher per node rank, in that order (the first hosts the store); the reports of
     every worker, by global rank."""
     port = free_port()
