@@ -5,6 +5,11 @@
 # on many real clusters. proctrack/linuxproc and task/affinity: no systemd or cgroups needed.
 # With accounting (the default), slurmdbd on a private MariaDB; without it, a short MinJobAge
 # so that the controller forgets finished jobs within seconds.
+# GPUs without hardware: each node offers gpu:h100:8 (AutoDetect=off, File= eight /dev/tty
+# device nodes, as Slurm's own test suite does), and is described as two sockets of half its
+# CPUs; gres.conf puts GPUs 0-2 and 4 next to socket 0 and 3, 5-7 next to socket 1, as on
+# tests/fixtures/sysfs/gpu-2socket-8 (PCI order is not NUMA order there for GPUs 3 and 4).
+# Jobs then get CUDA_VISIBLE_DEVICES as on a GPU cluster.
 # Usage: scripts/slurm_cluster.sh start [--no-accounting] | stop | status
 #   start   prints SLURM_CONF=... on stdout once both nodes are idle (the tests read it)
 #   stop    stops every daemon this script started and waits for them to exit
@@ -74,11 +79,38 @@ write_conf() {
       echo "AccountingStorageType=accounting_storage/none"
       echo "MinJobAge=5"
     fi
+    echo "GresTypes=gpu"
+    local shape="CPUs=$cpus"
+    [ $((cpus % 2)) -eq 0 ] && shape="CPUs=$cpus Sockets=2 CoresPerSocket=$((cpus / 2)) ThreadsPerCore=1"
     for node in 1 2; do
-      echo "NodeName=node$node NodeAddr=127.0.0.1 Port=$((17000 + node)) CPUs=$cpus RealMemory=$memory State=UNKNOWN"
+      echo "NodeName=node$node NodeAddr=127.0.0.1 Port=$((17000 + node)) $shape Gres=gpu:h100:8 RealMemory=$memory State=UNKNOWN"
     done
     echo "PartitionName=debug Nodes=node1,node2 Default=YES MaxTime=INFINITE State=UP"
   } >"$conf"
+}
+
+write_gres_conf() {
+  local cpus half devices=() socket gpu
+  cpus="$(nproc)"
+  half=$((cpus / 2))
+  for device in /dev/tty[0-9] /dev/tty[0-9][0-9]; do
+    [ -c "$device" ] && devices+=("$device")
+    [ ${#devices[@]} -eq 8 ] && break
+  done
+  if [ ${#devices[@]} -lt 8 ]; then say "fake GPUs need eight /dev/ttyN device nodes; found ${devices[*]:-none}"; exit 1; fi
+  {
+    echo "AutoDetect=off"
+    for gpu in 0 1 2 3 4 5 6 7; do
+      socket=0
+      case "$gpu" in 3|5|6|7) socket=1 ;; esac
+      if [ "$half" -ge 1 ] && [ $((cpus % 2)) -eq 0 ]; then
+        cores="$((socket * half))-$((socket * half + half - 1))"
+      else
+        cores="0-$((cpus - 1))"
+      fi
+      echo "Name=gpu Type=h100 File=${devices[$gpu]} Cores=$cores"
+    done
+  } >"$dir/gres.conf"
 }
 
 start_munge() {
@@ -166,6 +198,7 @@ case "${1:-}" in
     # the accounting database keeps every job by id).
     rm -rf "$dir/spool"
     write_conf "$accounting"
+    write_gres_conf
     start_munge
     [ "$accounting" = yes ] && start_database
     slurmctld -i

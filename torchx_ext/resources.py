@@ -24,6 +24,8 @@ CORES_PER_SOCKET = "torchx_ext/cores_per_socket"
 THREADS_PER_CORE = "torchx_ext/threads_per_core"
 MEMORY_ONLY_NUMA_NODES = "torchx_ext/memory_only_numa_nodes"
 GPU_VENDOR = "torchx_ext/gpu_vendor"
+GPU_TYPE = "torchx_ext/gpu_type"
+"""The GPU model as clusters name it in a GRES type (``h100``): Slurm's ``--gpus-per-node=h100:8``."""
 
 # As torchx's AWS resources: request 96% of a host's memory, so that pods fit in what a
 # Kubernetes node leaves allocatable.
@@ -38,6 +40,7 @@ class Host:
     mem_gib: int
     instance_type: str | None = None
     efa_devices: int = 0
+    gpu_type: str = ""
 
     def resource(self) -> Resource:
         machine = self.machine
@@ -50,6 +53,7 @@ class Host:
             THREADS_PER_CORE: machine.threads_per_core,
             MEMORY_ONLY_NUMA_NODES: machine.memory_only_nodes,
             GPU_VENDOR: {NVIDIA: "nvidia", AMD: "amd"}[machine.gpu_vendor] if machine.gpu_nodes else "",
+            GPU_TYPE: self.gpu_type,
         }
         if self.instance_type:
             capabilities[K8S_INSTANCE_TYPE] = self.instance_type
@@ -77,17 +81,17 @@ HOSTS: Mapping[str, Host] = {
     host.name: host
     for host in [
         # 2x Xeon 8275CL (24 cores, SMT), 8x A100 40GB, 4 per socket.
-        Host("aws_p4d.24xlarge", _two_socket(24, 2, 8), 1152, "p4d.24xlarge", efa_devices=4),
+        Host("aws_p4d.24xlarge", _two_socket(24, 2, 8), 1152, "p4d.24xlarge", efa_devices=4, gpu_type="a100"),
         # 2x EPYC 7R13 (48 cores, SMT), 8x H100, 4 per socket.
-        Host("aws_p5.48xlarge", _two_socket(48, 2, 8), 2048, "p5.48xlarge", efa_devices=32),
+        Host("aws_p5.48xlarge", _two_socket(48, 2, 8), 2048, "p5.48xlarge", efa_devices=32, gpu_type="h100"),
         # 2x Xeon 8481C (52 cores, SMT), 8x H100.
-        Host("gcp_a3-highgpu-8g", _two_socket(52, 2, 8), 1872, "a3-highgpu-8g"),
+        Host("gcp_a3-highgpu-8g", _two_socket(52, 2, 8), 1872, "a3-highgpu-8g", gpu_type="h100"),
         # Standard_ND96isr_H100_v5: 96 vCPUs as 2x 48 cores without SMT, 8x H100.
-        Host("azure_nd96isr_h100_v5", _two_socket(48, 1, 8), 1900, "Standard_ND96isr_H100_v5"),
+        Host("azure_nd96isr_h100_v5", _two_socket(48, 1, 8), 1900, "Standard_ND96isr_H100_v5", gpu_type="h100"),
         # 2x Xeon 8480C (56 cores, SMT), 8x H100.
-        Host("dgx_h100", _two_socket(56, 2, 8), 2048),
+        Host("dgx_h100", _two_socket(56, 2, 8), 2048, gpu_type="h100"),
         # One GB200 NVL72 compute tray: 2 Grace (72 cores), 4 B200, GPU memory as CPU-less nodes.
-        Host("gb200_nvl_tray", _two_socket(72, 1, 4, memory_only_nodes=4), 960),
+        Host("gb200_nvl_tray", _two_socket(72, 1, 4, memory_only_nodes=4), 960, gpu_type="b200"),
         # A generic 2-socket CPU server, 32 cores each with SMT.
         Host("cpu_2socket", _two_socket(32, 2, 0), 512),
     ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import os
 import subprocess
 import sys
@@ -108,6 +109,7 @@ def test_snapshot_then_plan_elsewhere(tmp_path: Path) -> None:
     there = json.loads(numa_cli("show", "--sysfs-root", str(tmp_path / "me"), "--json", "--allowed-cpus",
                                 ",".join(map(str, here["allowed"]))).stdout)
     assert there == here
+    assert json.loads((tmp_path / "me" / "torchx_ext-snapshot.json").read_text())["host"] == socket.gethostname()
 
 
 @pytest.mark.parametrize(

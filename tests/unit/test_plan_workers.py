@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 
 from tests.conftest import MachineRoot
-from tests.fixtures.machines import DGX_H100
+from tests.fixtures.machines import DGX_H100, SNAPSHOTS
 from torchx_ext.errors import InvalidArgumentError
 from torchx_ext.launcher.worker_binding import plan_workers
 from torchx_ext.numa.cpulist import format_cpulist, parse_cpulist
@@ -64,3 +64,15 @@ def test_without_a_plan_ranks_keep_the_cpus_they_were_planned_for(machine_root: 
     plan, _ = plan_workers(2, "auto", topology=described, dry_run=True, env=env)
     assert [rank.cpus for rank in plan.ranks] == [described.allowed] * 2
     assert described.allowed == read_topology(root, ALL_ONLINE).allowed
+
+
+def test_a_snapshot_of_another_host_is_planned_whole_and_bound_within_this_hosts_cpus() -> None:
+    root = str(SNAPSHOTS / "gpu-2socket-8")  # what `python -m torchx_ext.numa snapshot` would write there
+    plan, bindings = plan_workers(8, "node", sysfs_root=root, env={}, device_kind="gpu")
+
+    assert [rank.numa_node for rank in plan.ranks] == [0, 0, 0, 1, 0, 1, 1, 1]  # GPU 3 is on socket 1
+    assert frozenset().union(*(rank.cpus for rank in plan.ranks)) == frozenset(range(32))
+    mine = frozenset(os.sched_getaffinity(0))
+    for rank, binding in zip(plan.ranks, bindings):
+        assert binding.cpus is not None and parse_cpulist(binding.cpus) == (rank.cpus & mine or mine)
+        assert binding.numa_node is None  # its NUMA nodes need not exist here

@@ -15,6 +15,7 @@ from torchx_ext.errors import InvalidArgumentError
 from torchx_ext.launcher.worker_binding import plan_workers
 from torchx_ext.numa.cpulist import parse_cpulist
 from torchx_ext.schedulers.common.states import State
+from torchx_ext.schedulers.slurm.commands import gpus_in_sinfo
 from torchx_ext.schedulers.slurm.job_view import (
     SLURM_STATES,
     forgotten_job_state,
@@ -193,3 +194,36 @@ def test_a_requeued_run_is_one_more_restart_within_max_retries(tmp_path: Path) -
     assert job.read_last_failure("train") == "Slurm requeued the job (a node failed): replica train/1 (n2) exited with code 1"
     with pytest.raises(SystemExit, match=r"restart 2 of role train, over its max_retries \(1\)"):
         record_requeue(job, "train", max_retries=1)
+
+
+@pytest.mark.parametrize("h, cfg, asked", [
+    ("dgx_h100", {}, "--gpus-per-node=h100:8"),  # the named resource's GPU model is the GRES type
+    ("dgx_h100", {"gpu_type": "any"}, "--gpus-per-node=8"),
+    ("dgx_h100", {"gpu_type": "H100_80GB"}, "--gpus-per-node=H100_80GB:8"),  # as the cluster names it
+    (None, {}, "--gpus-per-node=2"),  # --gpu 2 carries no type
+])
+def test_gpus_are_asked_per_node_with_the_gres_type_when_there_is_one(h: str | None, cfg: dict[str, str],
+                                                                      asked: str) -> None:
+    app = ddp(script="train.py", j="2x2", h=h) if h else ddp(script="train.py", j="2x2", gpu=2)
+    request = build_request(app, job_dir="/shared/jobs/train-x", cwd="/home/me", interpreter="/venv/bin/python",
+                            options=sbatch_options(cfg), gpu_type=cfg.get("gpu_type"))
+    step = next(line for line in request.script.splitlines() if line.startswith("srun "))
+
+    assert f"#SBATCH {asked}\n" in request.script and f" {asked} " in step
+    assert "--gpus-per-task" not in request.script  # every rank sees its node's GPUs (NVLink peers too)
+
+
+def test_a_bad_gpu_type_is_one_line_naming_it() -> None:
+    with pytest.raises(InvalidArgumentError, match=r"invalid gpu_type 'h100:8': expected a GRES type"):
+        build_request(ddp(script="train.py", j="1x2", gpu=2), job_dir="/j", cwd="/c", interpreter="/p", options=[],
+                      gpu_type="h100:8")
+
+
+@pytest.mark.parametrize("sinfo, partition, gpu_type, most", [
+    ("debug*|gpu:h100:8(S:0-1)\n", None, "", 8),
+    ("debug*|gpu:h100:8(S:0-1)\n", None, "a100", 0),
+    ("cpu*|(null)\ngpu|gpu:4\ngpu|gpu:a100:2,gpu:4(S:0)\n", "gpu", "", 6),  # the best node of the partition
+    ("cpu*|(null)\ngpu|gpu:4\n", None, "", 0),  # the default partition has none
+])
+def test_the_most_gpus_a_node_has_come_from_sinfo(sinfo: str, partition: str | None, gpu_type: str, most: int) -> None:
+    assert gpus_in_sinfo(sinfo, partition, gpu_type) == most

@@ -53,6 +53,7 @@ DEFAULT_SHUTDOWN_TIMEOUT_S = 5
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from torch.distributed.argparse_util import env
     from torch.distributed.run import get_args_parser
 
     parser = argparse.ArgumentParser(
@@ -75,8 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="plan and log the binding but do not apply it",
     )
     parser.add_argument(
-        "--numa-sysfs-root", "--numa_sysfs_root", default=DEFAULT_SYSFS_ROOT, metavar="DIR",
-        help="read the topology from this sysfs tree (for planning another machine; use with --numa-dry-run)",
+        "--numa-sysfs-root", "--numa_sysfs_root", action=env, default=DEFAULT_SYSFS_ROOT, metavar="DIR",
+        help="read the topology from this sysfs tree, or $PET_NUMA_SYSFS_ROOT (another machine's: use with "
+        "--numa-dry-run; a snapshot of another host's is planned for that host's CPUs, and applied within ours)",
     )
     parser.add_argument(
         "--numa-device-kind", "--numa_device_kind", default=None, metavar="KIND",

@@ -14,7 +14,7 @@ from torchx_ext.errors import InvalidArgumentError, TorchxExtError
 from torchx_ext.launcher.bootstrap import WorkerBinding
 from torchx_ext.numa.cpulist import format_cpulist
 from torchx_ext.numa.plan import BindingPlan, RankBinding, describe_rank, plan_binding, visible_devices_from_env
-from torchx_ext.numa.topology import DEFAULT_SYSFS_ROOT, Topology, planning_cpus, read_topology
+from torchx_ext.numa.topology import DEFAULT_SYSFS_ROOT, Topology, planning_cpus, read_topology, snapshot_host
 from torchx_ext.options import check_mode, parse_omp_threads
 
 logger = logging.getLogger("torchx_ext.launcher")
@@ -42,6 +42,9 @@ def plan_workers(
     ``topology`` plans on a Topology the caller has (a described machine) instead of reading
     ``sysfs_root``; it already holds its allowed CPUs, so it takes no ``allowed_cpus``.
 
+    A snapshot of another host (``python -m torchx_ext.numa snapshot``) is planned for all of its
+    CPUs, applied or not; applied, each rank binds within the CPUs of its plan that exist here.
+
     ``device_kind`` ``auto`` plans GPU ranks only when there are at least as many visible
     GPUs as ranks; otherwise ranks are CPU-only (a gloo job on a GPU host stays legal).
     """
@@ -67,6 +70,8 @@ def plan_workers(
         logger.warning("NUMA binding off: %s", error)
         plan = _unbound_plan(nproc_per_node, mode, _unbound_cpus(topology, allowed))
     user_omp = "OMP_NUM_THREADS" in environ
+    snapshot = snapshot_host(sysfs_root) if topology is None and allowed is None and not dry_run else None
+    here = frozenset(os.sched_getaffinity(0))
     bindings = []
     for rank in plan.ranks:
         threads: int | None = None
@@ -77,9 +82,18 @@ def plan_workers(
             threads = omp
         # In mode none the rank's CPUs are all it may use: binding to them changes nothing,
         # and the worker still learns them through TORCHX_EXT_CPUS.
+        if snapshot is not None:
+            # Planned for another host's CPUs: bind within those that exist here (none: all of
+            # ours), and leave memory alone (its NUMA nodes need not exist here).
+            bindings.append(WorkerBinding(format_cpulist(rank.cpus & here or here), None, threads))
+            continue
         bindings.append(
             WorkerBinding(None if dry_run else format_cpulist(rank.cpus), None if dry_run else rank.numa_node, threads)
         )
+    if snapshot is not None:
+        logger.warning("planned for a snapshot of %s (%s), not for this host: each rank binds only within the "
+                       "CPUs of its plan that exist here, else within this process's CPUs %s", snapshot, sysfs_root,
+                       format_cpulist(here))
     _log(plan, bindings, dry_run, user_omp and omp is not None, environ)
     return plan, bindings
 

@@ -1,16 +1,21 @@
 """Copy the sysfs files read_topology reads into a directory: a fixture of a real machine.
 
 ``python -m torchx_ext.numa snapshot DEST`` on any host gives a tree that
-``--sysfs-root DEST`` plans against anywhere else.
+``--sysfs-root DEST`` plans against anywhere else. Its ``torchx_ext-snapshot.json`` names the
+host: a launcher given the tree plans for that host's CPUs, and says so.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import socket
 from collections.abc import Iterator
+from datetime import datetime, timezone
 from pathlib import Path
 
 from torchx_ext.errors import TopologyError, TorchxExtError
+from torchx_ext.numa.topology import SNAPSHOT_MARK
 
 
 def snapshot_sysfs(destination: str | os.PathLike[str], sysfs_root: str | os.PathLike[str] = "/sys") -> int:
@@ -31,6 +36,8 @@ def snapshot_sysfs(destination: str | os.PathLike[str], sysfs_root: str | os.Pat
         except OSError as error:
             raise TorchxExtError(f"cannot write the snapshot under {target}: {error}") from error
         copied += 1
+    mark = {"host": socket.gethostname(), "taken": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    (target / SNAPSHOT_MARK).write_text(json.dumps(mark) + "\n")
     return copied
 
 

@@ -8,6 +8,7 @@ machines this host is not.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -168,13 +169,28 @@ def planning_cpus(sysfs_root: str | os.PathLike[str], *, applying: bool) -> str 
 
     The one rule for every planner (launcher, ``torchx topo``, schedulers): a plan that will
     be applied here, or that shows this host (``/sys``), holds only the CPUs this process may
-    use, so None: its affinity mask. A plan only shown for another machine's tree (a fixture,
-    a snapshot) is for every online CPU of that tree, ``ALL_ONLINE``: this process's affinity
-    names CPUs of this host, which mean nothing there.
+    use, so None: its affinity mask. A plan only shown for another machine's tree (a fixture),
+    or made for a snapshot of another host (``snapshot_host``), is for every online CPU of that
+    tree, ``ALL_ONLINE``: this process's affinity names CPUs of this host, which mean nothing
+    there. (A plan for a snapshot binds its ranks only within this host's CPUs.)
     """
-    if applying or is_this_host(sysfs_root):
+    if is_this_host(sysfs_root) or (applying and snapshot_host(sysfs_root) is None):
         return None
     return ALL_ONLINE
+
+
+SNAPSHOT_MARK = "torchx_ext-snapshot.json"
+"""Written at the root of a tree by ``python -m torchx_ext.numa snapshot``: which host it shows."""
+
+
+def snapshot_host(sysfs_root: str | os.PathLike[str]) -> str | None:
+    """The host a snapshot tree was taken on; None for a tree that is no snapshot (``/sys``, or
+    this host's sysfs mounted elsewhere, as ``/host/sys`` in a container: its CPUs are ours)."""
+    try:
+        mark = json.loads((Path(sysfs_root) / SNAPSHOT_MARK).read_text())
+    except (OSError, ValueError):
+        return None
+    return str(mark.get("host") or "an unnamed host") if isinstance(mark, dict) else None
 
 
 def is_this_host(sysfs_root: str | os.PathLike[str]) -> bool:

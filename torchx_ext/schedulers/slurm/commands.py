@@ -5,6 +5,7 @@ Every refusal becomes one line naming what Slurm said; a missing command says ho
 
 from __future__ import annotations
 
+import re
 import subprocess
 import time
 from collections.abc import Iterable
@@ -49,11 +50,43 @@ def sbatch(script: Path, options: list[str]) -> str:
     if done.returncode != 0:
         given = f" with {' '.join(options)}" if options else ""
         raise InvalidArgumentError(f"sbatch refused the job{given}: {last_line(done.stderr) or done.returncode} "
-                                   "(check those -cfg values; nothing was queued)")
+                                   "(check those values; nothing was queued)")
     job_id = done.stdout.strip().split(";")[0]
     if not job_id.isdigit():
         raise SlurmError(f"sbatch answered {done.stdout.strip()!r}, not a job id")
     return job_id
+
+
+def most_gpus_per_node(partition: str | None, gpu_type: str) -> int | None:
+    """The most GPUs (of ``gpu_type``; any type if empty) one node of ``partition`` (the default
+    partition if None) offers, as ``sinfo`` says; None when it cannot tell (no answer, no such
+    partition: sbatch judges those)."""
+    try:
+        done = run(["sinfo", "-h", "-o", "%P|%G", *(["-p", partition] if partition else [])], check=False)
+    except SlurmError:
+        return None
+    if done.returncode != 0:
+        return None
+    return gpus_in_sinfo(done.stdout, partition, gpu_type)
+
+
+def gpus_in_sinfo(text: str, partition: str | None, gpu_type: str) -> int | None:
+    """``most_gpus_per_node`` from ``sinfo -o '%P|%G'`` lines (``debug*|gpu:h100:8(S:0-1)``, the
+    default partition marked ``*``)."""
+    most = None
+    for line in text.splitlines():
+        name, _, gres = line.strip().partition("|")
+        if not name or (partition is None and not name.endswith("*")) or (partition and name.rstrip("*") != partition):
+            continue
+        count = 0
+        for kind, count_text in _GPU_GRES.findall(gres):
+            if not gpu_type or kind.casefold() == gpu_type.casefold():
+                count += int(count_text)
+        most = max(most or 0, count)
+    return most
+
+
+_GPU_GRES = re.compile(r"(?:^|,)gpu(?::([^:(,]+))?:(\d+)")
 
 
 def scancel(job_id: str) -> None:

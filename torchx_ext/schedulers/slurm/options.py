@@ -9,9 +9,10 @@ import re
 from collections.abc import Mapping
 from typing import Any, List, Optional, TypedDict
 
-from torchx.specs import runopts
+from torchx.specs import Resource, runopts
 
 from torchx_ext.errors import InvalidArgumentError
+from torchx_ext.resources import GPU_TYPE
 
 TIME_FORMS = "MINUTES, MINUTES:SECONDS, HOURS:MINUTES:SECONDS, DAYS-HOURS[:MINUTES[:SECONDS]] or UNLIMITED"
 _TIME = re.compile(r"\d+(:\d+){0,2}|\d+-\d+(:\d+){0,2}|UNLIMITED|INFINITE", re.IGNORECASE)
@@ -50,6 +51,7 @@ class SlurmOpts(TypedDict, total=False):
     mail_user: Optional[str]
     mail_type: Optional[str]
     exclusive: Optional[bool]
+    gpu_type: Optional[str]
     job_dir: Optional[str]
     sbatch_args: Optional[List[str]]
 
@@ -63,6 +65,9 @@ def slurm_runopts(default_job_dir: str) -> runopts:
     opts.add("constraint", type_=str, default=None, help="node features required, e.g. a100&ib")
     opts.add("exclusive", type_=bool, default=False,
              help="whole nodes for the job: every CPU of a node is planned for its replica")
+    opts.add("gpu_type", type_=str, default=None,
+             help="the GRES type of the GPUs to ask for (--gpus-per-node=TYPE:N), as the cluster names it, e.g. "
+             "h100; 'any' for any type (default: the named resource's, else any)")
     opts.add("nodelist", type_=str, default=None, help="nodes the job must include, e.g. node[1-4]")
     opts.add("exclude", type_=str, default=None, help="nodes the job must not use")
     opts.add("reservation", type_=str, default=None, help="reservation to run in")
@@ -106,6 +111,23 @@ def sbatch_options(cfg: Mapping[str, Any]) -> list[str]:
                 "change those instead")
         options.append(text)
     return options
+
+
+def gpu_type_of(given: object, resource: Resource) -> str:
+    """The GRES type to ask ``resource``'s GPUs of: ``given`` (``-cfg gpu_type``; ``any``: none),
+    else the named resource's; empty for any type."""
+    if given is None or given == "":
+        return str(resource.capabilities.get(GPU_TYPE) or "")
+    text = str(given).strip()
+    if text == "any":
+        return ""
+    if not _GRES_TYPE.fullmatch(text):
+        raise InvalidArgumentError(f"invalid gpu_type {given!r}: expected a GRES type as the cluster names it "
+                                   "(letters, digits, '_', '.', '-'; e.g. h100) or 'any'")
+    return text
+
+
+_GRES_TYPE = re.compile(r"[A-Za-z0-9_.-]+")
 
 
 def _one_line(key: str, value: object) -> str:

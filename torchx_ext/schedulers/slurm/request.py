@@ -20,6 +20,7 @@ from torchx import specs
 
 from torchx_ext.errors import InvalidArgumentError
 from torchx_ext.schedulers.common.role_spec import role_spec
+from torchx_ext.schedulers.slurm.options import gpu_type_of
 from torchx_ext.schedulers.slurm.records import JobDir, RoleRequest, SlurmJobRequest
 
 STEP_MODULE = "torchx_ext.schedulers.slurm.step"
@@ -35,14 +36,18 @@ def build_request(
     interpreter: str,
     options: list[str],
     exclusive: bool = False,
+    gpu_type: str | None = None,
 ) -> SlurmJobRequest:
-    """The request for ``app``; ``options``: the checked ``#SBATCH`` options of its ``-cfg``."""
+    """The request for ``app``; ``options``: the checked ``#SBATCH`` options of its ``-cfg``;
+    ``gpu_type``: its ``-cfg gpu_type`` (None: each role's named resource says)."""
     for path, what in ((job_dir, "job_dir"), (cwd, "the current directory")):
         if "\n" in path or "\r" in path:
             raise InvalidArgumentError(f"{what} {path!r} holds a line break, which an #SBATCH line cannot: use another")
     roles = [_role_request(role, cwd, interpreter) for role in app.roles]
     job_name = _JOB_NAME_INVALID.sub("-", app.name).strip("-") or "torchx"
-    script = batch_script(job_name, JobDir(Path(job_dir)), cwd, roles, app.roles, options, interpreter, exclusive)
+    gpu_types = [gpu_type_of(gpu_type, role.resource) for role in app.roles]
+    script = batch_script(job_name, JobDir(Path(job_dir)), cwd, roles, app.roles, options, interpreter, exclusive,
+                          gpu_types)
     return SlurmJobRequest(app_name=app.name, job_dir=job_dir, roles=roles, script=script, options=options)
 
 
@@ -55,6 +60,7 @@ def batch_script(
     options: list[str],
     interpreter: str,
     exclusive: bool,
+    gpu_types: list[str] | None = None,
 ) -> str:
     lines = [
         "#!/bin/bash",
@@ -66,12 +72,13 @@ def batch_script(
         "#SBATCH --open-mode=append",
     ]
     heterogeneous = len(roles) > 1
+    types = gpu_types or [""] * len(roles)
     for position, (role, spec) in enumerate(zip(roles, specs_of_roles)):
         if position:
             lines.append("#SBATCH hetjob")
         if not position:
             lines.append(f"#SBATCH {_requeue(specs_of_roles)}")
-        lines += [f"#SBATCH {option}" for option in _shape(role, spec.resource)]
+        lines += [f"#SBATCH {option}" for option in _shape(role, spec.resource, types[position])]
         lines += [f"#SBATCH {option}" for option in options]
     lines += ["", "set -u", "steps=()"]
     for position, (role, spec) in enumerate(zip(roles, specs_of_roles)):
@@ -84,7 +91,7 @@ def batch_script(
         elastic = role.min_replicas < role.num_replicas
         # A fixed role's step ends with its first failed task (the others could not go on); an
         # elastic role's survivors carry on without it.
-        quoted = [*([f"--het-group={position}"] if heterogeneous else []), *_resources(spec.resource),
+        quoted = [*([f"--het-group={position}"] if heterogeneous else []), *_resources(spec.resource, types[position]),
                   f"--kill-on-bad-exit={0 if elastic else 1}", "--open-mode=append", f"--output={prefix}-%t.out",
                   f"--error={prefix}-%t.err", interpreter, "-m", STEP_MODULE, str(job.path), role.name]
         srun = " ".join(["srun", *shaped, *map(shlex.quote, quoted)])
@@ -147,20 +154,22 @@ def _requeue(specs_of_roles: list[specs.Role]) -> str:
     return "--requeue" if all(spec.max_retries > 0 for spec in specs_of_roles) else "--no-requeue"
 
 
-def _shape(role: RoleRequest, resource: specs.Resource) -> list[str]:
+def _shape(role: RoleRequest, resource: specs.Resource, gpu_type: str) -> list[str]:
     nodes = str(role.num_replicas) if role.min_replicas == role.num_replicas else f"{role.min_replicas}-{role.num_replicas}"
     # No --ntasks-per-node here: with it Slurm 22.05 gives a MIN-MAX job MIN nodes even when MAX
     # are idle (measured on the test cluster); the step asks for one task per node itself.
     return [f"--nodes={nodes}", f"--cpus-per-task={max(1, int(resource.cpu))}",
-            *_resources(resource)]
+            *_resources(resource, gpu_type)]
 
 
-def _resources(resource: specs.Resource) -> list[str]:
+def _resources(resource: specs.Resource, gpu_type: str) -> list[str]:
     options = []
     if resource.memMB and resource.memMB > 0:
         options.append(f"--mem={int(resource.memMB)}M")
     if resource.gpu and resource.gpu > 0:
-        options.append(f"--gpus-per-node={int(resource.gpu)}")
+        # Per node, not per task: every rank of a node sees all of the node's GPUs (NVLink peers
+        # included), and the launcher gives local rank r the r-th of CUDA_VISIBLE_DEVICES.
+        options.append(f"--gpus-per-node={gpu_type + ':' if gpu_type else ''}{int(resource.gpu)}")
     return options
 
 

@@ -28,9 +28,9 @@ from torchx_ext.schedulers.common.logs import LogQuery
 from torchx_ext.schedulers.common.role_spec import role_from_spec
 from torchx_ext.schedulers.common.scheduler import ReplicaReport, SchedulerShell, describe_response
 from torchx_ext.schedulers.common.states import State, app_state, restarts_message
-from torchx_ext.schedulers.slurm.commands import JobStates, sbatch, scancel
+from torchx_ext.schedulers.slurm.commands import JobStates, most_gpus_per_node, sbatch, scancel
 from torchx_ext.schedulers.slurm.job_view import SlurmJob, forgotten_job_state, replica_state
-from torchx_ext.schedulers.slurm.options import SlurmOpts, sbatch_options, slurm_runopts
+from torchx_ext.schedulers.slurm.options import SlurmOpts, gpu_type_of, sbatch_options, slurm_runopts
 from torchx_ext.schedulers.slurm.records import (
     JobDir,
     StepEnd,
@@ -48,6 +48,30 @@ from torchx_ext.schedulers.slurm.request import build_request, describe_request
 TAIL_STATE_POLL_S = 2.0
 
 
+def whole_nodes_of_gpus(app: AppDef, cfg: SlurmOpts) -> bool:
+    """Whether every role asks all the GPUs a node of the partition has (then each replica gets
+    its whole node: no one else's job shares its CPUs, and its plan covers them all). A role
+    asking more GPUs than any node has is refused here, in one line, before anything is queued;
+    where ``sinfo`` cannot tell, or no node has GPUs of the type asked for, sbatch judges."""
+    whole = bool(app.roles)
+    for role in app.roles:
+        gpus = int(role.resource.gpu or 0)
+        if gpus <= 0:
+            return False
+        kind = gpu_type_of(cfg.get("gpu_type"), role.resource)
+        most = most_gpus_per_node(cfg.get("partition"), kind)
+        if most is None or (most == 0 and kind):
+            return False
+        if gpus > most:
+            where = f"partition {cfg['partition']!r}" if cfg.get("partition") else "the default partition"
+            raise InvalidArgumentError(
+                f"role {role.name!r} asks {gpus} GPUs{f' of type {kind}' if kind else ''} per node, but no node of "
+                f"{where} has more than {most}: ask at most {most} per replica (--gpu {most}, or a named resource "
+                "that fits) and more replicas with -j")
+        whole = whole and gpus == most
+    return whole
+
+
 class SlurmScheduler(SchedulerShell[SlurmOpts]):
     def __init__(self, session_name: str) -> None:
         super().__init__("slurm", session_name)
@@ -58,6 +82,10 @@ class SlurmScheduler(SchedulerShell[SlurmOpts]):
 
     def _submit_dryrun(self, app: AppDef, cfg: SlurmOpts) -> AppDryRunInfo:
         options = sbatch_options(cfg)
+        exclusive = bool(cfg.get("exclusive"))
+        if not exclusive and whole_nodes_of_gpus(app, cfg):
+            options.append("--exclusive")
+            exclusive = True
         parent = Path(cfg.get("job_dir") or default_job_dirs()).absolute()
         request = build_request(
             app,
@@ -65,7 +93,8 @@ class SlurmScheduler(SchedulerShell[SlurmOpts]):
             cwd=os.getcwd(),
             interpreter=sys.executable,
             options=options,
-            exclusive=bool(cfg.get("exclusive")),
+            exclusive=exclusive,
+            gpu_type=cfg.get("gpu_type"),
         )
         return AppDryRunInfo(request, describe_request)
 
@@ -81,7 +110,10 @@ class SlurmScheduler(SchedulerShell[SlurmOpts]):
                 f"cannot write the job's directory {job.path} ({error.strerror or error}): give a directory every "
                 "node sees with -cfg job_dir=DIR") from None
         try:
-            job_id = sbatch(job.script, request.options)
+            # The GPUs asked for are named too: a GRES type the cluster lacks is refused only as
+            # "Requested node configuration is not available".
+            gpus = [line.split(" ", 1)[1] for line in request.script.splitlines() if line.startswith("#SBATCH --gpus-")]
+            job_id = sbatch(job.script, [*request.options, *gpus])
         except BaseException:
             shutil.rmtree(job.path, ignore_errors=True)
             raise
