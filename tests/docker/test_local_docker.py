@@ -203,6 +203,21 @@ def test_a_cpuset_the_engine_rejects_is_an_error_naming_it(
     assert of_app(docker_client, "networks", dryrun.request.app_id) == []
 
 
+def test_gpus_name_each_replicas_own_and_an_engine_without_nvidias_runtime_refuses_them_in_one_line(
+    runner: Runner, docker_client: Any, test_image: Any
+) -> None:
+    app = app_of(test_image, CONFORMANCE_JOBS / "echo.py", j="2x1")
+    app.roles[0].resource.gpu = 1
+    dryrun = runner.dryrun(app, "local_docker", cfg={"slice_replicas": False})
+    assert [container.gpus for container in dryrun.request.containers] == [(0,), (0,)]  # as docker --gpus 1
+
+    with pytest.raises(EngineError, match=r"refused a replica's devices .*NVIDIA Container Toolkit") as refused:
+        runner.schedule(dryrun)
+    assert "\n" not in str(refused.value)
+    assert of_app(docker_client, "containers", dryrun.request.app_id) == []
+    assert of_app(docker_client, "networks", dryrun.request.app_id) == []
+
+
 def test_the_watcher_is_gone_once_the_job_ended(runner: Runner, scheduler: DockerScheduler, test_image: Any) -> None:
     handle = runner.run(app_of(test_image, CONFORMANCE_JOBS / "echo.py"), "local_docker", cfg={})
     assert wait(runner, handle) == AppState.SUCCEEDED

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+from decimal import Decimal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -175,6 +176,26 @@ def test_a_pod_no_node_takes_says_so(runner: Runner, kube_namespace: str, test_i
     assert "didn't match Pod's node affinity/selector" in stuck.msg
     runner.cancel(handle)
     assert wait(runner, handle, timeout_s=30) == AppState.CANCELLED
+
+
+def test_gpus_asked_as_a_mig_profile_run_where_the_node_offers_it_and_wait_where_it_does_not(
+    runner: Runner, kube_namespace: str, kube_cluster: TestCluster, test_image: TestImage
+) -> None:
+    mig = "nvidia.com/mig-1g.10gb"
+    kube_cluster.allocatable[mig] = Decimal(2)  # as a device plugin advertises two MIG slices
+    try:
+        cfg = {"namespace": kube_namespace, "gpu_resource": mig}
+        fits = runner.run(ddp(script=str(JOBS / "echo.py"), j="1x2", cpu=1, gpu=2, image=test_image.name), "kubernetes",
+                          cfg=cfg)
+        assert wait(runner, fits, timeout_s=90) == AppState.SUCCEEDED
+        too_many = runner.run(ddp(script=str(JOBS / "echo.py"), j="1x4", cpu=1, gpu=4, image=test_image.name),
+                              "kubernetes", cfg=cfg)
+        stuck = status_until(runner, too_many, lambda status: "Insufficient" in status.msg)
+        assert stuck.state == AppState.PENDING and f"1 Insufficient {mig}" in stuck.msg, stuck.msg
+        runner.cancel(too_many)
+        assert wait(runner, too_many, timeout_s=30) == AppState.CANCELLED
+    finally:
+        del kube_cluster.allocatable[mig]
 
 
 def test_a_topology_rejection_fails_the_job_and_says_why(

@@ -351,3 +351,28 @@ def test_the_replica_id_is_the_index_the_backends_controller_gives_each_pod(back
 
     expected = "$(JOB_COMPLETION_INDEX)" if backend == "jobset" else "$(VC_TASK_INDEX)"
     assert args[args.index("--node-rank") + 1] == expected
+
+
+@pytest.mark.parametrize("h, gpu_resource, asked", [
+    ("dgx_h100", None, "nvidia.com/gpu"),
+    (None, None, "nvidia.com/gpu"),  # --gpu N names no vendor
+    ("dgx_h100", "nvidia.com/mig-1g.10gb", "nvidia.com/mig-1g.10gb"),  # a MIG profile
+    ("dgx_h100", "amd.com/gpu", "amd.com/gpu"),
+])
+def test_gpus_are_asked_as_the_vendors_resource_or_the_one_given(h: str | None, gpu_resource: str | None,
+                                                                 asked: str) -> None:
+    app = ddp(script="train.py", j="1x2", h=h, image="img:1") if h else ddp(script="train.py", j="1x2", gpu=2,
+                                                                             image="img:1")
+    job = check(build_manifests(app, app_id="g-abc12345", options=ManifestOptions(gpu_resource=gpu_resource)))[1]
+    resources = job["spec"]["template"]["spec"]["containers"][0]["resources"]
+
+    expected = "8" if h else "2"
+    assert resources["limits"][asked] == resources["requests"][asked] == expected
+    assert [name for name in resources["limits"] if name.endswith("/gpu") or "/mig-" in name] == [asked]
+
+
+@pytest.mark.parametrize("gpu_resource", ["gpu", "nvidia.com/", "kubernetes.io/gpu", "nvidia.com/mig 1g"])
+def test_a_bad_gpu_resource_is_one_line_naming_it(gpu_resource: str) -> None:
+    app = ddp(script="train.py", j="1x2", gpu=2, image="img:1")
+    with pytest.raises(InvalidArgumentError, match=f"invalid gpu_resource {gpu_resource!r}: expected an extended"):
+        build_manifests(app, app_id="g-abc12345", options=ManifestOptions(gpu_resource=gpu_resource))

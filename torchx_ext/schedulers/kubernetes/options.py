@@ -19,6 +19,8 @@ DEFAULT_VOLCANO_QUEUE = "default"
 DEFAULT_PULL_TIMEOUT_S = 300
 DEFAULT_CANCEL_GRACE_S = 30
 IMAGE_HINT = "a registry image the cluster's nodes can pull"
+GPU_RESOURCE_EXAMPLES = ("nvidia.com/gpu", "amd.com/gpu", "nvidia.com/mig-1g.10gb")
+_EXTENDED_RESOURCE = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,9 @@ class ManifestOptions:
     shm_size: str = "auto"
     numa_aligned: bool | None = None
     """None: when the role's named resource describes a NUMA host."""
+    gpu_resource: str | None = None
+    """The extended resource a role's GPUs are asked as (``nvidia.com/mig-1g.10gb``); None: the
+    named resource's vendor's ``{vendor}.com/gpu``, ``nvidia.com/gpu`` without one."""
     image_pull_timeout_s: int = DEFAULT_PULL_TIMEOUT_S
     cancel_grace_s: int = DEFAULT_CANCEL_GRACE_S
 
@@ -52,6 +57,11 @@ class ManifestOptions:
                 f"invalid image_pull_policy {self.image_pull_policy!r}: expected one of {', '.join(PULL_POLICIES)}")
         for text in self.tolerations:
             parse_toleration(text)
+        if self.gpu_resource is not None and (not _EXTENDED_RESOURCE.fullmatch(self.gpu_resource)
+                                              or "kubernetes.io/" in self.gpu_resource):
+            raise InvalidArgumentError(
+                f"invalid gpu_resource {self.gpu_resource!r}: expected an extended resource DOMAIN/NAME as the "
+                f"cluster's device plugin offers it, e.g. {', '.join(GPU_RESOURCE_EXAMPLES)}")
 
 
 def parse_quantity_mb(text: str, what: str) -> int:

@@ -91,7 +91,7 @@ def _pod_spec(app: specs.AppDef, role: specs.Role, app_id: str, addressing: PodA
         "command": [_literal(resolved.entrypoint, addressing)],
         "args": [_literal(arg, addressing) for arg in resolved.args],
         "env": [{"name": key, "value": _literal(value, addressing)} for key, value in env.items()],
-        "resources": _resources(role, aligned, memory_mb),
+        "resources": _resources(role, aligned, memory_mb, options.gpu_resource),
         "volumeMounts": mounts,
         # The launcher's report when it wrote one, else the end of the output.
         "terminationMessagePolicy": "FallbackToLogsOnError",
@@ -143,7 +143,8 @@ def _aligned(role: specs.Role, options: ManifestOptions) -> bool:
     return bool(role.resource.capabilities.get(NUMA_NODES))
 
 
-def _resources(role: specs.Role, aligned: bool, memory_mb: int | None) -> dict[str, dict[str, str]]:
+def _resources(role: specs.Role, aligned: bool, memory_mb: int | None,
+               gpu_resource: str | None) -> dict[str, dict[str, str]]:
     resource = role.resource
     requests: dict[str, str] = {}
     limits: dict[str, str] = {}
@@ -162,7 +163,7 @@ def _resources(role: specs.Role, aligned: bool, memory_mb: int | None) -> dict[s
     extended: dict[str, str] = {}
     if resource.gpu > 0:
         vendor = str(resource.capabilities.get(GPU_VENDOR) or "nvidia")
-        extended[f"{vendor}.com/gpu"] = str(resource.gpu)
+        extended[gpu_resource or f"{vendor}.com/gpu"] = str(resource.gpu)
     for device, count in resource.devices.items():
         extended[device] = str(count)
     requests = {**requests, **extended}

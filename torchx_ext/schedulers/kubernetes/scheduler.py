@@ -32,6 +32,7 @@ from torchx_ext.schedulers.kubernetes.manifests import AppManifests, build_manif
 from torchx_ext.schedulers.kubernetes.options import (
     DEFAULT_CANCEL_GRACE_S,
     DEFAULT_PULL_TIMEOUT_S,
+    GPU_RESOURCE_EXAMPLES,
     IMAGE_HINT,
     ManifestOptions,
 )
@@ -55,6 +56,7 @@ class KubernetesOpts(CancelGraceOpts, total=False):
     image_pull_policy: Optional[str]
     shm_size: Optional[str]
     numa_aligned: Optional[bool]
+    gpu_resource: Optional[str]
     image_pull_timeout: Optional[int]
 
 
@@ -97,6 +99,10 @@ class KubernetesScheduler(SchedulerShell[KubernetesOpts]):
                  help="integer CPU and memory requests equal to limits (Guaranteed pods, which a kubelet with "
                  "the static CPU manager and a Topology Manager pins to NUMA nodes); default: when the named "
                  "resource (-h) describes a NUMA host")
+        opts.add("gpu_resource", type_=str, default=None,
+                 help="the extended resource GPUs are asked as, as the cluster's device plugin offers them: "
+                 f"{', '.join(GPU_RESOURCE_EXAMPLES)} (a MIG profile); default: the named resource's "
+                 "vendor's, else nvidia.com/gpu")
         opts.add("image_pull_timeout", type_=int, default=DEFAULT_PULL_TIMEOUT_S,
                  help="seconds a pod's image may fail to pull before the job is stopped as FAILED")
         add_cancel_grace_opt(opts, DEFAULT_CANCEL_GRACE_S, "pods are stopped (terminationGracePeriodSeconds)")
@@ -240,6 +246,7 @@ def _options(cfg: Mapping[str, Any]) -> ManifestOptions:
         image_pull_policy=cfg.get("image_pull_policy") or None,
         shm_size=cfg.get("shm_size") or "auto",
         numa_aligned=cfg.get("numa_aligned"),
+        gpu_resource=cfg.get("gpu_resource") or None,
         image_pull_timeout_s=seconds_option(cfg, "image_pull_timeout", DEFAULT_PULL_TIMEOUT_S),
         cancel_grace_s=seconds_option(cfg, "cancel_grace", DEFAULT_CANCEL_GRACE_S),
     )
