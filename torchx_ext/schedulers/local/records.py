@@ -22,6 +22,7 @@ from torchx_ext.errors import JobRecordError
 from torchx_ext.schedulers.common.app_ids import LOCAL
 from torchx_ext.schedulers.common import files
 from torchx_ext.schedulers.common.files import DIR_MODE, registered_dir, registry_entries, write_atomically
+from torchx_ext.schedulers.common.job_dir import JobDirectory
 from torchx_ext.schedulers.common.states import State
 from torchx_ext.schedulers.local.processes import boot_id, process_start_ticks
 
@@ -180,15 +181,7 @@ def _state(value: object) -> State:
         raise JobRecordError(f"unknown state {value!r}: valid states are {', '.join(s.value for s in State)}") from None
 
 
-class JobDir:
-    # A plain class, like SupervisorRecord: each dataclass costs every torchx CLI call ~1 ms.
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    @property
-    def request(self) -> Path:
-        return self.path / "request.json"
-
+class JobDir(JobDirectory):
     @property
     def state(self) -> Path:
         return self.path / "state.json"

@@ -26,6 +26,7 @@ from torchx_ext.error_file import ErrorReport
 from torchx_ext.errors import InvalidArgumentError, JobRecordError
 from torchx_ext.schedulers.common.app_ids import LOCAL, new_app_id
 from torchx_ext.schedulers.common.checks import seconds_option
+from torchx_ext.schedulers.common.job_dir import submitted_request
 from torchx_ext.schedulers.common.logs import LogQuery
 from torchx_ext.schedulers.common.scheduler import HostSliceOpts, ReplicaReport, SchedulerShell
 from torchx_ext.schedulers.common.scheduler import add_cancel_grace_opt, add_host_slice_opts, describe_response
@@ -152,11 +153,7 @@ class LocalScheduler(SchedulerShell[LocalOpts]):
 
     def describe_native(self, app_id: str) -> Optional[AppDryRunInfo]:
         """The request the job was submitted with (torchx-nightly's read-back of a dry-run)."""
-        job = find_job(app_id)
-        try:
-            return None if job is None else AppDryRunInfo(job.read_request(), describe_request)
-        except JobRecordError:
-            return None
+        return submitted_request(find_job(app_id), describe_request)
 
     def list(self, cfg: Optional[Mapping[str, Any]] = None) -> list[ListAppResponse]:
         """Every registered job; one that cannot be read is left out with a warning naming its

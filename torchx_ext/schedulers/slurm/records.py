@@ -23,6 +23,7 @@ from typing import Any
 from torchx_ext.errors import JobRecordError
 from torchx_ext.schedulers.common import files
 from torchx_ext.schedulers.common.files import registered_dir, registry_entries
+from torchx_ext.schedulers.common.job_dir import JobDirectory
 from torchx_ext.schedulers.common.states import how_it_ended
 
 STATE_ROOT_ENV = "TORCHX_EXT_SLURM_STATE"
@@ -80,14 +81,7 @@ class StepEnd:
     node: str
 
 
-class JobDir:
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    @property
-    def request(self) -> Path:
-        return self.path / "request.json"
-
+class JobDir(JobDirectory):
     @property
     def script(self) -> Path:
         return self.path / "batch.sh"

@@ -21,9 +21,10 @@ from torchx.schedulers.api import DescribeAppResponse, ListAppResponse
 from torchx.specs import AppDef, AppDryRunInfo, runopts
 
 from torchx_ext.error_file import ErrorReport, read_error_file
-from torchx_ext.errors import InvalidArgumentError, JobRecordError
+from torchx_ext.errors import InvalidArgumentError
 from torchx_ext.schedulers.common.app_ids import LOCAL, new_app_id
 from torchx_ext.schedulers.common.files import DIR_MODE, write_atomically
+from torchx_ext.schedulers.common.job_dir import submitted_request
 from torchx_ext.schedulers.common.logs import LogQuery
 from torchx_ext.schedulers.common.role_spec import role_from_spec
 from torchx_ext.schedulers.common.scheduler import ReplicaReport, SchedulerShell, describe_response
@@ -159,11 +160,7 @@ class SlurmScheduler(SchedulerShell[SlurmOpts]):
 
     def describe_native(self, app_id: str) -> Optional[AppDryRunInfo]:
         """The request the job was submitted with (torchx-nightly's read-back of a dry-run)."""
-        job = find_job(app_id)
-        try:
-            return None if job is None else AppDryRunInfo(job.read_request(), describe_request)
-        except JobRecordError:
-            return None
+        return submitted_request(find_job(app_id), describe_request)
 
     def list(self, cfg: Optional[Mapping[str, Any]] = None) -> list[ListAppResponse]:
         """Our jobs (those submitted through this scheduler as this user), with one call to Slurm
