@@ -235,7 +235,7 @@ def test_a_malformed_log_regex_is_refused_naming_it(runner: Runner) -> None:
 
 
 def test_replica_k_runs_group_rank_k(runner: Runner, tmp_path: Path) -> None:
-    # torch's c10d ranks launchers by address, then pid: each replica here gets an address of its own
+    # torch's c10d ranks launchers by --local-addr (else host name), then pid: each replica here gets one of its own
     # (127.0.0.{20-k}), so that torch's order is the reverse of the replicas'.
     app = ddp(str(tmp_path), script=str(JOBS / "report.py"), j="8x1")
     role = app.roles[0]

@@ -64,6 +64,9 @@ def test_2x8_every_rank_drives_its_gpu_from_the_cpus_of_its_socket(runner: Runne
             assert {int(cpu) for cpu in affinity.split(", ")} <= {0, 1}, affinity
     status = runner.status(handle)
     assert status is not None and sorted(r.hostname for r in status.roles[0].replicas) == ["node1", "node2"]
+    # Every GPU of its node: each replica got the whole node.
+    script = next(Path(cfg["job_dir"]).glob("*/batch.sh")).read_text()
+    assert "#SBATCH --exclusive\n" in script and "#SBATCH --gpus-per-node=8\n" in script
 
 
 def test_2_of_8_gpus_while_socket_0s_are_taken_are_planned_on_socket_1(runner: Runner, cfg: dict[str, str]) -> None:

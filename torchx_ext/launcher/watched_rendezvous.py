@@ -100,7 +100,8 @@ def _create_handler(params: Any) -> Any:
             **config,
         )
     )
-    return _watched_handler_class()(inner, timeout, restarts, params.endpoint, _store_loss_handler[0], node_rank)
+    return _watched_handler_class()(inner, timeout, restarts, params.endpoint, _store_loss_handler[0], node_rank,
+                                    params.local_addr)
 
 
 def _watched_handler_class() -> type:
@@ -108,9 +109,10 @@ def _watched_handler_class() -> type:
 
     class WatchedRendezvousHandler(RendezvousHandler):  # type: ignore[misc]  # torch is untyped here
         def __init__(self, inner: Any, timeout_s: float, restarts: int, endpoint: str,
-                     on_store_loss: Callable[[Loss], None], node_rank: int) -> None:
+                     on_store_loss: Callable[[Loss], None], node_rank: int, local_addr: str | None) -> None:
             self._inner = inner
             self._node_rank = node_rank
+            self._local_addr = local_addr
             self._timeout_s = timeout_s
             self._restarts_left = restarts
             self._restarts = restarts
@@ -135,7 +137,7 @@ def _watched_handler_class() -> type:
                 if previous is not None:
                     previous.stop()
             if self._node_rank >= 0:
-                info = in_node_rank_order(info, self._node_rank)
+                info = in_node_rank_order(info, self._node_rank, self._local_addr, bool(self._inner.use_agent_store))
             if info.world_size > 1 and self._timeout_s > 0:
                 self._watch = RoundWatch(
                     info.store, info.rank, info.world_size, self._timeout_s, self._on_loss, self._endpoint
@@ -186,16 +188,21 @@ def _watched_handler_class() -> type:
     return WatchedRendezvousHandler
 
 
-def in_node_rank_order(info: Any, node_rank: int) -> Any:
+def in_node_rank_order(info: Any, node_rank: int, local_addr: str | None, shared_store: bool) -> Any:
     """``info`` (torch's RendezvousInfo) with ``node_rank`` as its rank when every node of the round
-    gave a distinct one of 0 to N-1; else as it is, in torch's order (by address, then pid).
+    gave a distinct one of 0 to N-1; else as it is, in torch's order (by host name or --local-addr, then pid).
 
-    torch's c10d ranks agents by host address, so replica k of a scheduler need not run group rank
+    torch's c10d ranks agents by host name, so replica k of a scheduler need not run group rank
     k: the first replica's log is then not rank 0's, nor rank r on the node a user expects. Every
     node publishes its rank in the round's store and reads all of them: all take the same choice.
-    Only the ranks change: the agent that torch ranked 0 still serves the workers' store, which
-    every worker finds through the round's store."""
+    With the agents' store shared (``shared_store``), the workers find it where torch's rank 0
+    serves it, whatever the ranks. Without (``--max-restarts``: a fresh store per attempt), global
+    rank 0's worker serves the workers' store at MASTER_ADDR: that must be the new rank 0's host,
+    so it is published again, by the new rank 0 (under keys of our own: torch's rank 0 has
+    published its own already)."""
+    from torch.distributed import PrefixStore
     from torch.distributed.elastic.rendezvous import RendezvousInfo
+    from torch.distributed.elastic.rendezvous.api import RendezvousStoreInfo
 
     store = info.store
     store.set(f"{_NODE_RANK_PREFIX}{info.rank}", str(node_rank))
@@ -204,7 +211,10 @@ def in_node_rank_order(info: Any, node_rank: int) -> Any:
         logger.info("group ranks in torch's order: the nodes' --node-rank values %s are not 0 to %d, each once",
                     given, info.world_size - 1)
         return info
-    return RendezvousInfo(store, node_rank, info.world_size, info.bootstrap_store_info)
+    bootstrap = info.bootstrap_store_info
+    if not shared_store:
+        bootstrap = RendezvousStoreInfo.build(node_rank, PrefixStore("torchx_ext.bootstrap/", store), local_addr=local_addr)
+    return RendezvousInfo(store, node_rank, info.world_size, bootstrap)
 
 
 def exit_for_store_loss(loss: Loss, exit_code: int, write_report: Callable[[str], None]) -> None:
