@@ -1,8 +1,8 @@
 """GPU jobs on the test Slurm without GPUs: each node offers gpu:h100:8 (fake GRES on /dev/tty
 device nodes, scripts/slurm_cluster.sh), laid out as tests/fixtures/sysfs/gpu-2socket-8: GPUs 0-2
 and 4 next to socket 0, 3 and 5-7 next to socket 1 (PCI order is not NUMA order for 3 and 4).
-Each launcher plans for that snapshot, passed as a user would (``PET_NUMA_SYSFS_ROOT``), and
-says so; Slurm's CUDA_VISIBLE_DEVICES decides which GPU each local rank drives."""
+Each launcher plans for that snapshot, passed as a user would (``PET_NUMA_SYSFS_ROOT``, and
+``PET_NUMA_DEVICE_KIND=gpu``: this torch is a CPU build), and says so; Slurm's CUDA_VISIBLE_DEVICES decides which GPU each local rank drives."""
 
 from __future__ import annotations
 
@@ -37,8 +37,9 @@ def cfg(slurm_cluster: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def gpu_job(j: str, gpu: int) -> object:
+    # GPU ranks, though this torch is a CPU build (a CUDA build plans them by itself).
     return ddp(script=GPU_RANK, j=j, gpu=gpu, cpu=1, memMB=500, numa_binding="node",
-               env={"PET_NUMA_SYSFS_ROOT": SNAPSHOT})
+               env={"PET_NUMA_SYSFS_ROOT": SNAPSHOT, "PET_NUMA_DEVICE_KIND": "gpu"})
 
 
 def plans(runner: Runner, handle: str, replica: int) -> tuple[str, dict[int, tuple[str, int, int, str]]]:

@@ -26,6 +26,8 @@ def test_two_replicas_on_a_dgx_get_a_numa_node_its_memory_and_its_gpus_each(mach
     assert (first.cpuset_cpus, first.cpuset_mems, first.gpus) == ("0-55,112-167", "0", (0, 1, 2, 3))
     assert (second.cpuset_cpus, second.cpuset_mems, second.gpus) == ("56-111,168-223", "1", (4, 5, 6, 7))
     assert first.gpu_vendor == "nvidia"
+    # The container sees its GPUs as 0-3; the launcher learns which of the host's they are.
+    assert (first.env["NVIDIA_VISIBLE_DEVICES"], second.env["NVIDIA_VISIBLE_DEVICES"]) == ("0,1,2,3", "4,5,6,7")
     text = describe_request(request)
     assert "train/0: container=train-abcd1234-train-0" in text
     assert "cpuset_cpus=0-55,112-167 cpuset_mems=0 gpus=0,1,2,3" in text

@@ -76,3 +76,16 @@ def test_a_snapshot_of_another_host_is_planned_whole_and_bound_within_this_hosts
     for rank, binding in zip(plan.ranks, bindings):
         assert binding.cpus is not None and parse_cpulist(binding.cpus) == (rank.cpus & mine or mine)
         assert binding.numa_node is None  # its NUMA nodes need not exist here
+
+
+def test_in_a_container_of_nvidias_runtime_rank_r_takes_the_rth_of_the_hosts_gpus_it_got(machine_root: MachineRoot) -> None:
+    # Sysfs shows the whole host; NVIDIA_VISIBLE_DEVICES names the GPUs this container got.
+    root = str(machine_root("dgx-h100"))
+    plan, _ = plan_workers(2, "node", sysfs_root=root, dry_run=True, device_kind="gpu",
+                           env={"NVIDIA_VISIBLE_DEVICES": "5,4"})
+    assert [(rank.gpu_pci_address, rank.numa_node) for rank in plan.ranks] == [
+        (DGX_H100.gpu_pci_address(4), 1), (DGX_H100.gpu_pci_address(5), 1)]
+    # Device UUIDs (Kubernetes' device plugin) cannot be mapped: mode auto goes on unbound.
+    unbound, _ = plan_workers(2, "auto", sysfs_root=root, dry_run=True, device_kind="gpu",
+                              env={"NVIDIA_VISIBLE_DEVICES": "GPU-0b7f,GPU-77aa"})
+    assert unbound.mode == "none"

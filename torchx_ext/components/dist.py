@@ -266,10 +266,6 @@ def _app(
         "--role", "",
         "--numa-binding", numa_binding,
     ]
-    if resource.gpu > 0:
-        # The job asked for GPUs: its ranks are GPU ranks, whatever torch of the launcher's
-        # environment can see (a CPU build, a GPU not yet visible to it).
-        args += ["--numa-device-kind", "gpu"]
     if max_nodes == 1:
         if rdzv_backend != "static":
             args += ["--rdzv-endpoint", "localhost:0"]  # one agent: any free port will do

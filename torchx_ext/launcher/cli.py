@@ -81,9 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--numa-dry-run; a snapshot of another host's is planned for that host's CPUs, and applied within ours)",
     )
     parser.add_argument(
-        "--numa-device-kind", "--numa_device_kind", default=None, metavar="KIND",
-        help="plan GPU ranks (gpu) or CPU-only ranks (cpu); default: from --nproc-per-node gpu|cpu, "
-        "else gpu when torch has CUDA/ROCm and enough GPUs are visible",
+        "--numa-device-kind", "--numa_device_kind", action=env, default=None, metavar="KIND",
+        help="plan GPU ranks (gpu) or CPU-only ranks (cpu), or $PET_NUMA_DEVICE_KIND; default: from "
+        "--nproc-per-node gpu|cpu, else gpu when torch has CUDA/ROCm and enough GPUs are visible",
     )
     parser.add_argument(
         "--rdzv-endpoint-env", "--rdzv_endpoint_env", metavar="NAME",

@@ -24,7 +24,8 @@ from torchx_ext.numa.cpulist import format_cpulist
 from torchx_ext.numa.topology import Gpu, Topology
 from torchx_ext.options import DEVICE_KINDS, MODES
 
-VISIBLE_DEVICES_ENV_VARS = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
+VISIBLE_DEVICES_ENV_VARS = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
+NVIDIA_VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 
 
 @dataclass(frozen=True)
@@ -100,11 +101,21 @@ def _is_number(text: str) -> bool:
 
 
 def visible_devices_from_env(env: Mapping[str, str]) -> tuple[int, ...] | None:
-    """The visible GPU indices an environment selects, or None when it selects all."""
+    """The visible GPU indices an environment selects, or None when it selects all.
+
+    Inside a container of NVIDIA's runtime (Docker's device requests, Kubernetes' device plugin)
+    ``NVIDIA_VISIBLE_DEVICES`` names the host's GPUs the container got, while sysfs still shows
+    every GPU of the host: CUDA there numbers the GPUs it got from 0, in PCI order, so their
+    host indices, sorted, are what local rank r takes. UUIDs and MIG names cannot be mapped."""
     for name in VISIBLE_DEVICES_ENV_VARS:
         if name in env:
             return parse_visible_devices(env[name], source=name)
-    return None
+    given = env.get(NVIDIA_VISIBLE_DEVICES)
+    if given is None or given.strip() in ("", "all"):
+        return None
+    if given.strip() in ("none", "void"):
+        return ()
+    return tuple(sorted(parse_visible_devices(given, source=NVIDIA_VISIBLE_DEVICES)))
 
 
 def plan_binding(

@@ -135,7 +135,7 @@ def build_request(
                         ERROR_FILE_ENV: ERROR_FILE,
                         REPLICA_ENV: f"{role.name}/{replica_id}",
                         **({LIVENESS_FILE_ENV: LIVENESS_FILE} if runs_our_launcher(resolved.entrypoint, resolved.args) else {}),
-                        **_amd_env(role, piece, vendor),
+                        **_gpu_env(role, piece, vendor),
                         **resolved.env,
                     },
                     labels={
@@ -271,12 +271,15 @@ def _gpu_warnings(app: specs.AppDef, slices: list[ReplicaSlice]) -> list[str]:
     return warnings
 
 
-def _amd_env(role: specs.Role, piece: ReplicaSlice | None, vendor: str) -> dict[str, str]:
-    # NVIDIA's runtime shows a container only its device ids; AMD's devices are passed whole
-    # (/dev/kfd, /dev/dri), so the ROCm runtime is told which ones are this replica's.
-    if vendor != "amd" or role.resource.gpu <= 0:
+def _gpu_env(role: specs.Role, piece: ReplicaSlice | None, vendor: str) -> dict[str, str]:
+    # AMD's devices are passed whole (/dev/kfd, /dev/dri), so the ROCm runtime is told which ones
+    # are this replica's. NVIDIA's runtime shows a container only its devices, numbered from 0;
+    # NVIDIA_VISIBLE_DEVICES (what the runtime itself reads) tells the launcher which of the
+    # host's GPUs, in sysfs, they are.
+    if role.resource.gpu <= 0:
         return {}
-    return {"ROCR_VISIBLE_DEVICES": ",".join(map(str, _gpus(role, piece, vendor)))}
+    name = "ROCR_VISIBLE_DEVICES" if vendor == "amd" else "NVIDIA_VISIBLE_DEVICES"
+    return {name: ",".join(map(str, _gpus(role, piece, vendor)))}
 
 
 def _mount(mount: object, role: str) -> Mount:
