@@ -111,3 +111,13 @@ def test_a_gpu_type_the_cluster_lacks_is_slurms_reason_in_one_line(runner: Runne
     assert "\n" not in message and "sbatch refused the job" in message, message
     assert "with --gpus-per-node=a100:2: sbatch: error: Batch job submission failed: Requested node configuration is " \
            "not available" in message, message
+
+
+def test_a_named_hosts_gpu_model_is_asked_as_the_gres_type_only_where_the_cluster_names_it_so(
+    runner: Runner, cfg: dict[str, str]
+) -> None:
+    typed = runner.dryrun(ddp(script=GPU_RANK, j="1x8", h="dgx_h100"), "slurm", cfg=cfg)
+    assert "#SBATCH --gpus-per-node=h100:8\n" in typed.request.script  # the test cluster's GPUs are gpu:h100
+    assert "#SBATCH --exclusive\n" in typed.request.script  # every GPU of a node
+    untyped = runner.dryrun(ddp(script=GPU_RANK, j="1x8", h="aws_p4d.24xlarge"), "slurm", cfg=cfg)
+    assert "#SBATCH --gpus-per-node=8\n" in untyped.request.script  # A100s: no node says a100

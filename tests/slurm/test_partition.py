@@ -73,7 +73,8 @@ def test_a_node_cut_off_the_network_is_given_up_and_the_job_resumes_on_a_spare_n
             assert [entry[0] for entry in history] == list(range(STEPS)), history
             status = runner.status(handle)
             assert status is not None and status.num_restarts == 1, status
-            assert f"Slurm requeued the job (a node failed): replica {role}/1 ({cut.name})" in status.msg, status.msg
+            assert f"Slurm requeued the job (a node failure, a preemption or scontrol requeue): replica {role}/1 " \
+                   f"({cut.name})" in status.msg, status.msg
             final_nodes = {replica.hostname for replica in status.roles[0].replicas}
             assert cut.name not in final_nodes, final_nodes
             assert cluster.node_states()[cut.name].startswith("down"), cluster.node_states()

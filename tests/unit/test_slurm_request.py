@@ -24,7 +24,7 @@ from torchx_ext.schedulers.slurm.job_view import (
     replica_state,
     slurm_job,
 )
-from torchx_ext.schedulers.slurm.options import sbatch_options
+from torchx_ext.schedulers.slurm.options import gpu_type_of, partition_of, sbatch_options
 from torchx_ext.schedulers.slurm.records import JobDir
 from torchx_ext.schedulers.slurm.request import build_request
 from torchx_ext.schedulers.slurm.step import record_requeue
@@ -191,9 +191,11 @@ def test_a_requeued_run_is_one_more_restart_within_max_retries(tmp_path: Path) -
 
     assert record_requeue(job, "train", max_retries=1) == 1
     assert job.read_restarts("train") == 1
-    assert job.read_last_failure("train") == "Slurm requeued the job (a node failed): replica train/1 (n2) exited with code 1"
+    assert job.read_last_failure("train") == (
+        "Slurm requeued the job (a node failure, a preemption or scontrol requeue): replica train/1 (n2) exited with code 1")
     with pytest.raises(SystemExit, match=r"restart 2 of role train, over its max_retries \(1\)"):
         record_requeue(job, "train", max_retries=1)
+    assert job.read_restarts("train") == 1  # the run that did not happen is not counted
 
 
 @pytest.mark.parametrize("h, cfg, asked", [
@@ -206,7 +208,8 @@ def test_gpus_are_asked_per_node_with_the_gres_type_when_there_is_one(h: str | N
                                                                       asked: str) -> None:
     app = ddp(script="train.py", j="2x2", h=h) if h else ddp(script="train.py", j="2x2", gpu=2)
     request = build_request(app, job_dir="/shared/jobs/train-x", cwd="/home/me", interpreter="/venv/bin/python",
-                            options=sbatch_options(cfg), gpu_type=cfg.get("gpu_type"))
+                            options=sbatch_options(cfg),
+                            gpu_types=[gpu_type_of(cfg.get("gpu_type"), role.resource) for role in app.roles])
     step = next(line for line in request.script.splitlines() if line.startswith("srun "))
 
     assert f"#SBATCH {asked}\n" in request.script and f" {asked} " in step
@@ -215,8 +218,26 @@ def test_gpus_are_asked_per_node_with_the_gres_type_when_there_is_one(h: str | N
 
 def test_a_bad_gpu_type_is_one_line_naming_it() -> None:
     with pytest.raises(InvalidArgumentError, match=r"invalid gpu_type 'h100:8': expected a GRES type"):
-        build_request(ddp(script="train.py", j="1x2", gpu=2), job_dir="/j", cwd="/c", interpreter="/p", options=[],
-                      gpu_type="h100:8")
+        gpu_type_of("h100:8", ddp(script="train.py", j="1x2", gpu=2).roles[0].resource)
+
+
+@pytest.mark.parametrize("options, env, partition", [
+    (["--partition=gpu"], {}, "gpu"),
+    (["--partition=gpu", "-p batch"], {}, "batch"),  # sbatch_args come last and win
+    ([], {"SBATCH_PARTITION": "long"}, "long"),
+    ([], {}, None),  # the cluster's default
+])
+def test_the_partition_is_the_one_sbatch_will_use(options: list[str], env: dict[str, str], partition: str | None,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SBATCH_PARTITION", raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert partition_of(options) == partition
+
+
+def test_whole_nodes_come_before_a_users_sbatch_args() -> None:
+    options = sbatch_options({"sbatch_args": ["--oversubscribe"]}, whole_nodes=True)
+    assert options == ["--exclusive", "--oversubscribe"]
 
 
 @pytest.mark.parametrize("sinfo, partition, gpu_type, most", [

@@ -84,8 +84,11 @@ def plan_workers(
         # and the worker still learns them through TORCHX_EXT_CPUS.
         if snapshot is not None:
             # Planned for another host's CPUs: bind within those that exist here (none: all of
-            # ours), and leave memory alone (its NUMA nodes need not exist here).
-            bindings.append(WorkerBinding(format_cpulist(rank.cpus & here or here), None, threads))
+            # ours), no more threads than those, and leave memory alone (its NUMA nodes need not
+            # exist here).
+            bound = rank.cpus & here or here
+            bindings.append(WorkerBinding(format_cpulist(bound), None, None if threads is None else
+                                          max(1, min(threads, len(bound)))))
             continue
         bindings.append(
             WorkerBinding(None if dry_run else format_cpulist(rank.cpus), None if dry_run else rank.numa_node, threads)

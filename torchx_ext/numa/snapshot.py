@@ -37,7 +37,14 @@ def snapshot_sysfs(destination: str | os.PathLike[str], sysfs_root: str | os.Pat
             raise TorchxExtError(f"cannot write the snapshot under {target}: {error}") from error
         copied += 1
     mark = {"host": socket.gethostname(), "taken": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-    (target / SNAPSHOT_MARK).write_text(json.dumps(mark) + "\n")
+    try:
+        text = (source / SNAPSHOT_MARK).read_text()  # a snapshot's copy shows the same host
+    except OSError:
+        text = json.dumps(mark) + "\n"
+    try:
+        (target / SNAPSHOT_MARK).write_text(text)
+    except OSError as error:
+        raise TorchxExtError(f"cannot write the snapshot under {target}: {error}") from error
     return copied
 
 

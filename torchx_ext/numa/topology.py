@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -184,13 +185,15 @@ SNAPSHOT_MARK = "torchx_ext-snapshot.json"
 
 
 def snapshot_host(sysfs_root: str | os.PathLike[str]) -> str | None:
-    """The host a snapshot tree was taken on; None for a tree that is no snapshot (``/sys``, or
-    this host's sysfs mounted elsewhere, as ``/host/sys`` in a container: its CPUs are ours)."""
+    """The other host a snapshot tree was taken on; None for a tree that is no snapshot (``/sys``,
+    or this host's sysfs mounted elsewhere, as ``/host/sys`` in a container) or one of this host:
+    their CPUs are ours."""
     try:
         mark = json.loads((Path(sysfs_root) / SNAPSHOT_MARK).read_text())
     except (OSError, ValueError):
         return None
-    return str(mark.get("host") or "an unnamed host") if isinstance(mark, dict) else None
+    host = str(mark.get("host") or "an unnamed host") if isinstance(mark, dict) else None
+    return None if host == socket.gethostname() else host
 
 
 def is_this_host(sysfs_root: str | os.PathLike[str]) -> bool:

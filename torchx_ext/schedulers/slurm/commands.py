@@ -129,6 +129,10 @@ class JobStates:
             found.update(self._squeue(missing))
         return found
 
+    def queued(self, job_id: str) -> SlurmJob | None:
+        """The job as the controller holds it now (``squeue``); None once it forgot it."""
+        return self._squeue([job_id]).get(job_id)
+
     @staticmethod
     def _squeue(job_ids: list[str]) -> dict[str, SlurmJob]:
         done = run(["squeue", "-h", "--states=all", "-o", "%i|%T|%r", "-j", ",".join(job_ids)], check=False)

@@ -5,6 +5,7 @@ written or queued. Values Slurm itself must judge (does the partition exist?) ar
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from typing import Any, List, Optional, TypedDict
@@ -82,8 +83,9 @@ def slurm_runopts(default_job_dir: str) -> runopts:
     return opts
 
 
-def sbatch_options(cfg: Mapping[str, Any]) -> list[str]:
-    """The ``#SBATCH`` options ``cfg`` asks for (besides those of the job's shape), checked."""
+def sbatch_options(cfg: Mapping[str, Any], whole_nodes: bool = False) -> list[str]:
+    """The ``#SBATCH`` options ``cfg`` asks for (besides those of the job's shape), checked;
+    ``--exclusive`` also for ``whole_nodes``, before ``sbatch_args`` (which may say otherwise)."""
     options = []
     for key, option in SBATCH_OPTION_OF.items():
         value = cfg.get(key)
@@ -98,7 +100,7 @@ def sbatch_options(cfg: Mapping[str, Any]) -> list[str]:
                 raise InvalidArgumentError(f"invalid mail_type {text!r} ({', '.join(unknown)}): expected a list of "
                                            f"{', '.join(MAIL_TYPES)}")
         options.append(f"{option}={text}")
-    if cfg.get("exclusive"):
+    if cfg.get("exclusive") or whole_nodes:
         options.append("--exclusive")
     for extra in cfg.get("sbatch_args") or []:
         text = _one_line("sbatch_args", extra)
@@ -128,6 +130,16 @@ def gpu_type_of(given: object, resource: Resource) -> str:
 
 
 _GRES_TYPE = re.compile(r"[A-Za-z0-9_.-]+")
+
+
+def partition_of(options: list[str]) -> str | None:
+    """The partition ``options`` (the checked ``#SBATCH`` options) name, else ``$SBATCH_PARTITION``'s
+    (sbatch reads it too); None: the cluster's default."""
+    for option in reversed(options):
+        match = re.fullmatch(r"(?:--partition[= ]|-p[= ]?)\s*(\S+)", option)
+        if match:
+            return match[1]
+    return os.environ.get("SBATCH_PARTITION") or None
 
 
 def _one_line(key: str, value: object) -> str:

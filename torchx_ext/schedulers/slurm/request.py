@@ -36,16 +36,18 @@ def build_request(
     interpreter: str,
     options: list[str],
     exclusive: bool = False,
-    gpu_type: str | None = None,
+    gpu_types: list[str] | None = None,
 ) -> SlurmJobRequest:
     """The request for ``app``; ``options``: the checked ``#SBATCH`` options of its ``-cfg``;
-    ``gpu_type``: its ``-cfg gpu_type`` (None: each role's named resource says)."""
+    ``gpu_types``: the GRES type to ask each role's GPUs of ("": any; None: as each role's named
+    resource says)."""
     for path, what in ((job_dir, "job_dir"), (cwd, "the current directory")):
         if "\n" in path or "\r" in path:
             raise InvalidArgumentError(f"{what} {path!r} holds a line break, which an #SBATCH line cannot: use another")
     roles = [_role_request(role, cwd, interpreter) for role in app.roles]
     job_name = _JOB_NAME_INVALID.sub("-", app.name).strip("-") or "torchx"
-    gpu_types = [gpu_type_of(gpu_type, role.resource) for role in app.roles]
+    if gpu_types is None:
+        gpu_types = [gpu_type_of(None, role.resource) for role in app.roles]
     script = batch_script(job_name, JobDir(Path(job_dir)), cwd, roles, app.roles, options, interpreter, exclusive,
                           gpu_types)
     return SlurmJobRequest(app_name=app.name, job_dir=job_dir, roles=roles, script=script, options=options)

@@ -31,7 +31,7 @@ from torchx_ext.schedulers.common.scheduler import ReplicaReport, SchedulerShell
 from torchx_ext.schedulers.common.states import State, app_state, restarts_message
 from torchx_ext.schedulers.slurm.commands import JobStates, most_gpus_per_node, sbatch, scancel
 from torchx_ext.schedulers.slurm.job_view import SlurmJob, forgotten_job_state, replica_state
-from torchx_ext.schedulers.slurm.options import SlurmOpts, gpu_type_of, sbatch_options, slurm_runopts
+from torchx_ext.schedulers.slurm.options import SlurmOpts, gpu_type_of, partition_of, sbatch_options, slurm_runopts
 from torchx_ext.schedulers.slurm.records import (
     JobDir,
     StepEnd,
@@ -49,28 +49,42 @@ from torchx_ext.schedulers.slurm.request import build_request, describe_request
 TAIL_STATE_POLL_S = 2.0
 
 
-def whole_nodes_of_gpus(app: AppDef, cfg: SlurmOpts) -> bool:
-    """Whether every role asks all the GPUs a node of the partition has (then each replica gets
-    its whole node: no one else's job shares its CPUs, and its plan covers them all). A role
-    asking more GPUs than any node has is refused here, in one line, before anything is queued;
-    where ``sinfo`` cannot tell, or no node has GPUs of the type asked for, sbatch judges."""
+def gpu_requests(app: AppDef, cfg: SlurmOpts, partition: str | None) -> tuple[list[str], bool]:
+    """The GRES type to ask each role's GPUs of, and whether every replica asks all the GPUs a node
+    of ``partition`` has (then each gets its whole node: no one else's job shares its CPUs, and
+    its plan covers them all), as ``sinfo`` tells.
+
+    A named resource's GPU model is asked as the type only where the partition's nodes name it so
+    (clusters name theirs as they like: ``h100``, ``nvidia_h100_80gb_hbm3``, or none), a
+    ``-cfg gpu_type`` always. A role asking more GPUs than any node has is refused here, in one
+    line, before anything is queued; where ``sinfo`` cannot tell, or no node has GPUs of the type
+    given, sbatch judges (and says why in one line)."""
+    given = cfg.get("gpu_type")
+    types: list[str] = []
     whole = bool(app.roles)
     for role in app.roles:
+        kind = gpu_type_of(given, role.resource)
         gpus = int(role.resource.gpu or 0)
         if gpus <= 0:
-            return False
-        kind = gpu_type_of(cfg.get("gpu_type"), role.resource)
-        most = most_gpus_per_node(cfg.get("partition"), kind)
+            types.append(kind)
+            whole = False
+            continue
+        most = most_gpus_per_node(partition, kind)
+        if kind and not given and most == 0:
+            kind, most = "", most_gpus_per_node(partition, "")
+        types.append(kind)
         if most is None or (most == 0 and kind):
-            return False
+            whole = False
+            continue
         if gpus > most:
-            where = f"partition {cfg['partition']!r}" if cfg.get("partition") else "the default partition"
+            where = f"partition {partition!r}" if partition else "the default partition"
+            has = f"more than {most}" if most else "any"
             raise InvalidArgumentError(
                 f"role {role.name!r} asks {gpus} GPUs{f' of type {kind}' if kind else ''} per node, but no node of "
-                f"{where} has more than {most}: ask at most {most} per replica (--gpu {most}, or a named resource "
-                "that fits) and more replicas with -j")
+                f"{where} has {has}: ask at most {most} per replica (--gpu N, or a named resource that fits) and "
+                "more replicas with -j, or another partition")
         whole = whole and gpus == most
-    return whole
+    return types, whole
 
 
 class SlurmScheduler(SchedulerShell[SlurmOpts]):
@@ -83,10 +97,10 @@ class SlurmScheduler(SchedulerShell[SlurmOpts]):
 
     def _submit_dryrun(self, app: AppDef, cfg: SlurmOpts) -> AppDryRunInfo:
         options = sbatch_options(cfg)
-        exclusive = bool(cfg.get("exclusive"))
-        if not exclusive and whole_nodes_of_gpus(app, cfg):
-            options.append("--exclusive")
-            exclusive = True
+        gpu_types, whole_nodes = gpu_requests(app, cfg, partition_of(options))
+        if whole_nodes:
+            options = sbatch_options(cfg, whole_nodes=True)
+        exclusive = bool(cfg.get("exclusive")) or whole_nodes
         parent = Path(cfg.get("job_dir") or default_job_dirs()).absolute()
         request = build_request(
             app,
@@ -95,7 +109,7 @@ class SlurmScheduler(SchedulerShell[SlurmOpts]):
             interpreter=sys.executable,
             options=options,
             exclusive=exclusive,
-            gpu_type=cfg.get("gpu_type"),
+            gpu_types=gpu_types,
         )
         return AppDryRunInfo(request, describe_request)
 
@@ -231,6 +245,11 @@ class SlurmScheduler(SchedulerShell[SlurmOpts]):
             reported = forgotten_job_state(codes, cancelled)
         elif reported.terminal and cancelled and reported.state is not State.CANCELLED:
             reported = SlurmJob(State.CANCELLED, reported.slurm_state, "cancelled by request")
+        elif reported.terminal and reported.slurm_state.split(" ")[0] in REQUEUED_AFTER and _requeues(job):
+            # Accounting records the run that ended so; the controller may have queued the job again.
+            queued = self._states.queued(app_id)
+            if queued is not None and not queued.terminal:
+                return queued
         if reported.terminal:
             _keep_end(job, reported)
         return reported
@@ -242,6 +261,20 @@ def create_scheduler(session_name: str, **kwargs: Any) -> SlurmScheduler:
 
 def default_job_dirs() -> Path:
     return state_root() / "runs"
+
+
+REQUEUED_AFTER = ("NODE_FAIL", "PREEMPTED")
+
+
+def _requeues(job: JobDir) -> bool:
+    """Whether the job was submitted to be requeued (after a node failure or a preemption)."""
+    try:
+        lines = job.script.read_text().splitlines()
+    except OSError:
+        return False
+    options = [line.split(" ", 1)[1].strip() for line in lines if line.startswith("#SBATCH ")]
+    return next((option == "--requeue" for option in reversed(options) if option in ("--requeue", "--no-requeue")),
+                False)
 
 
 def _submitted_at(job: JobDir) -> float:

@@ -135,14 +135,17 @@ def record_requeue(job: JobDir, role_name: str, max_retries: int) -> int:
     not say so itself) as one restart of the role, and say what failed in the run before; the
     restarts so far, or a SystemExit once they exceed ``max_retries``."""
     restarts = job.read_restarts(role_name) + 1
-    write_atomically(job.restarts(role_name), str(restarts))
     failure = _failure(job, role_name)
-    write_atomically(job.last_failure(role_name),
-                     f"Slurm requeued the job (a node failed){': ' + failure if failure else ''}")
+    write_atomically(job.last_failure(role_name), f"{REQUEUED}{': ' + failure if failure else ''}")
     if restarts > max_retries:
         raise SystemExit(f"slurm step: Slurm requeued the job, restart {restarts} of role {role_name}, "
                          f"over its max_retries ({max_retries}); not running it again")
+    write_atomically(job.restarts(role_name), str(restarts))
     return restarts
+
+
+# SLURM_RESTART_COUNT does not say why.
+REQUEUED = "Slurm requeued the job (a node failure, a preemption or scontrol requeue)"
 
 
 def _failure(job: JobDir, role_name: str) -> str:
