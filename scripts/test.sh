@@ -53,14 +53,17 @@ echo "=== mypy (with torchx ${lines[0]})"
 # does is the schedulers' and the launcher's own; the torchx-facing code they go through is the
 # conformance suite's, which runs on every line. Likewise the engines' own slow cases: sixteen
 # local jobs at once, the engine fixture's and the test Kubernetes API server's own checks (no
-# torchx in them), and Slurm's time limit (a whole minute).
+# torchx in them), and Slurm's time limit (a whole minute); and the Kubernetes and Slurm
+# schedulers' own suites (backends, placement, GPUs, limits: what they ask of the cluster),
+# whose calls into torchx (run, status, log, cancel, dry run) are the conformance suite's too.
 first_line_only=(integration/test_bind integration/test_launcher integration/test_launcher_api
                  integration/test_launcher_in_process integration/test_launcher_output integration/test_launcher_watchdog
                  integration/test_partition slurm/test_partition integration/test_group_rank
                  integration/test_launcher_parity integration/test_worker_start integration/test_numa_cli
                  unit/test_plan_properties unit/test_placement conformance/test_faults
-                 integration/test_local_concurrency docker/test_engine_fixture kubernetes/test_apiserver)
-first_line_only_tests=(slurm/test_slurm.py::test_a_job_over_its_time_limit_is_failed_saying_so)
+                 integration/test_local_concurrency docker/test_engine_fixture kubernetes/test_apiserver
+                 kubernetes/test_backends kubernetes/test_kubernetes slurm/test_slurm slurm/test_gpus)
+first_line_only_tests=()
 failed=()
 for line in "${lines[@]}"; do
   echo "=== torchx $line: pytest"
