@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Protocol
 
 from torchx.specs import AppDryRunInfo
 
@@ -21,12 +21,13 @@ class JobDirectory:
     def request(self) -> Path:
         return self.path / "request.json"
 
+
+class WithRequest(Protocol):
     def read_request(self) -> Any:
         """The job's request; JobRecordError (naming the file) when it cannot be read."""
-        raise NotImplementedError
 
 
-def submitted_request(job: Optional[JobDirectory], describe: Callable[[Any], str]) -> Optional[AppDryRunInfo]:
+def submitted_request(job: Optional[WithRequest], describe: Callable[[Any], str]) -> Optional[AppDryRunInfo]:
     """The request ``job`` was submitted with, shown as its dry run was (torchx-nightly's
     ``describe_native``); None for no job, or one whose request cannot be read."""
     try:
