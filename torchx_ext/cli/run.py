@@ -131,6 +131,9 @@ def _cancel_on_interrupt(runner: Any, app_handle: str) -> NoReturn:
     else:
         print(f"job being cancelled: {app_handle} (still {status.state} after {_CANCEL_WAIT_S:.0f} s; "
               f"`torchx status {app_handle}` says when it has ended)", file=sys.stderr)
+    # Said and done: another Ctrl+C while the interpreter shuts down (which gives SIGINT back its
+    # default action, but leaves an ignored one ignored) would end it by the signal, not with 130.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     sys.exit(exit_codes.INTERRUPTED)
 
 
