@@ -26,7 +26,7 @@ sys.path.insert(0, str(HERE.parents[1]))
 
 from torchx_ext.launcher.bootstrap import BOOTSTRAP_CODE, WorkerBinding, encode_plan  # noqa: E402
 
-JOB = str(HERE / "trivial_allreduce.py")
+JOB = str(HERE / "first_step_job.py")
 
 
 def timed(command: list[str], env: dict[str, str]) -> float:

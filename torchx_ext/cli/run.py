@@ -30,17 +30,23 @@ from typing import Any, NoReturn
 
 from torchx.cli.cmd_run import CmdRun
 from torchx.runner import get_runner
-from torchx.specs import AppState, AppStatus
+from torchx.specs import AppState, AppStatus, parse_app_handle
 
 from torchx_ext import exit_codes
 from torchx_ext.cli.component_help import OUR_COMPONENTS, checked_component_args, component_help
 from torchx_ext.cli.one_line import fail, one_line_errors
+from torchx_ext.cli.progress import ProgressPrinter
 from torchx_ext.cli.summary import failure_summary
 from torchx_ext.errors import InvalidArgumentError
+from torchx_ext.schedulers.common.scheduler import SchedulerShell
 
 logger = logging.getLogger("torchx.cli.cmd_run")
 
 _CANCEL_WAIT_S = 60.0
+RECHECK_S = 5.0
+"""How often a waiting CLI reads the job's state even when its scheduler's watch saw nothing: what
+no watch shows (a Slurm job's pending reason, a job ended from outside) is said within this."""
+TICK_S = 1.0
 
 
 class CheckedRun(CmdRun):
@@ -86,7 +92,12 @@ class CheckedRun(CmdRun):
         try:
             logger.info("Waiting for the app to finish...")
             log_thread = start_log_thread() if start_log_thread is not None else None
-            status = runner.wait(app_handle, wait_interval=1)
+            # In place only on a terminal that streamed logs do not write to meanwhile.
+            printer = ProgressPrinter(sys.stderr, in_place=log_thread is None and sys.stderr.isatty())
+            try:
+                status = wait_for_end(runner, app_handle, printer)
+            finally:
+                printer.close()
             if log_thread is not None:
                 log_thread.join()
         except KeyboardInterrupt:
@@ -105,6 +116,28 @@ class CheckedRun(CmdRun):
         else:
             print(failure_summary(app_handle, status), file=sys.stderr)
         sys.exit(exit_codes.FAILED)
+
+
+def wait_for_end(runner: Any, app_handle: str, printer: ProgressPrinter) -> AppStatus | None:
+    """The job's status once it has ended (None: its scheduler forgot it), saying what it waits
+    for meanwhile. Our schedulers are waited on by what they watch (``wait_for_change``), others by
+    torchx's one-second poll."""
+    scheduler_name, _, app_id = parse_app_handle(app_handle)
+    scheduler = runner._scheduler(scheduler_name)  # torchx's own lookup (and cache), on both lines
+    if not isinstance(scheduler, SchedulerShell):
+        return runner.wait(app_handle, wait_interval=1)
+    status = runner.status(app_handle)
+    read_at = time.monotonic()
+    while status is not None and not status.is_terminal():
+        printer.show(status)
+        wait_s = min(RECHECK_S, TICK_S) if printer.in_place else RECHECK_S
+        changed = scheduler.wait_for_change(app_id, wait_s)
+        if changed or time.monotonic() - read_at >= RECHECK_S:
+            status = runner.status(app_handle)
+            read_at = time.monotonic()
+        else:
+            printer.tick()
+    return status
 
 
 def _cancel_on_interrupt(runner: Any, app_handle: str) -> NoReturn:

@@ -12,18 +12,24 @@ therefore take care of three things multiprocessing does not:
 - a server the caller started itself is the caller's: it is neither used for our script
   workers (its environment and preloads are not this call's) nor stopped.
 
-No torch import: the server is started before the launcher imports torch, so the two overlap.
+The launcher's own server (``start_early``) is a fork of the launcher taken right after it imported
+what workers preload, before it starts any thread but its liveness touch: one import of torch
+in all, not one in the launcher and another in a server spawned beside it. On a replica with one
+or two CPUs (a sliced container, a Slurm task) two imports side by side take twice as long.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
+import resource
 import signal
+import socket
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NoReturn
 from multiprocessing import forkserver
 
 logger = logging.getLogger("torchx_ext.launcher")
@@ -33,16 +39,57 @@ PRELOAD_MODULES = ("torch", "torch.distributed")
 
 
 def start_early(argv: Sequence[str]) -> bool:
-    """Start the server before this process imports torch, so that the two imports overlap.
-    Judged from the raw arguments (parsing them imports torch); when in doubt it is not
-    started here, and torch starts it when the first worker is created."""
+    """Import what workers preload, then start the server as a fork of this process (see the
+    module's docstring). Judged from the raw arguments (parsing them imports torch); when in doubt
+    it is not started here, and torch starts one the usual way when the first worker is created."""
     fresh = ("--no-python", "--no_python", "--run-path", "--run_path", "--worker-start=fresh", "--worker_start=fresh")
     if any(arg in fresh for arg in argv) or "fresh" in argv or os.environ.get("PYTHON_EXEC", sys.executable) != sys.executable:
         return False
     forget_inherited()
     forkserver.set_forkserver_preload(list(PRELOAD_MODULES))
-    forkserver.ensure_running()
+    for name in PRELOAD_MODULES:
+        importlib.import_module(name)
+    _fork_server()
     return True
+
+
+def _fork_server() -> None:
+    """What ``forkserver.ensure_running`` does, with ``os.fork`` in place of a new interpreter."""
+    from multiprocessing import connection, resource_tracker
+
+    server = _server()
+    with server._lock:
+        resource_tracker.ensure_running()  # as ensure_running: workers get its descriptor
+        address = connection.arbitrary_address("AF_UNIX")  # type: ignore[attr-defined]  # private
+        with socket.socket(socket.AF_UNIX) as listener:
+            listener.bind(address)
+            os.chmod(address, 0o600)
+            listener.listen()
+            alive_r, alive_w = os.pipe()  # every client holds the write end; EOF ends the server
+            pid = os.fork()
+            if pid == 0:
+                _serve_in_fork(listener.fileno(), alive_r, alive_w)
+            os.close(alive_r)
+        server._forkserver_address = address
+        server._forkserver_alive_fd = alive_w
+        server._forkserver_pid = pid
+
+
+def _serve_in_fork(listener_fd: int, alive_r: int, alive_w: int) -> NoReturn:
+    code = 1
+    try:
+        os.close(alive_w)
+        # Nothing of the launcher's but the standard streams: its other descriptors (pipes, log
+        # files) must not be held open by the server and every worker.
+        keep = sorted({0, 1, 2, listener_fd, alive_r})
+        for low, high in zip(keep, [*keep[1:], resource.getrlimit(resource.RLIMIT_NOFILE)[0]]):
+            os.closerange(low + 1, high)
+        sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__  # not the launcher's locked wrappers
+        forkserver.main(listener_fd, alive_r, list(PRELOAD_MODULES))
+    except SystemExit:
+        code = 0  # its clients are gone
+    finally:
+        os._exit(code)
 
 
 def is_running() -> bool:

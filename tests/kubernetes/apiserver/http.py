@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
@@ -108,7 +109,9 @@ class Handler(BaseHTTPRequestHandler):
                 raise errors.ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
             self._send_log(ns, str(name), query)
             return
-        if verb == "list":
+        if verb == "list" and flag(query, "watch"):
+            self._send_watch(rtype, namespace, query)
+        elif verb == "list":
             items, version = store.list(rtype, namespace, query.get("labelSelector"))
             self._send_json(200, {"kind": f"{rtype.kind}List", "apiVersion": rtype.api_version,
                                   "metadata": {"resourceVersion": version}, "items": items})
@@ -136,6 +139,28 @@ class Handler(BaseHTTPRequestHandler):
             if not isinstance(body, dict):
                 raise errors.bad_request("the body of the request was in an unknown format")
             self._send_json(200, api.replace(store, rtype, ns, str(name), body))
+
+    def _send_watch(self, rtype: ResourceType, namespace: str | None, query: dict[str, str]) -> None:
+        """A watch: one JSON event per line, from ``resourceVersion`` (now when absent) until
+        ``timeoutSeconds`` (the server's default, 30 min, when absent) or the client leaves."""
+        store = self.server.cluster.store
+        since = int(query.get("resourceVersion") or store.resource_version)
+        deadline = time.monotonic() + float(query.get("timeoutSeconds") or 1800)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        try:
+            while (left := deadline - time.monotonic()) > 0:
+                events, since = store.changes(rtype, namespace, query.get("labelSelector"), since, min(left, 1.0))
+                for kind, obj in events:
+                    line = json.dumps({"type": kind, "object": obj}).encode() + b"\n"
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+                self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
 
     def _send_log(self, namespace: str, name: str, query: dict[str, str]) -> None:
         # Resolving the container first lets a waiting one answer 400 before any byte is streamed.

@@ -18,6 +18,8 @@ from tests.kubernetes.apiserver.resources import BY_KEY, JOBS, NAMESPACES, Obj, 
 from tests.kubernetes.apiserver.selectors import parse_selector
 
 ObjList = list[Obj]
+WatchEvents = list[tuple[str, Obj]]
+"""(event type, object) as a watch streams them."""
 Key = tuple[str, str]  # (namespace, name); namespace "" for cluster-scoped objects
 
 
@@ -35,6 +37,8 @@ class Store:
         self._changed = threading.Condition(self._lock)
         self._objects: dict[str, dict[Key, Obj]] = {key: {} for key in BY_KEY}
         self._version = 0
+        self._removed: list[tuple[int, str, Obj]] = []
+        """(version at removal, resource key, object): what a watch from an older version reports deleted."""
         for namespace in namespaces:
             self.create(NAMESPACES, "", {"metadata": {"name": namespace}})
 
@@ -152,6 +156,7 @@ class Store:
             obj = self._objects[rtype.key].pop((namespace if rtype.namespaced else "", name), None)
             if obj is not None:
                 self._version += 1
+                self._removed.append((self._version, rtype.key, copy.deepcopy(obj)))
                 self._changed.notify_all()
             return obj
 
@@ -169,6 +174,32 @@ class Store:
         """Block until the store's version differs from ``since`` or the timeout passes."""
         with self._changed:
             self._changed.wait_for(lambda: str(self._version) != since, timeout)
+
+    def changes(self, rtype: ResourceType, namespace: str | None, selector: str | None, since: int,
+                timeout: float) -> tuple[WatchEvents, int]:
+        """A watch's events after version ``since`` (waiting up to ``timeout`` for the first): each
+        changed object once, in its latest state (``MODIFIED``: a new one is not told apart as
+        ``ADDED``, which no client of ours needs), and ``DELETED`` ones;
+        and the version they bring the watch to."""
+        matches = parse_selector(selector)
+
+        def wanted(ns: str, obj: Obj) -> bool:
+            return (namespace is None or ns == namespace) and matches(obj["metadata"].get("labels") or {})
+
+        with self._changed:
+            self._changed.wait_for(lambda: self._version > since, timeout)
+            events: list[tuple[int, str, Obj]] = []
+            for (ns, _), obj in self._objects[rtype.key].items():
+                version = int(obj["metadata"].get("resourceVersion") or 0)
+                if version > since and wanted(ns, obj):
+                    events.append((version, "MODIFIED", copy.deepcopy(obj)))
+            for version, key, obj in self._removed:
+                if key == rtype.key and version > since and wanted(obj["metadata"].get("namespace", ""), obj):
+                    obj = copy.deepcopy(obj)
+                    obj["metadata"]["resourceVersion"] = str(version)
+                    events.append((version, "DELETED", obj))
+            events.sort(key=lambda event: event[0])
+            return [(kind, obj) for _, kind, obj in events], self._version
 
     def all_objects(self) -> Iterator[tuple[str, Obj]]:
         with self._lock:

@@ -9,7 +9,9 @@ on every backend of ours, so a backend writes only what really differs (submissi
 - ``log_iter``: torchx's eight arguments checked once (``LogQuery``), then the backend's lines
   of one replica, filtered; an unknown app or replica is one error naming the known ones;
 - ``delete``: torchx-nightly's verb, which torchx 0.7.0 lacks (``torchx delete`` is ours there);
-- ``_validate``: every role has an image, on backends that run images (``image_hint``).
+- ``_validate``: every role has an image, on backends that run images (``image_hint``);
+- ``wait_for_change``: what ``torchx run --wait`` blocks on between two reads of the job's state
+  (a backend watches what its system offers; this default only pauses briefly).
 
 ``describe_response`` builds torchx's ``DescribeAppResponse`` from what a backend read, with
 one placeholder for "no error".
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import abc
 import datetime
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Optional, TypedDict, TypeVar
@@ -37,6 +40,7 @@ NO_ERROR = NONE
 """A replica's ``structured_error_msg`` when it has no error (torchx's placeholder)."""
 
 Opts = TypeVar("Opts")
+DEFAULT_PAUSE_S = 0.25
 
 
 class CancelGraceOpts(TypedDict, total=False):
@@ -154,6 +158,13 @@ class SchedulerShell(Scheduler[Opts]):  # type: ignore[misc]  # torchx has no ty
         """(arrival time, line) of one replica's log for ``query.stream``, following it while
         ``query.should_tail`` and the job runs. Raises ``unknown_app`` or ``unknown_replica``
         when called (so not written as a generator function)."""
+
+    def wait_for_change(self, app_id: str, timeout_s: float) -> bool:
+        """Blocks until the job may have changed (True) or ``timeout_s`` passed with nothing seen
+        (False). Backends watch what their system offers (records, engine events, API watches);
+        a change they cannot see is caught by the caller's own occasional re-read."""
+        time.sleep(min(timeout_s, DEFAULT_PAUSE_S))
+        return True
 
     def unknown_app(self, app_id: str) -> InvalidArgumentError:
         return InvalidArgumentError(

@@ -66,6 +66,22 @@ class Engine:
                            "list containers")
         return [(ContainerView.from_inspect(container.attrs), container) for container in found]
 
+    def next_event(self, app_id: str, since_ns: int, until_ns: int) -> int | None:
+        """The time (unix nanoseconds) of the first event of ``app_id``'s containers (created,
+        started, died, removed, health, pause) at or after ``since_ns``, waiting for one until
+        ``until_ns``; None if none came."""
+        events = self._call(lambda: self.client.events(
+            decode=True, since=_engine_time(since_ns), until=_engine_time(until_ns),
+            filters={"type": "container", "label": f"{LABEL_APP_ID}={app_id}",
+                     "event": ["create", "start", "die", "destroy", "health_status", "pause", "unpause"]}),
+            "follow events")
+        try:
+            for event in events:
+                return int(event.get("timeNano") or time.time_ns())
+            return None
+        finally:
+            events.close()
+
     def ends(self, app_id: str | None = None) -> dict[str, JobEnd]:
         """The recorded end of each app (or of one), by app id."""
         label = f"{LABEL_APP_ID}={app_id}" if app_id else f"{LABEL_SCHEDULER}={SCHEDULER}"
@@ -363,6 +379,12 @@ class Engine:
 
     def _error(self, what: str, error: Any) -> EngineError:
         return EngineError(f"the engine at {self.host} could not {what}: {_explanation(error)}")
+
+
+def _engine_time(unix_ns: int) -> str:
+    # The API's timestamps are seconds and nanoseconds, not a decimal fraction (and a float of
+    # unix seconds cannot hold nanoseconds).
+    return f"{unix_ns // 10**9}.{unix_ns % 10**9:09d}"
 
 
 def connect() -> Engine:

@@ -41,6 +41,7 @@ from torchx_ext.schedulers.docker.snapshot import Snapshot, end_if_failed, kill_
 from torchx_ext.schedulers.docker.watcher import watcher_log
 from torchx_ext.schedulers.placement import host_topology
 
+EVENT_REPLAY_NS = 10**9
 
 class DockerOpts(HostSliceOpts, total=False):
     shm_size: Optional[str]
@@ -53,6 +54,8 @@ class DockerScheduler(WorkspaceMixin[None], SchedulerShell[DockerOpts]):
     def __init__(self, session_name: str) -> None:
         super().__init__("local_docker", session_name)
         self._engine: Engine | None = None
+        self._events_seen: dict[str, int] = {}
+        """Per app: the time (unix ns) after which ``wait_for_change`` looks for the engine's next event."""
 
     @property
     def engine(self) -> Engine:
@@ -110,6 +113,16 @@ class DockerScheduler(WorkspaceMixin[None], SchedulerShell[DockerOpts]):
         if current.view.state is None:
             return None
         return _response(current)
+
+    def wait_for_change(self, app_id: str, timeout_s: float) -> bool:
+        """Until the engine reports an event of one of the job's containers (each event once)."""
+        now = time.time_ns()
+        # The first wait replays the last moment: an event between the caller's read and now.
+        since = self._events_seen.get(app_id, now - EVENT_REPLAY_NS)
+        until = now + int(timeout_s * 1e9)
+        seen = self.engine.next_event(app_id, since, until)
+        self._events_seen[app_id] = until if seen is None else seen + 1
+        return seen is not None
 
     def list(self, cfg: Optional[Mapping[str, Any]] = None) -> list[ListAppResponse]:
         """Every local_docker app on the engine, deleted ones excepted (torchx-nightly passes

@@ -45,7 +45,7 @@ def _annotation(end: JobEnd) -> dict[str, Any]:
     return {"metadata": {"annotations": {names.ANNOTATION_END: end_annotation(end)}}}
 
 
-def _selector(name: str) -> str:
+def app_selector(name: str) -> str:
     return f"{names.LABEL_APP_ID}={name}"
 
 
@@ -53,8 +53,8 @@ class JobBackend:
     name = "job"
 
     def view(self, cluster: Cluster, namespace: str, name: str) -> AppView:
-        jobs = cluster.jobs(namespace, _selector(name))
-        pods = cluster.pods(namespace, _selector(name)) if jobs else []
+        jobs = cluster.jobs(namespace, app_selector(name))
+        pods = cluster.pods(namespace, app_selector(name)) if jobs else []
         return _with_kueue_reason(cluster, namespace, read_app(name, jobs, pods), jobs)
 
     def end(self, cluster: Cluster, namespace: str, view: AppView, end: JobEnd) -> None:
@@ -70,7 +70,7 @@ class JobBackend:
 
     def delete(self, cluster: Cluster, namespace: str, name: str) -> bool:
         found = False
-        for job in cluster.jobs(namespace, _selector(name)):
+        for job in cluster.jobs(namespace, app_selector(name)):
             found |= cluster.delete("Job", job["metadata"]["name"], namespace)
         return cluster.delete("Service", name, namespace) or found
 
@@ -90,7 +90,7 @@ class JobSetBackend:
         jobset = cluster.get_custom(JOBSET, name, namespace)
         if jobset is None:
             return read_jobset(name, None, [], [])
-        view = read_jobset(name, jobset, cluster.jobs(namespace, _selector(name)), cluster.pods(namespace, _selector(name)))
+        view = read_jobset(name, jobset, cluster.jobs(namespace, app_selector(name)), cluster.pods(namespace, app_selector(name)))
         return _with_kueue_reason(cluster, namespace, view, [jobset])
 
     def end(self, cluster: Cluster, namespace: str, view: AppView, end: JobEnd) -> None:
@@ -121,7 +121,7 @@ class VolcanoBackend:
 
     def view(self, cluster: Cluster, namespace: str, name: str) -> AppView:
         job = cluster.get_custom(VOLCANO_JOB, name, namespace)
-        return read_volcano(name, job, cluster.pods(namespace, _selector(name)) if job else [])
+        return read_volcano(name, job, cluster.pods(namespace, app_selector(name)) if job else [])
 
     def end(self, cluster: Cluster, namespace: str, view: AppView, end: JobEnd) -> None:
         cluster.patch_custom(VOLCANO_JOB, view.app_id, namespace, _annotation(end))

@@ -184,6 +184,31 @@ class Cluster:
         return self._items("list", "Pod", namespace, lambda: self.core.list_namespaced_pod(
             namespace, label_selector=selector, _preload_content=False))
 
+    def pods_and_version(self, namespace: str, selector: str) -> tuple[list[dict[str, Any]], str]:
+        """The pods and the version of the list (where a watch that misses nothing starts)."""
+        response = self._call("list", "Pod", "", namespace, lambda: self.core.list_namespaced_pod(
+            namespace, label_selector=selector, _preload_content=False))
+        body = json.loads(response.data)
+        return body.get("items") or [], str((body.get("metadata") or {}).get("resourceVersion") or "")
+
+    def next_pod_event(self, namespace: str, selector: str, version: str, timeout_s: float) -> str | None:
+        """Waits (up to ``timeout_s``, whole seconds as the API takes them) for the first change of a
+        pod after ``version``; that change's version, or None when none came or the version is too
+        old for the server to replay (list again)."""
+        seconds = max(1, round(timeout_s))
+        response = self._call("watch", "Pod", "", namespace, lambda: self.core.list_namespaced_pod(
+            namespace, label_selector=selector, watch=True, resource_version=version or None,
+            timeout_seconds=seconds, _request_timeout=seconds + WATCH_SLACK_S, _preload_content=False))
+        for line in lines_of(response):
+            event = json.loads(line) if line.strip() else {}
+            if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
+                response.close()
+                return str(event["object"]["metadata"]["resourceVersion"])
+            if event.get("type") == "ERROR":  # 410 Gone: the version was compacted away
+                response.close()
+                return None
+        return None
+
     def patch_job(self, name: str, namespace: str, patch: dict[str, Any]) -> None:
         self._call("update", "Job", name, namespace,
                    lambda: self.batch.patch_namespaced_job(name, namespace, patch, _preload_content=False))
@@ -268,6 +293,10 @@ def _reason(body: object) -> str:
         return str(json.loads(body or "{}").get("reason") or "")  # type: ignore[arg-type]
     except (ValueError, AttributeError):
         return ""
+
+
+WATCH_SLACK_S = 10
+"""How much longer than its own timeout a watch may take to close before the client gives up."""
 
 
 def lines_of(response: Any, chunk_bytes: int = 1 << 16) -> Iterator[bytes]:

@@ -26,7 +26,7 @@ from torchx_ext.schedulers.common.logs import LogQuery
 from torchx_ext.schedulers.common.scheduler import CancelGraceOpts, ReplicaReport
 from torchx_ext.schedulers.common.scheduler import SchedulerShell, add_cancel_grace_opt, describe_response
 from torchx_ext.schedulers.common.states import JobEnd, State, app_state, restarts_message
-from torchx_ext.schedulers.kubernetes.backends import BACKEND_BY_NAME, Backend
+from torchx_ext.schedulers.kubernetes.backends import BACKEND_BY_NAME, Backend, app_selector
 from torchx_ext.schedulers.kubernetes.client import Cluster, connect
 from torchx_ext.schedulers.kubernetes.manifests import AppManifests, build_manifests
 from torchx_ext.schedulers.kubernetes.options import (
@@ -40,6 +40,7 @@ from torchx_ext.schedulers.kubernetes.app_view import AppView, end_due
 
 SCHEDULER = "kubernetes"
 _CANCEL_CHECK_S = 10
+ENDING_CHECK_S = 0.2
 
 
 class KubernetesOpts(CancelGraceOpts, total=False):
@@ -66,6 +67,8 @@ class KubernetesScheduler(SchedulerShell[KubernetesOpts]):
     def __init__(self, session_name: str) -> None:
         super().__init__(SCHEDULER, session_name)
         self._cluster: Cluster | None = None
+        self._pod_versions: dict[str, str] = {}
+        """Per app: the version of the last pod change ``wait_for_change`` saw."""
 
     @property
     def cluster(self) -> Cluster:
@@ -130,6 +133,20 @@ class KubernetesScheduler(SchedulerShell[KubernetesOpts]):
             backend.end(self.cluster, namespace, view, end)
             view = backend.view(self.cluster, namespace, name)
         return _response(app_id, view)
+
+    def wait_for_change(self, app_id: str, timeout_s: float) -> bool:
+        """Until one of the app's pods changes (a watch, each change once). Once every pod has
+        ended, only a moment: the controllers then record the app's end on its own objects."""
+        namespace, _, name = self._split(app_id)
+        selector = app_selector(name)
+        pods, version = self.cluster.pods_and_version(namespace, selector)
+        if pods and all((pod.get("status") or {}).get("phase") in ("Succeeded", "Failed") for pod in pods):
+            time.sleep(min(timeout_s, ENDING_CHECK_S))
+            return True
+        seen = self.cluster.next_pod_event(namespace, selector, self._pod_versions.get(app_id) or version, timeout_s)
+        if seen is not None:
+            self._pod_versions[app_id] = seen
+        return seen is not None
 
     def list(self, cfg: Optional[Mapping[str, Any]] = None) -> List[ListAppResponse]:
         """The apps in the namespace (``cfg``'s on torchx-nightly, else the kubeconfig's), from

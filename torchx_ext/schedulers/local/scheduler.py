@@ -31,6 +31,7 @@ from torchx_ext.schedulers.common.logs import LogQuery
 from torchx_ext.schedulers.common.scheduler import HostSliceOpts, ReplicaReport, SchedulerShell
 from torchx_ext.schedulers.common.scheduler import add_cancel_grace_opt, add_host_slice_opts, describe_response
 from torchx_ext.schedulers.common.states import State, app_state, restarts_message
+from torchx_ext.schedulers.common.watch import file_signature, wait_until_changed
 from torchx_ext.schedulers.local.processes import marked_processes, signal_process, stop_processes
 from torchx_ext.schedulers.local.records import (
     JobDir,
@@ -150,6 +151,14 @@ class LocalScheduler(SchedulerShell[LocalOpts]):
             msg=state.msg or restarts_message(state.num_restarts, state.last_failure),
             ui_url=f"file://{job.path}",
         )
+
+    def wait_for_change(self, app_id: str, timeout_s: float) -> bool:
+        """Until the supervisor writes the job's state again (a replica started, restarted or
+        ended; the job ended)."""
+        job = find_job(app_id)
+        if job is None:
+            return True
+        return wait_until_changed(lambda: file_signature(job.state), timeout_s)
 
     def describe_native(self, app_id: str) -> Optional[AppDryRunInfo]:
         """The request the job was submitted with (torchx-nightly's read-back of a dry-run)."""

@@ -29,6 +29,7 @@ from torchx_ext.schedulers.common.logs import LogQuery
 from torchx_ext.schedulers.common.role_spec import role_from_spec
 from torchx_ext.schedulers.common.scheduler import ReplicaReport, SchedulerShell, describe_response
 from torchx_ext.schedulers.common.states import State, app_state, restarts_message
+from torchx_ext.schedulers.common.watch import directory_names, wait_until_changed
 from torchx_ext.schedulers.slurm.commands import JobStates, most_gpus_per_node, sbatch, scancel
 from torchx_ext.schedulers.slurm.job_view import SlurmJob, forgotten_job_state, replica_state
 from torchx_ext.schedulers.slurm.options import SlurmOpts, gpu_type_of, partition_of, sbatch_options, slurm_runopts
@@ -47,6 +48,8 @@ from torchx_ext.schedulers.slurm.request import build_request, describe_request
 
 # How often a followed log asks Slurm whether the job still runs.
 TAIL_STATE_POLL_S = 2.0
+ENDING_CHECK_S = 0.2
+"""How often a job whose replicas all ended is read again while Slurm ends it."""
 
 
 def gpu_requests(app: AppDef, cfg: SlurmOpts, partition: str | None) -> tuple[list[str], bool]:
@@ -172,6 +175,19 @@ class SlurmScheduler(SchedulerShell[SlurmOpts]):
             ui_url=f"file://{job.path}",
         )
 
+    def wait_for_change(self, app_id: str, timeout_s: float) -> bool:
+        """Until a record appears in the job's directory (a replica started or ended on its node,
+        a cancel). Once every replica that started has ended, only a moment: the controller ends
+        the job when its batch script returns, and tells nobody. Nor does it tell when a job
+        leaves the queue: its pending reasons are read again by the caller, now and then."""
+        job = find_job(app_id)
+        if job is None:
+            return True
+        if _replicas_done(job):
+            time.sleep(min(timeout_s, ENDING_CHECK_S))
+            return True
+        return wait_until_changed(lambda: directory_names(job.path), timeout_s)
+
     def describe_native(self, app_id: str) -> Optional[AppDryRunInfo]:
         """The request the job was submitted with (torchx-nightly's read-back of a dry-run)."""
         return submitted_request(find_job(app_id), describe_request)
@@ -264,6 +280,14 @@ def default_job_dirs() -> Path:
 
 
 REQUEUED_AFTER = ("NODE_FAIL", "PREEMPTED")
+
+
+def _replicas_done(job: JobDir) -> bool:
+    """Whether some replica started and every one that did has ended (its exit record)."""
+    request = job.read_request()
+    started = [(role.name, k) for role in request.roles for k in range(role.num_replicas)
+               if job.started(role.name, k).exists()]
+    return bool(started) and all(job.exit(role, k).exists() for role, k in started)
 
 
 def _requeues(job: JobDir) -> bool:
