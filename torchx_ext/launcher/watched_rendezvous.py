@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from torchx_ext.errors import InvalidArgumentError, TorchxExtError
+from torchx_ext.launcher.rendezvous_pauses import prompt_pauses
 from torchx_ext.launcher.watchdog import DEFAULT_TIMEOUT_S, Loss, RoundWatch
 
 logger = logging.getLogger("torchx_ext.launcher")
@@ -132,7 +133,8 @@ def _watched_handler_class() -> type:
             if previous is not None:
                 previous.judge_store_only()
             try:
-                info = self._inner.next_rendezvous()
+                with prompt_pauses(self._inner):
+                    info = self._inner.next_rendezvous()
             finally:
                 if previous is not None:
                     previous.stop()
