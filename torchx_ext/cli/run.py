@@ -33,6 +33,7 @@ from torchx.runner import get_runner
 from torchx.specs import AppState, AppStatus, parse_app_handle
 
 from torchx_ext import exit_codes
+from torchx_ext.cli.entry_point_cache import keep_first_read
 from torchx_ext.cli.component_help import OUR_COMPONENTS, checked_component_args, component_help
 from torchx_ext.cli.one_line import fail, one_line_errors
 from torchx_ext.cli.progress import ProgressPrinter
@@ -54,6 +55,7 @@ class CheckedRun(CmdRun):
 
     def run(self, args: argparse.Namespace) -> None:
         self._json_output = bool(getattr(args, "json", False))
+        keep_first_read()
         try:
             with one_line_errors():
                 args.component_name_and_args = self._component_args(args.component_name_and_args)

@@ -1,0 +1,39 @@
+"""One read of the installed entry points per ``torchx run``.
+
+torchx reads every installed distribution's entry points each time it looks up a component, a
+scheduler or a named resource: about 30 reads in one ``torchx run``, each 2 ms in an environment
+of 30 distributions and 6 ms in one of 60 (0.2 s in all, before the job is even submitted).
+Entry points do not change while one command runs, so our ``run`` keeps torchx's first read for
+the rest of the call; nothing outside torchx's entry-point lookups sees a difference.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class _FirstRead:
+    """Stands for the metadata module torchx's lookups use: ``entry_points()`` (no selection, as
+    torchx calls it) is read once; everything else is the module's own."""
+
+    def __init__(self, module: Any) -> None:
+        self._module = module
+        self._every: Any = None
+
+    def entry_points(self, **selection: Any) -> Any:
+        if selection:
+            return self._module.entry_points(**selection)
+        if self._every is None:
+            self._every = self._module.entry_points()
+        return self._every
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._module, name)
+
+
+def keep_first_read() -> None:
+    """From now on in this process, torchx's entry-point lookups share one read."""
+    import torchx.util.entrypoints as lookups
+
+    if not isinstance(lookups.metadata, _FirstRead):
+        setattr(lookups, "metadata", _FirstRead(lookups.metadata))  # a module attribute torchx reads at each lookup
