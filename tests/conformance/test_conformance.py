@@ -66,6 +66,11 @@ def test_2x2_gloo_training_through_the_torchx_cli_succeeds(runner: Runner, sched
     assert status is not None and status.state == AppState.SUCCEEDED
     lines = [line for line in runner.log_lines(handle, "train", 0) if "train.py: 4 ranks finished 5 steps" in line]
     assert len(lines) == 1 and "all-reduce of ranks 1..4 = 10 (expected 10), weights in sync" in lines[0], lines
+    # While it waited it said where the replicas run, one plain line per change (into a pipe).
+    said = [line for line in ran.stderr.splitlines() if line.startswith("torchx: running ")]
+    assert any(re.search(r"train/0 on \S", line) for line in said), ran.stderr
+    assert any(re.search(r"train/1 on \S", line) for line in said), ran.stderr
+    assert "\r" not in ran.stderr
 
 
 def test_a_rank_that_exits_7_fails_the_job_within_30_s_naming_replica_and_code(

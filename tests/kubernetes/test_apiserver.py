@@ -4,6 +4,7 @@ the Job controller's policies, and pods really running on the test Docker engine
 from __future__ import annotations
 
 import json
+import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -154,6 +155,32 @@ def test_label_selectors(apis: tuple[Any, Any], kube_namespace: str) -> None:
     assert names("app notin (a)") == ["s2", "s3"]
     listed = core.list_namespaced_service(kube_namespace)
     assert listed.kind == "ServiceList" and int(listed.metadata.resource_version) > 0
+
+
+def test_watches_replay_changes_since_a_version_and_end_at_their_timeout(apis: tuple[Any, Any],
+                                                                         kube_namespace: str) -> None:
+    from kubernetes import watch
+
+    core, _ = apis
+    version = core.list_namespaced_service(kube_namespace, label_selector="w=1").metadata.resource_version
+    core.create_namespaced_service(kube_namespace, {"metadata": {"name": "w1", "labels": {"w": "1"}}})
+    core.create_namespaced_service(kube_namespace, {"metadata": {"name": "other", "labels": {"w": "2"}}})
+    core.delete_namespaced_service("w1", kube_namespace)
+    started = time.monotonic()
+    seen = [(event["type"], event["object"].metadata.name) for event in watch.Watch().stream(
+        core.list_namespaced_service, kube_namespace, label_selector="w=1", resource_version=version, timeout_seconds=1)]
+    # What happened since ``version``, selected; then nothing more until the server's timeout.
+    assert seen == [("DELETED", "w1")]
+    assert 0.9 < time.monotonic() - started < 10
+    version = core.list_namespaced_service(kube_namespace).metadata.resource_version
+    stream = watch.Watch().stream(core.list_namespaced_service, kube_namespace, resource_version=version,
+                                  timeout_seconds=10)
+    threading.Timer(0.3, lambda: core.create_namespaced_service(kube_namespace, {"metadata": {"name": "w2"}})).start()
+    event = next(stream)
+    assert (event["type"], event["object"].metadata.name) == ("ADDED", "w2")
+    core.patch_namespaced_service("w2", kube_namespace, {"metadata": {"labels": {"x": "y"}}})
+    event = next(stream)
+    assert (event["type"], event["object"].metadata.labels) == ("MODIFIED", {"x": "y"})
 
 
 def test_patch_content_types(apis: tuple[Any, Any], test_image: TestImage, kube_namespace: str) -> None:

@@ -4,6 +4,7 @@ directory, and tracking once the controller forgot a job with accounting off."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import time
 from collections.abc import Iterator
@@ -54,6 +55,25 @@ def test_2x2_runs_one_replica_per_node_and_the_cli_finds_it_from_any_directory(
     assert "rendezvous at" not in stdout_only.stdout and "rank 3/4" in stdout_only.stdout
     shown = torchx("status", handle, cwd=elsewhere)
     assert "SUCCEEDED" in shown.stdout, shown.stderr
+
+
+def test_run_wait_says_why_a_job_waits_and_where_it_started_then_status_shows_its_end(
+    cfg: dict[str, str], tmp_path: Path
+) -> None:
+    # A job of another user's kind holds both nodes for a while: ours waits in the queue.
+    subprocess.run(["sbatch", "--job-name=sleeper", "--nodes=2", "--exclusive", f"--output={tmp_path}/sleeper.out",
+                    "--wrap", "sleep 8"], check=True, capture_output=True, cwd=tmp_path)
+    ran = torchx("run", "-s", "slurm", "-cfg", f"job_dir={cfg['job_dir']}", "--wait", "dist.ddp", "-j", "1x1",
+                 "--script", str(TRAIN), "--", "--steps", "2", cwd=tmp_path, timeout=180)
+
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    said = [line for line in ran.stderr.splitlines() if line.startswith("torchx: ")]
+    pending = [index for index, line in enumerate(said)
+               if re.fullmatch(r"torchx: pending \(\w+\), [\d.]+ s since submission", line)]
+    running = [index for index, line in enumerate(said) if re.fullmatch(r"torchx: running train/0 on node[12] \(.*\)", line)]
+    assert pending and running and pending[0] < running[0], ran.stderr
+    handle = next(line for line in ran.stdout.splitlines() if line.startswith("slurm://"))
+    assert "SUCCEEDED" in torchx("status", handle, cwd=tmp_path).stdout
 
 
 def test_dryrun_prints_the_batch_script_and_queues_nothing(slurm_cluster: str, tmp_path: Path) -> None:

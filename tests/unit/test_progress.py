@@ -33,7 +33,12 @@ def test_a_running_job_says_where_each_replica_runs_and_which_are_not_running_ye
 def test_many_replicas_are_counted_by_host() -> None:
     progress = progress_of(status(AppState.RUNNING, replicas=[(k, AppState.RUNNING, f"node{k // 2}") for k in range(8)]))
     assert progress is not None
-    assert progress.detail.startswith("8 replicas on 4 hosts (trainer/0 on node0, trainer/1 on node0, ")
+    assert progress.detail.startswith("running 8 replicas on 4 hosts (trainer/0 on node0, trainer/1 on node0, ")
+
+
+def test_a_job_whose_replicas_are_not_running_yet_is_starting_them() -> None:
+    progress = progress_of(status(AppState.RUNNING, replicas=[(0, AppState.PENDING, ""), (1, AppState.PENDING, "")]))
+    assert progress is not None and progress.line(8.4) == "torchx: starting trainer/0, trainer/1 (8.4 s since submission)"
 
 
 def test_restarts_are_said() -> None:

@@ -29,7 +29,7 @@ class Progress:
         if self.state in WAITING:
             reason = f" ({self.detail})" if self.detail else ""
             return f"torchx: {WAITING[self.state]}{reason}, {_seconds(elapsed_s)} since submission"
-        return f"torchx: running {self.detail} ({_seconds(elapsed_s)} since submission)"
+        return f"torchx: {self.detail} ({_seconds(elapsed_s)} since submission)"
 
 
 def progress_of(status: AppStatus) -> Progress | None:
@@ -45,19 +45,25 @@ def progress_of(status: AppStatus) -> Progress | None:
     waiting = [name for name, _, state in places if state != AppState.RUNNING and not is_terminal(state)]
     if not running and not waiting and ended:
         return None  # every replica has ended: the job's end follows in a moment
-    detail = ", ".join(f"{name} on {host or '?'}" for name, host in running[:MOST_PLACES_SHOWN])
-    if len(running) > MOST_PLACES_SHOWN:
-        hosts = {host for _, host in running}
-        detail = f"{len(running)} replicas on {len(hosts)} host{'s' if len(hosts) != 1 else ''} ({detail}, ...)"
-    detail = detail or "(where is not known yet)"
-    if waiting:
-        detail += f"; not running yet: {', '.join(waiting[:MOST_PLACES_SHOWN])}" + (
-            ", ..." if len(waiting) > MOST_PLACES_SHOWN else "")
+    if running:
+        detail = "running " + ", ".join(f"{name} on {host or '?'}" for name, host in running[:MOST_PLACES_SHOWN])
+        if len(running) > MOST_PLACES_SHOWN:
+            hosts = {host for _, host in running}
+            detail = (f"running {len(running)} replicas on {len(hosts)} host{'s' if len(hosts) != 1 else ''} "
+                      f"({detail.removeprefix('running ')}, ...)")
+        if waiting:
+            detail += f"; not running yet: {_names(waiting)}"
+    else:
+        detail = f"starting {_names(waiting)}" if waiting else "starting"
     if ended:
-        detail += f"; ended: {', '.join(ended[:MOST_PLACES_SHOWN])}" + (", ..." if len(ended) > MOST_PLACES_SHOWN else "")
+        detail += f"; ended: {_names(ended)}"
     if status.num_restarts:
         detail += f"; {status.num_restarts} restart{'s' if status.num_restarts != 1 else ''} so far"
     return Progress(status.state, detail)
+
+
+def _names(names: list[str]) -> str:
+    return ", ".join(names[:MOST_PLACES_SHOWN]) + (", ..." if len(names) > MOST_PLACES_SHOWN else "")
 
 
 def _pending_reason(msg: str) -> str:

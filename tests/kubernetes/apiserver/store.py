@@ -37,6 +37,8 @@ class Store:
         self._changed = threading.Condition(self._lock)
         self._objects: dict[str, dict[Key, Obj]] = {key: {} for key in BY_KEY}
         self._version = 0
+        self._created: dict[tuple[str, str, str], int] = {}
+        """(resource key, namespace, name) -> the version that created the object (a watch's ADDED)."""
         self._removed: list[tuple[int, str, Obj]] = []
         """(version at removal, resource key, object): what a watch from an older version reports deleted."""
         for namespace in namespaces:
@@ -117,6 +119,7 @@ class Store:
                 add_job_selector(obj)
             self._bump(obj)
             self._objects[rtype.key][key] = obj
+            self._created[(rtype.key, *key)] = self._version
             return copy.deepcopy(obj)
 
     def update(self, rtype: ResourceType, namespace: str, name: str, change: Callable[[Obj], Obj | None],
@@ -178,8 +181,8 @@ class Store:
     def changes(self, rtype: ResourceType, namespace: str | None, selector: str | None, since: int,
                 timeout: float) -> tuple[WatchEvents, int]:
         """A watch's events after version ``since`` (waiting up to ``timeout`` for the first): each
-        changed object once, in its latest state (``MODIFIED``: a new one is not told apart as
-        ``ADDED``, which no client of ours needs), and ``DELETED`` ones;
+        changed object once, in its latest state (``ADDED`` when it was created since, else
+        ``MODIFIED``), and ``DELETED`` ones;
         and the version they bring the watch to."""
         matches = parse_selector(selector)
 
@@ -189,10 +192,11 @@ class Store:
         with self._changed:
             self._changed.wait_for(lambda: self._version > since, timeout)
             events: list[tuple[int, str, Obj]] = []
-            for (ns, _), obj in self._objects[rtype.key].items():
+            for (ns, name), obj in self._objects[rtype.key].items():
                 version = int(obj["metadata"].get("resourceVersion") or 0)
                 if version > since and wanted(ns, obj):
-                    events.append((version, "MODIFIED", copy.deepcopy(obj)))
+                    added = self._created.get((rtype.key, ns, name), 0) > since
+                    events.append((version, "ADDED" if added else "MODIFIED", copy.deepcopy(obj)))
             for version, key, obj in self._removed:
                 if key == rtype.key and version > since and wanted(obj["metadata"].get("namespace", ""), obj):
                     obj = copy.deepcopy(obj)

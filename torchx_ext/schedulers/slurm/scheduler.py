@@ -249,7 +249,13 @@ class SlurmScheduler(SchedulerShell[SlurmOpts]):
         kept = _kept_end(job)
         if kept is not None:
             return kept
-        return self._settle(app_id, job, self._states.read([app_id], since=_submitted_at(job)).get(app_id))
+        found = self._settle(app_id, job, self._states.read([app_id], since=_submitted_at(job)).get(app_id))
+        if found.state is State.PENDING and not found.message:
+            # Accounting does not say why a job waits; the controller does.
+            queued = self._states.queued(app_id)
+            if queued is not None and queued.state is State.PENDING:
+                return queued
+        return found
 
     def _settle(self, app_id: str, job: JobDir, reported: SlurmJob | None) -> SlurmJob:
         """The job's view from what Slurm reported (None: Slurm forgot it); an end is kept."""
