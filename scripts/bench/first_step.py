@@ -17,9 +17,10 @@ Schedulers and targets (ours/torchx, medians, at most):
                 before each pair: each side builds its image)
   slurm         -j 1x2, --wait                 0.6; also each side's time outside the controller's
                 wait for an allocation (slurmctld's log: submission to "sched: Allocate")
-  kubernetes    -j 2x2 on the test cluster (its pods on the Docker engine), ours only: absolute
-                phases (torchx 0.7.0's kubernetes scheduler needs Volcano's admission and a
-                registry the test cluster does not have)
+  kubernetes    -j 2x2 --cpu 1 on the test cluster (its pods on the Docker engine), ours only:
+                absolute phases. torchx 0.7.0's kubernetes scheduler submits a Volcano job whose
+                replicas find rank 0 through the svc plugin's VC_<task>_HOSTS variables, which the
+                test cluster's Volcano stand-in does not set: its pods start and never meet.
 
 torchx's side runs from .venv-baseline (torch, numpy and torchx at this checkout's pins, nothing
 of ours; created on first use). Needs: slurm, ``SLURM_CONF`` naming a cluster that answers
@@ -286,8 +287,10 @@ def kubernetes_case(workdir: Path) -> Iterator[Case | None]:
     image = ensure_test_image(client)
     with test_cluster(client, image.paths):
         def command(venv: Path) -> list[str]:
-            return ["run", "-s", "kubernetes", "-cfg", "backend=job,cancel_grace=5", "--wait", "dist.ddp", "-j", "2x2",
-                    "--image", image.name, "--script", str(JOB)]
+            # One CPU per replica: the test cluster's node has two.
+            return ["run", "-s", "kubernetes", "-cfg", "backend=job,cancel_grace=5", "--workspace", "", "--wait",
+                    "dist.ddp", "-j", "2x2",
+                    "--cpu", "1", "--image", image.name, "--script", str(JOB)]
 
         case = Case("kubernetes -j 2x2 (test cluster, backend job)", None, command, workdir, sides=(OURS,))
         try:
