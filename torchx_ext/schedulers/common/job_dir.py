@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Optional, Protocol
-
-from torchx.specs import AppDryRunInfo
+from typing import TYPE_CHECKING, Any, Optional, Protocol
 
 from torchx_ext.errors import JobRecordError
+
+if TYPE_CHECKING:
+    from torchx.specs import AppDryRunInfo
 
 
 class JobDirectory:
@@ -27,10 +28,14 @@ class WithRequest(Protocol):
         """The job's request; JobRecordError (naming the file) when it cannot be read."""
 
 
-def submitted_request(job: Optional[WithRequest], describe: Callable[[Any], str]) -> Optional[AppDryRunInfo]:
+def submitted_request(job: Optional[WithRequest], describe: Callable[[Any], str]) -> Optional["AppDryRunInfo"]:
     """The request ``job`` was submitted with, shown as its dry run was (torchx-nightly's
     ``describe_native``); None for no job, or one whose request cannot be read."""
     try:
+        # Imported here: the local supervisor and Slurm's step read job directories too, and
+        # importing torchx would delay every replica's start.
+        from torchx.specs import AppDryRunInfo
+
         return None if job is None else AppDryRunInfo(job.read_request(), describe)
     except JobRecordError:
         return None

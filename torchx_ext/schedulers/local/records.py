@@ -29,6 +29,8 @@ from torchx_ext.schedulers.local.processes import boot_id, process_start_ticks
 STATE_ROOT_ENV = "TORCHX_EXT_LOCAL_STATE"
 # Written into every record; a record of another format is reported, not guessed at.
 FORMAT_VERSION = 1
+ERROR_FILE_NAME = "error.json"
+"""A replica's torchelastic error file, in its log directory."""
 FORMAT_KEY = "format"
 
 

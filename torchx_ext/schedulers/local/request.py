@@ -20,6 +20,7 @@ from torchx_ext.numa.topology import Topology
 from torchx_ext.replica_env import ERROR_FILE_ENV, RANK0_HOST_ENV, RDZV_PORT_ENV
 from torchx_ext.schedulers.local.processes import JOB_MARKER_ENV, REPLICA_MARKER_ENV
 from torchx_ext.schedulers.local.records import (
+    ERROR_FILE_NAME,
     LocalJobRequest,
     ReplicaRequest,
     RoleRequest,
@@ -27,7 +28,6 @@ from torchx_ext.schedulers.local.records import (
 from torchx_ext.schedulers.common.role_spec import role_spec
 from torchx_ext.schedulers.placement import slice_host
 
-ERROR_FILE_NAME = "error.json"
 
 
 def build_request(

@@ -48,7 +48,7 @@ from torchx_ext.schedulers.slurm.request import build_request, describe_request
 
 # How often a followed log asks Slurm whether the job still runs.
 TAIL_STATE_POLL_S = 2.0
-ENDING_CHECK_S = 0.2
+ENDING_CHECK_S = 0.1
 """How often a job whose replicas all ended is read again while Slurm ends it."""
 
 
@@ -250,6 +250,11 @@ class SlurmScheduler(SchedulerShell[SlurmOpts]):
         if kept is not None:
             return kept
         found = self._settle(app_id, job, self._states.read([app_id], since=_submitted_at(job)).get(app_id))
+        if not found.terminal and _replicas_done(job):
+            # The controller ends a job a moment before accounting hears of it.
+            queued = self._states.queued(app_id)
+            if queued is not None and queued.terminal:
+                return self._settle(app_id, job, queued)
         if found.state is State.PENDING and not found.message:
             # Accounting does not say why a job waits; the controller does.
             queued = self._states.queued(app_id)
