@@ -87,7 +87,8 @@ class Case:
     env: dict[str, str] = field(default_factory=dict)
     logs_in_output: bool = False
     """Whether the CLI prints the job's output (local_cwd); else ``torchx log`` is asked after."""
-    before_each: Callable[[], None] = lambda: None
+    before_each: Callable[[list[Run]], None] = lambda side_runs: None
+    """Called before each run with that side's runs so far."""
     slurm_log: Path | None = None
     sides: tuple[Path, ...] = (OURS, BASELINE)
 
@@ -141,8 +142,7 @@ def _controller_wait(log: Path, job_id: str) -> float | None:
         for line in log.read_text(errors="replace").splitlines()[-4000:]:
             found = SLURM_LOG_LINE.match(line)
             if found and found.group(2) == job_id:
-                moment = time.mktime(time.strptime(found.group(1).split(".")[0], "%Y-%m-%dT%H:%M:%S")) + float(
-                    "0." + (found.group(1).split(".") + ["0"])[1])
+                moment = _log_time(found.group(1))
                 if "submit" in line:
                     submitted = moment
                 elif allocated is None:
@@ -191,14 +191,15 @@ def report(case: Case, results: dict[Path, list[Run]]) -> None:
 def run_case(case: Case, runs: int) -> dict[Path, list[Run]]:
     results: dict[Path, list[Run]] = {side: [] for side in case.sides}
     print(f"{case.name}: one untimed run of each side", flush=True)
+    untimed: dict[Path, list[Run]] = {}
     for side in case.sides:
-        case.before_each()
-        timed_cli(side, case)
+        case.before_each([])
+        untimed[side] = [timed_cli(side, case)[0]]
     for index in range(runs):
         order = case.sides if index % 2 == 0 else tuple(reversed(case.sides))
         shown = []
         for side in order:
-            case.before_each()
+            case.before_each(results[side] or untimed[side])
             run, _ = timed_cli(side, case)
             results[side].append(run)
             shown.append(f"{'ours' if side == OURS else 'torchx'} {run.to_first_step:.2f}/{run.total:.2f} s")
@@ -230,7 +231,37 @@ def slurm_case(workdir: Path) -> Case | None:
         cfg = ["-cfg", f"job_dir={workdir / 'jobs'}"] if venv == OURS else []
         return ["run", "-s", "slurm", *cfg, "--wait", "dist.ddp", "-j", "1x2", "--script", str(workdir / JOB.name)]
 
-    return Case("slurm -j 1x2", 0.6, command, workdir, before_each=slurm_idle, slurm_log=log)
+    interval = re.search(r"^SchedulerParameters\s*=.*\bsched_interval=(\d+)", config, re.MULTILINE)
+    period_s = float(interval.group(1)) if interval else None
+
+    def ready(side_runs: list[Run]) -> None:
+        slurm_idle()
+        if log is not None and period_s is not None and side_runs:
+            submit_s = statistics.median(run.phases["submit"] for run in side_runs)
+            before_controller_pass(log, period_s, submit_s)
+
+    return Case("slurm -j 1x2", 0.6, command, workdir, before_each=ready, slurm_log=log)
+
+
+def before_controller_pass(log: Path, period_s: float, submit_s: float) -> None:
+    """Waits so that the next submission (``submit_s`` after the CLI's start) lands
+    ``CONTROLLER_LEAD_S`` before the controller's next scheduling pass. With a short
+    ``sched_interval`` (2 s on the test cluster) the controller allocates batch jobs only on its
+    pass, so a job waits anywhere from 0 to the whole interval: the same lead for both sides
+    keeps that luck out of the ratio. The passes are found from the times of its last allocations."""
+    passes = [_log_time(found.group(1)) for line in log.read_text(errors="replace").splitlines()[-2000:]
+              if (found := re.match(r"^\[(\S+)\] sched: Allocate ", line))]
+    if not passes:
+        return
+    now = time.time()
+    last = passes[-1]
+    next_pass = last + period_s * (int((now - last) / period_s) + 1)
+    while next_pass - CONTROLLER_LEAD_S - submit_s < now + 0.05:
+        next_pass += period_s
+    time.sleep(next_pass - CONTROLLER_LEAD_S - submit_s - now)
+
+
+CONTROLLER_LEAD_S = 0.3
 
 
 def slurm_idle() -> None:
@@ -243,6 +274,11 @@ def slurm_idle() -> None:
             break
         time.sleep(0.5)
     time.sleep(IDLE_GAP_S)
+
+
+def _log_time(stamp: str) -> float:
+    whole, _, fraction = stamp.partition(".")
+    return time.mktime(time.strptime(whole, "%Y-%m-%dT%H:%M:%S")) + float(f"0.{fraction or 0}")
 
 
 @contextmanager
@@ -262,13 +298,13 @@ def docker_cases(workdir: Path, modes: list[str], stack: ExitStack) -> Iterator[
     def command(venv: Path) -> list[str]:
         return list(docker_bench.run_arguments(venv, workspace, JOB.name))
 
-    def fresh() -> None:
+    def fresh(side_runs: list[Run]) -> None:
         (workspace / "fresh.txt").write_text(f"{uuid.uuid4().hex}\n")
 
     targets = {"warm": 0.5, "cold": 0.9}
     try:
         yield [Case(f"local_docker -j 2x2 {mode}", targets[mode], command, workspace,
-                    before_each=fresh if mode == "cold" else (lambda: None)) for mode in modes]
+                    before_each=fresh if mode == "cold" else (lambda side_runs: None)) for mode in modes]
     finally:
         docker_bench.clean_up(client, workspace, before)
 
