@@ -8,7 +8,11 @@ What changes from torchx's own ``run`` (on both torchx lines):
 - ``dist.ddp --help`` and ``dist.spmd --help`` show boolean parameters as flags and the
   script's arguments as optional; ``--numa_strict`` and ``--debug`` work as bare flags (torchx
   parses every boolean as a value, so ``--numa_strict`` alone would be refused);
-- a job the command waits for (every local job, ``--wait`` and ``--log`` elsewhere) ends with
+- a job the command waits for (every local job, ``--wait`` and ``--log`` elsewhere) is waited on
+  by what its scheduler offers (records, engine events, a Kubernetes watch; not a one-second
+  poll), with one line on standard error each time what it waits for changes (``progress.py``),
+  and the command reads torchx's entry points once (``entry_point_cache.py``);
+- such a job ends with
   one line: ``job cancelled: HANDLE`` when it was cancelled (from another shell, or by Ctrl+C
   here, which cancels it first; exit 130), or a short summary of the failure, instead of
   torchx's YAML dump of its status (torchx-nightly's ``--json`` prints the status as JSON on

@@ -58,19 +58,20 @@ def peer_timeout(flag: str | float | None, rdzv_configs: dict[str, Any]) -> floa
 
 
 def watch_rendezvous(config: Any, timeout_s: float, on_store_loss: Callable[[Loss], None], node_rank: int = 0) -> None:
-    """Switch ``config`` (torch's ``LaunchConfig``) from c10d to the watched c10d, for runs of
-    more than one node; leaves every other run as it is. The watchdog runs with a timeout (not 0).
-    A run of a fixed number of nodes makes ``node_rank`` (``--node-rank``, which torch's c10d
-    ignores) this node's group rank whenever the nodes' ranks are 0 to N-1, each given once."""
+    """Switch ``config`` (torch's ``LaunchConfig``) from c10d to the watched c10d; leaves every
+    other backend as it is. The watchdog runs for runs of more than one node, with a timeout (not
+    0). A run of a fixed number of nodes makes ``node_rank`` (``--node-rank``, which torch's c10d
+    ignores) this node's group rank whenever the nodes' ranks are 0 to N-1, each given once. Every
+    run gets the rendezvous without torch's fixed pauses (``rendezvous_pauses``)."""
     config.rdzv_configs.pop(TIMEOUT_KEY, None)
-    fixed = config.min_nodes == config.max_nodes
-    if config.rdzv_backend != "c10d" or config.max_nodes < 2 or (timeout_s == 0 and not fixed):
+    if config.rdzv_backend != "c10d":
         return
+    several = config.max_nodes >= 2
     _register(on_store_loss)
     config.rdzv_backend = BACKEND
-    config.rdzv_configs[TIMEOUT_KEY] = timeout_s
+    config.rdzv_configs[TIMEOUT_KEY] = timeout_s if several else 0
     config.rdzv_configs[_RESTARTS_KEY] = config.max_restarts
-    config.rdzv_configs[_NODE_RANK_KEY] = node_rank if fixed else -1
+    config.rdzv_configs[_NODE_RANK_KEY] = node_rank if several and config.min_nodes == config.max_nodes else -1
 
 
 _store_loss_handler: list[Callable[[Loss], None]] = []
