@@ -174,11 +174,12 @@ def report(case: Case, results: dict[Path, list[Run]]) -> None:
         return
     to_step = median(ours, lambda r: r.to_first_step) / median(theirs, lambda r: r.to_first_step)
     to_exit = median(ours, lambda r: r.total) / median(theirs, lambda r: r.total)
-    verdict = ""
-    if case.target is not None:
-        met = max(to_step, to_exit) <= case.target
-        verdict = f"  target <= {case.target}: {'met' if met else 'MISSED'}"
-    print(f"  ratio ours/torchx: to the first step {to_step:.2f}, to the CLI's exit {to_exit:.2f}{verdict}")
+    def verdict(ratio: float) -> str:
+        return "" if case.target is None else f" ({'met' if ratio <= case.target else 'MISSED'})"
+
+    target = "" if case.target is None else f"; target <= {case.target}"
+    print(f"  ratio ours/torchx: to the first step {to_step:.2f}{verdict(to_step)}, to the CLI's exit "
+          f"{to_exit:.2f}{verdict(to_exit)}{target}")
     if case.slurm_log is not None:
         waits = {label: median(runs, lambda r: r.controller_wait) for label, runs in (("ours", ours), ("torchx", theirs))}
         own = {label: median(runs, lambda r: None if r.controller_wait is None else r.total - r.controller_wait)
