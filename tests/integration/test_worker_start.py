@@ -43,6 +43,15 @@ def test_a_workers_exit_code_is_reported_with_its_rank(start: str, tmp_path: Pat
     assert (tmp_path / "atexit0.txt").read_text() == "atexit ran"
 
 
+def test_a_preloaded_worker_can_start_a_forkserver_of_its_own(tmp_path: Path) -> None:
+    # The workers' server is a fork of the launcher: nothing of the launcher's record of it (a
+    # lock held at the fork) may stop a worker from starting its own.
+    result = run_launcher(["--nproc-per-node", "2", str(JOBS / "own_forkserver.py"), str(tmp_path)], timeout=120)
+
+    assert result.returncode == 0, result.stderr
+    assert [(tmp_path / f"own{rank}.txt").read_text() for rank in (0, 1)] == ["4", "9"]
+
+
 def test_an_unknown_worker_start_is_refused_with_the_valid_ones(tmp_path: Path) -> None:
     result = run_launcher(["--worker-start", "warm", LIFECYCLE, str(tmp_path)])
 

@@ -37,7 +37,7 @@ from torchx.runner import get_runner
 from torchx.specs import AppState, AppStatus, parse_app_handle
 
 from torchx_ext import exit_codes
-from torchx_ext.cli.entry_point_cache import keep_first_read
+from torchx_ext.cli.entry_point_cache import first_read_kept
 from torchx_ext.cli.component_help import OUR_COMPONENTS, checked_component_args, component_help
 from torchx_ext.cli.one_line import fail, one_line_errors
 from torchx_ext.cli.progress import ProgressPrinter
@@ -59,9 +59,8 @@ class CheckedRun(CmdRun):
 
     def run(self, args: argparse.Namespace) -> None:
         self._json_output = bool(getattr(args, "json", False))
-        keep_first_read()
         try:
-            with one_line_errors():
+            with one_line_errors(), first_read_kept():
                 args.component_name_and_args = self._component_args(args.component_name_and_args)
                 _check_cfg_keys(args)
                 super().run(args)
@@ -137,7 +136,11 @@ def wait_for_end(runner: Any, app_handle: str, printer: ProgressPrinter) -> AppS
     while status is not None and not status.is_terminal():
         printer.show(status)
         wait_s = min(RECHECK_S, TICK_S) if printer.in_place else RECHECK_S
+        waited_from = time.monotonic()
         changed = scheduler.wait_for_change(app_id, wait_s)
+        if not changed:
+            # A watch that gave up early (its stream ended) must not turn this into a busy loop.
+            time.sleep(max(0.0, wait_s - (time.monotonic() - waited_from)))
         if changed or time.monotonic() - read_at >= RECHECK_S:
             status = runner.status(app_handle)
             read_at = time.monotonic()

@@ -79,6 +79,8 @@ class Engine:
             for event in events:
                 return int(event.get("timeNano") or time.time_ns())
             return None
+        except Exception:  # the stream broke (the engine restarted): whatever changed, read it
+            return time.time_ns()
         finally:
             events.close()
 

@@ -193,20 +193,25 @@ class Cluster:
 
     def next_pod_event(self, namespace: str, selector: str, version: str, timeout_s: float) -> str | None:
         """Waits (up to ``timeout_s``, whole seconds as the API takes them) for the first change of a
-        pod after ``version``; that change's version, or None when none came or the version is too
-        old for the server to replay (list again)."""
+        pod after ``version``; that change's version, or None when none came. ``WatchLost`` when
+        the version is too old for the server to replay (410) or the stream broke: list again."""
+        from urllib3.exceptions import HTTPError
+
         seconds = max(1, round(timeout_s))
         response = self._call("watch", "Pod", "", namespace, lambda: self.core.list_namespaced_pod(
             namespace, label_selector=selector, watch=True, resource_version=version or None,
             timeout_seconds=seconds, _request_timeout=seconds + WATCH_SLACK_S, _preload_content=False))
-        for line in lines_of(response):
-            event = json.loads(line) if line.strip() else {}
-            if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
-                response.close()
-                return str(event["object"]["metadata"]["resourceVersion"])
-            if event.get("type") == "ERROR":  # 410 Gone: the version was compacted away
-                response.close()
-                return None
+        try:
+            for line in lines_of(response):
+                event = json.loads(line) if line.strip() else {}
+                if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
+                    return str(event["object"]["metadata"]["resourceVersion"])
+                if event.get("type") == "ERROR":
+                    raise WatchLost(str((event.get("object") or {}).get("message") or event))
+        except (HTTPError, OSError, ValueError, KeyError) as error:
+            raise WatchLost(f"{type(error).__name__}: {error}") from None
+        finally:
+            response.close()
         return None
 
     def patch_job(self, name: str, namespace: str, patch: dict[str, Any]) -> None:
@@ -293,6 +298,10 @@ def _reason(body: object) -> str:
         return str(json.loads(body or "{}").get("reason") or "")  # type: ignore[arg-type]
     except (ValueError, AttributeError):
         return ""
+
+
+class WatchLost(Exception):
+    """A watch that cannot go on from where it was (its version expired, its stream broke)."""
 
 
 WATCH_SLACK_S = 10

@@ -26,8 +26,9 @@ from torchx_ext.schedulers.common.logs import LogQuery
 from torchx_ext.schedulers.common.scheduler import CancelGraceOpts, ReplicaReport
 from torchx_ext.schedulers.common.scheduler import SchedulerShell, add_cancel_grace_opt, describe_response
 from torchx_ext.schedulers.common.states import JobEnd, State, app_state, restarts_message
+from torchx_ext.schedulers.common.watch import EndingWindow
 from torchx_ext.schedulers.kubernetes.backends import BACKEND_BY_NAME, Backend, app_selector
-from torchx_ext.schedulers.kubernetes.client import Cluster, connect
+from torchx_ext.schedulers.kubernetes.client import Cluster, WatchLost, connect
 from torchx_ext.schedulers.kubernetes.manifests import AppManifests, build_manifests
 from torchx_ext.schedulers.kubernetes.options import (
     DEFAULT_CANCEL_GRACE_S,
@@ -69,6 +70,7 @@ class KubernetesScheduler(SchedulerShell[KubernetesOpts]):
         self._cluster: Cluster | None = None
         self._pod_versions: dict[str, str] = {}
         """Per app: the version of the last pod change ``wait_for_change`` saw."""
+        self._ending = EndingWindow()
 
     @property
     def cluster(self) -> Cluster:
@@ -136,14 +138,21 @@ class KubernetesScheduler(SchedulerShell[KubernetesOpts]):
 
     def wait_for_change(self, app_id: str, timeout_s: float) -> bool:
         """Until one of the app's pods changes (a watch, each change once). Once every pod has
-        ended, only a moment: the controllers then record the app's end on its own objects."""
+        ended, only a moment (for up to ``ENDING_WINDOW_S``): the controllers then record the
+        app's end on its own objects, which a pods' watch does not show."""
         namespace, _, name = self._split(app_id)
         selector = app_selector(name)
         pods, version = self.cluster.pods_and_version(namespace, selector)
-        if pods and all((pod.get("status") or {}).get("phase") in ("Succeeded", "Failed") for pod in pods):
+        ended = bool(pods) and all((pod.get("status") or {}).get("phase") in ("Succeeded", "Failed") for pod in pods)
+        if self._ending.brief(app_id, ended):
             time.sleep(min(timeout_s, ENDING_CHECK_S))
             return True
-        seen = self.cluster.next_pod_event(namespace, selector, self._pod_versions.get(app_id) or version, timeout_s)
+        try:
+            seen = self.cluster.next_pod_event(namespace, selector, self._pod_versions.get(app_id) or version,
+                                               timeout_s)
+        except WatchLost:
+            self._pod_versions.pop(app_id, None)  # the next wait starts from a fresh list
+            return True
         if seen is not None:
             self._pod_versions[app_id] = seen
         return seen is not None

@@ -31,7 +31,7 @@ from torchx_ext.schedulers.common.logs import LogQuery
 from torchx_ext.schedulers.common.scheduler import HostSliceOpts, ReplicaReport, SchedulerShell
 from torchx_ext.schedulers.common.scheduler import add_cancel_grace_opt, add_host_slice_opts, describe_response
 from torchx_ext.schedulers.common.states import State, app_state, restarts_message
-from torchx_ext.schedulers.common.watch import file_signature, wait_until_changed
+from torchx_ext.schedulers.common.watch import RecordWatch, file_signature
 from torchx_ext.schedulers.local.processes import marked_processes, signal_process, stop_processes
 from torchx_ext.schedulers.local.records import (
     JobDir,
@@ -63,6 +63,7 @@ class LocalScheduler(SchedulerShell[LocalOpts]):
     def __init__(self, session_name: str) -> None:
         super().__init__("local_cwd", session_name)
         self._submitted: list[str] = []
+        self._records = RecordWatch()
 
     def _run_opts(self) -> runopts:
         opts = runopts()
@@ -158,7 +159,7 @@ class LocalScheduler(SchedulerShell[LocalOpts]):
         job = find_job(app_id)
         if job is None:
             return True
-        return wait_until_changed(lambda: file_signature(job.state), timeout_s)
+        return self._records.wait(app_id, lambda: file_signature(job.state), timeout_s)
 
     def describe_native(self, app_id: str) -> Optional[AppDryRunInfo]:
         """The request the job was submitted with (torchx-nightly's read-back of a dry-run)."""

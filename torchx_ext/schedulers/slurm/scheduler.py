@@ -29,7 +29,7 @@ from torchx_ext.schedulers.common.logs import LogQuery
 from torchx_ext.schedulers.common.role_spec import role_from_spec
 from torchx_ext.schedulers.common.scheduler import ReplicaReport, SchedulerShell, describe_response
 from torchx_ext.schedulers.common.states import State, app_state, restarts_message
-from torchx_ext.schedulers.common.watch import directory_names, wait_until_changed
+from torchx_ext.schedulers.common.watch import EndingWindow, RecordWatch, directory_names
 from torchx_ext.schedulers.slurm.commands import JobStates, most_gpus_per_node, sbatch, scancel
 from torchx_ext.schedulers.slurm.job_view import SlurmJob, forgotten_job_state, replica_state
 from torchx_ext.schedulers.slurm.options import SlurmOpts, gpu_type_of, partition_of, sbatch_options, slurm_runopts
@@ -94,6 +94,8 @@ class SlurmScheduler(SchedulerShell[SlurmOpts]):
     def __init__(self, session_name: str) -> None:
         super().__init__("slurm", session_name)
         self._states = JobStates()
+        self._records = RecordWatch()
+        self._ending = EndingWindow()
 
     def _run_opts(self) -> runopts:
         return slurm_runopts(str(default_job_dirs()))
@@ -177,16 +179,17 @@ class SlurmScheduler(SchedulerShell[SlurmOpts]):
 
     def wait_for_change(self, app_id: str, timeout_s: float) -> bool:
         """Until a record appears in the job's directory (a replica started or ended on its node,
-        a cancel). Once every replica that started has ended, only a moment: the controller ends
-        the job when its batch script returns, and tells nobody. Nor does it tell when a job
-        leaves the queue: its pending reasons are read again by the caller, now and then."""
+        a cancel). Once every replica that started has ended, only a moment (for up to
+        ``ENDING_WINDOW_S``): the controller ends the job when its batch script returns, and tells
+        nobody. Nor does it tell when a job leaves the queue: its pending reasons are read again
+        by the caller, now and then."""
         job = find_job(app_id)
         if job is None:
             return True
-        if _replicas_done(job):
+        if self._ending.brief(app_id, _replicas_done(job)):
             time.sleep(min(timeout_s, ENDING_CHECK_S))
             return True
-        return wait_until_changed(lambda: directory_names(job.path), timeout_s)
+        return self._records.wait(app_id, lambda: directory_names(job.path), timeout_s)
 
     def describe_native(self, app_id: str) -> Optional[AppDryRunInfo]:
         """The request the job was submitted with (torchx-nightly's read-back of a dry-run)."""
