@@ -14,9 +14,8 @@ from torchx_ext.schedulers.docker.workspace import (
     _created_ns,
     build_context,
     workspace_digest,
-    workspace_files,
-    workspace_path,
 )
+from torchx_ext.schedulers.common.workspace_files import workspace_files, workspace_path
 
 
 def make(root: Path, files: dict[str, str]) -> Path:
@@ -73,12 +72,12 @@ def test_digest_follows_content_names_modes_base_and_directory_but_not_ignored_f
 
 
 def test_workspace_forms(tmp_path: Path) -> None:
-    assert workspace_path(f"file://{tmp_path}") == tmp_path.resolve()
-    assert workspace_path(str(tmp_path)) == tmp_path.resolve()
+    assert workspace_path(f"file://{tmp_path}", "local_docker") == tmp_path.resolve()
+    assert workspace_path(str(tmp_path), "local_docker") == tmp_path.resolve()
     with pytest.raises(InvalidArgumentError, match=r"unsupported workspace 's3://bucket/x': local_docker takes a directory"):
-        workspace_path("s3://bucket/x")
+        workspace_path("s3://bucket/x", "local_docker")
     with pytest.raises(InvalidArgumentError, match=r"workspace '/no/such/dir' is not a directory: give a directory path"):
-        workspace_path("/no/such/dir")
+        workspace_path("/no/such/dir", "local_docker")
 
 
 def test_patterns_as_docker_compiles_them(tmp_path: Path) -> None:
@@ -164,9 +163,9 @@ def read(tar: tarfile.TarFile, name: str) -> str:
 def test_an_empty_workspace_name_is_not_the_current_directory() -> None:
     for empty in ("", "file://"):
         with pytest.raises(InvalidArgumentError, match="is not a directory"):
-            workspace_path(empty)
+            workspace_path(empty, "local_docker")
     with pytest.raises(InvalidArgumentError, match=r"unsupported workspace 'buck://x'"):
-        workspace_path("buck://x")
+        workspace_path("buck://x", "local_docker")
 
 
 def test_creation_times_order_by_time_not_text() -> None:

@@ -1,5 +1,7 @@
-"""The kubelet stand-in: schedules pods onto the one node, admits them (exclusive CPUs), runs each pod
-container as a Docker container, reports their states, and carries out graceful pod deletion.
+"""The kubelet stand-in: schedules pods onto the one node, admits them (exclusive CPUs), pulls each
+container's image through the engine as its imagePullPolicy says (from the test registry, or
+failing as a real pull fails), runs it as a Docker container, reports their states, and carries out
+graceful pod deletion.
 
 One loop, woken by store changes and otherwise every 100 ms, lists this cluster's containers with a
 single Docker call; the slow parts (starting and stopping containers) run on a thread pool so that
@@ -32,6 +34,15 @@ from tests.kubernetes.apiserver.store import Store, now_rfc3339
 log = logging.getLogger(__name__)
 TERMINAL = ("Succeeded", "Failed")
 MESSAGE_LIMIT, FALLBACK_LINES, FALLBACK_LIMIT = 4096, 80, 2048
+PULL_BACKOFF_S, PULL_BACKOFF_MAX_S = 0.5, 10.0
+
+
+def default_pull_policy(image: str) -> str:
+    """A kubelet's ``imagePullPolicy`` when the pod names none."""
+    if "@" in image:
+        return "IfNotPresent"
+    last = image.rsplit("/", 1)[-1]
+    return "Always" if ":" not in last or last.endswith(":latest") else "IfNotPresent"
 
 
 @dataclass
@@ -71,8 +82,10 @@ class Kubelet(ControlLoop):
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="fake-kubelet")
         self._holds: list[Callable[[Mapping[str, str]], bool]] = []
-        self._known_images: set[str] = set()
         self._pull_attempts: dict[str, int] = {}
+        self._pull_after: dict[str, float] = {}  # pod uid -> monotonic time of its next pull
+        self.pulls: list[str] = []
+        """Every image pulled, in order: what a test reads to tell a pull from a cached image."""
         self._networks: dict[str, str] = {}
         # Liveness probes run apart from the pods' starts and stops: a probe may take its timeout.
         self._probes = ThreadPoolExecutor(max_workers=8, thread_name_prefix="fake-kubelet-probe")
@@ -194,13 +207,29 @@ class Kubelet(ControlLoop):
             return False
         return True
 
+    def _image_error(self, container: Obj) -> str | None:
+        """Pulls the container's image through the engine as its ``imagePullPolicy`` says (a
+        kubelet's default: Always for ``:latest`` or no tag, else IfNotPresent); what went wrong,
+        or None when the image is there."""
+        image = container["image"]
+        policy = container.get("imagePullPolicy") or default_pull_policy(image)
+        if policy != "Always" and self._image_present(image):
+            return None
+        if policy == "Never":
+            return f'Container image "{image}" is not present with pull policy of Never'
+        try:
+            self._api.pull(image)
+        except Exception as error:  # the engine's APIError, or its connection's
+            reason = " ".join(str(getattr(error, "explanation", None) or error).split())
+            return f'failed to pull and unpack image "{image}": {reason}'
+        self.pulls.append(image)
+        return None
+
     def _image_present(self, image: str) -> bool:
-        if image not in self._known_images:
-            try:
-                self._api.inspect_image(image)
-            except Exception:
-                return False
-            self._known_images.add(image)
+        try:
+            self._api.inspect_image(image)
+        except Exception:
+            return False
         return True
 
     def _admit(self, pod: Obj) -> None:
@@ -214,23 +243,31 @@ class Kubelet(ControlLoop):
                 self._write_status(pod, lambda status: status.update(
                     phase="Failed", reason=reason, message=str(error), startTime=now_rfc3339()))
                 return
-        missing = [c for c in pod["spec"]["containers"] if not self._image_present(c["image"])]
-        if missing:
+        if time.monotonic() < self._pull_after.get(uid, 0.0):
+            return  # backing off after a failed pull
+        self._submit(uid, lambda: self._pull_and_start(pod))
+
+    def _pull_and_start(self, pod: Obj) -> None:
+        uid = pod["metadata"]["uid"]
+        failed = {c["name"]: (c["image"], error) for c in pod["spec"]["containers"]
+                  if (error := self._image_error(c)) is not None}
+        if failed:
             attempts = self._pull_attempts[uid] = self._pull_attempts.get(uid, 0) + 1
-            self._write_status(pod, lambda status: self._pulling(status, pod, missing, attempts))
+            self._pull_after[uid] = time.monotonic() + min(PULL_BACKOFF_MAX_S, PULL_BACKOFF_S * 2 ** (attempts - 1))
+            self._write_status(pod, lambda status: self._pulling(status, pod, failed, attempts))
             return
         runtime = self._runtimes[uid] = Runtime(self._work_dir / uid)
-        self._submit(uid, lambda: self._start(pod, runtime))
+        self._start(pod, runtime)
 
     @staticmethod
-    def _pulling(status: dict[str, Any], pod: Obj, missing: list[Obj], attempts: int) -> None:
-        failing = {c["name"]: c["image"] for c in missing}
+    def _pulling(status: dict[str, Any], pod: Obj, failed: dict[str, tuple[str, str]], attempts: int) -> None:
         statuses = []
         for container in pod["spec"]["containers"]:
-            if container["name"] in failing:
-                image = failing[container["name"]]
-                waiting = ({"reason": "ErrImagePull", "message": f'failed to pull and unpack image "{image}": '
-                            "no registry is reachable from the test cluster"} if attempts == 1 else
+            if container["name"] in failed:
+                image, error = failed[container["name"]]
+                never = "pull policy of Never" in error
+                waiting = ({"reason": "ErrImageNeverPull", "message": error} if never else
+                           {"reason": "ErrImagePull", "message": error} if attempts == 1 else
                            {"reason": "ImagePullBackOff", "message": f'Back-off pulling image "{image}"'})
             else:
                 waiting = {"reason": "ContainerCreating"}
@@ -239,7 +276,7 @@ class Kubelet(ControlLoop):
         status.update(phase="Pending", containerStatuses=statuses, hostIP="127.0.0.1")
         status.setdefault("startTime", now_rfc3339())
         set_condition(status, condition("Ready", False, "ContainersNotReady",
-                                        f"containers with unready status: [{' '.join(failing)}]"))
+                                        f"containers with unready status: [{' '.join(failed)}]"))
 
     # -- starting -----------------------------------------------------------------------------------
 
@@ -478,6 +515,7 @@ class Kubelet(ControlLoop):
     def _cleanup(self, uid: str) -> None:
         runtime = self._runtimes.pop(uid, None)
         self._pull_attempts.pop(uid, None)
+        self._pull_after.pop(uid, None)
         self.node.release(uid)
         if runtime is not None:
             for container_id in runtime.container_ids.values():

@@ -7,15 +7,7 @@ hash: an unchanged workspace finds its image and starts with no build at all. On
 few images per workspace directory are kept; the directory is in the hash so that two copies of
 one project (clones, worktrees) each have images of their own to keep.
 
-Ignore patterns are read as Docker reads ``.dockerignore`` (moby's patternmatcher): ``#``
-comments at the start of a line, a leading ``/`` dropped, ``*`` and ``?`` within one path
-segment, ``**`` across segments, ``[...]`` classes (``[^...]`` negates, ``[!...]`` does not),
-``\\`` escapes, ``!`` re-includes, the last matching pattern wins, and a pattern that matches a
-directory excludes everything under it. Both files apply, ``.torchxignore``'s patterns last.
-Differences from ``docker build``: an exception can re-include a file under an excluded
-directory even when it starts with a wildcard (``data`` then ``!*/keep``), as BuildKit does but
-the classic CLI does not; empty directories, sockets and FIFOs are not copied; symlinks are
-copied as links, never followed.
+Which files go in: ``common/workspace_files.py`` (``.dockerignore`` then ``.torchxignore``).
 """
 
 from __future__ import annotations
@@ -33,18 +25,17 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 
-from torchx_ext.errors import InvalidArgumentError
+from torchx_ext.errors import EngineError, InvalidArgumentError
+from torchx_ext.schedulers.common.workspace_files import IGNORE_FILES, workspace_files, workspace_path
+from torchx_ext.schedulers.docker.image_progress import StatusLine, build_step, event_error
 
 IMAGE_REPOSITORY = "torchx-ext-workspace"
 LABEL_WORKSPACE = "torchx_ext.workspace"
 LABEL_DIGEST = "torchx_ext.workspace_digest"
 LABEL_BASE = "torchx_ext.base_image"
-IGNORE_FILES = (".dockerignore", ".torchxignore")
 USER_DOCKERFILE = "Dockerfile.torchx"
 GENERATED_DOCKERFILE = "Dockerfile.torchx_ext"
-WORKSPACE_FORMS = "a directory path or file://DIR (--workspace '' runs the image as it is)"
 _CHUNK = 1 << 20
-_Rule = tuple[bool, str, re.Pattern[str]]  # (exception, literal prefix, pattern)
 
 
 @dataclass(frozen=True)
@@ -53,39 +44,6 @@ class WorkspaceImage:
     digest: str
     built: bool
     seconds: float
-
-
-def workspace_path(workspace: str) -> Path:
-    """The directory ``workspace`` names: torchx 0.7.0 passes ``file://DIR``, nightly a path."""
-    text = str(workspace)
-    scheme, separator, rest = text.partition("://")
-    if separator:
-        if scheme != "file":
-            raise InvalidArgumentError(f"unsupported workspace {text!r}: local_docker takes {WORKSPACE_FORMS}")
-        text = rest
-    path = Path(text).expanduser()
-    # Path("") is the current directory: an empty name is a mistake, not a request for it.
-    if not text or not path.is_dir():
-        raise InvalidArgumentError(f"workspace {workspace!r} is not a directory: give {WORKSPACE_FORMS}")
-    return path.resolve()
-
-
-def workspace_files(root: Path) -> list[str]:
-    """The files (and symlinks) that go into the image, as sorted relative POSIX paths."""
-    rules = _ignore_rules(root)
-    found, pending = [], [""]
-    while pending:
-        prefix = pending.pop()
-        with os.scandir(root / prefix) as entries:
-            for entry in entries:
-                relative = f"{prefix}{entry.name}"
-                if entry.is_dir(follow_symlinks=False):
-                    if not _skip_dir(relative, rules):
-                        pending.append(f"{relative}/")
-                # Sockets and FIFOs are left out: reading a FIFO for the hash would block.
-                elif (entry.is_file(follow_symlinks=False) or entry.is_symlink()) and not _ignored(relative, rules):
-                    found.append(relative)
-    return sorted(found)
 
 
 def workspace_digest(root: Path, base_image_id: str, files: list[str] | None = None) -> str:
@@ -128,23 +86,23 @@ def build_context(root: Path, dockerfile: str, files: list[str] | None = None) -
     return context
 
 
-def ensure_workspace_image(client: Any, base_image: str, workspace: str, keep: int = 3) -> WorkspaceImage:
-    """The image of ``workspace`` on ``base_image``, built only if no image has its content."""
+def ensure_workspace_image(client: Any, base_image: str, workspace: str, keep: int = 3,
+                           progress: StatusLine | None = None, scheduler: str = "local_docker") -> WorkspaceImage:
+    """The image of ``workspace`` on ``base_image``, built only if no image has its content;
+    ``progress`` says each build step (None: nothing is said)."""
     import docker.errors
 
     started = time.monotonic()
-    root = workspace_path(workspace)
+    root = workspace_path(workspace, scheduler)
     if keep < 1:
         raise InvalidArgumentError(f"invalid workspace_images_kept {keep!r}: expected 1 or more")
-    try:
-        base_id = client.images.get(base_image).id
-    except docker.errors.ImageNotFound:
-        raise InvalidArgumentError(
-            f"image {base_image!r} (the workspace's base) is not on the engine, and no registry may be "
-            f"reachable: `docker pull {base_image}` or `docker build -t {base_image} .` it first"
-        ) from None
+    progress = progress or StatusLine(None, False)
+    base_id = _base_image_id(client, base_image, progress)
     files = workspace_files(root)
-    digest = workspace_digest(root, base_id, files)
+    user_dockerfile = _dockerfile_name(files) == USER_DOCKERFILE
+    # A Dockerfile.torchx of the user's may read the WORKSPACE argument, whose text (file://DIR on
+    # torchx 0.7.0, DIR on nightly) then decides the image as much as the files do.
+    digest = workspace_digest(root, base_id + (f"\0{workspace}" if user_dockerfile else ""), files)
     tag = f"{IMAGE_REPOSITORY}:{digest[:16]}"
     try:
         client.images.get(tag)
@@ -155,25 +113,68 @@ def ensure_workspace_image(client: Any, base_image: str, workspace: str, keep: i
     # The SDK's labels= makes one LABEL step, so one layer commit, per label (0.7 s each on the
     # test engine's vfs storage); the generated Dockerfile sets them in one step instead, unless
     # a value holds characters that Dockerfile quoting would change.
-    inline = _dockerfile_name(files) == GENERATED_DOCKERFILE and all(
-        re.fullmatch(r"[\w./:@+=,-]*", value) for value in labels.values())
+    inline = not user_dockerfile and all(re.fullmatch(r"[\w./:@+=,-]*", value) for value in labels.values())
     label_line = "LABEL " + " ".join(f'{key}="{value}"' for key, value in labels.items()) if inline else ""
+    progress.show(f"building the workspace {root} on {base_image}")
     with build_context(root, f"FROM {base_id}\nCOPY . .\n{label_line}\n", files) as context:
-        try:
-            # pull=False: the engine may have no network, and the base is local by its id.
-            # IMAGE is the build argument torchx's own Dockerfile.torchx convention expects.
-            image, _ = client.images.build(
-                fileobj=context, custom_context=True, dockerfile=_dockerfile_name(files), tag=tag, rm=True,
-                pull=False, buildargs={"IMAGE": base_id}, labels=None if inline else labels,
-            )
-        except docker.errors.BuildError as error:
-            tail = [str(entry.get("stream", entry.get("error", ""))).strip() for entry in error.build_log][-5:]
-            raise InvalidArgumentError(
-                f"building workspace {str(root)!r} on {base_image!r} failed: {error.msg} "
-                f"({' | '.join(line for line in tail if line)})"
-            ) from None
+        # pull=False: the engine may have no network, and the base is local by its id. IMAGE and
+        # WORKSPACE are the build arguments torchx's own Dockerfile.torchx convention passes.
+        events = _engine_call(lambda: client.api.build(
+            fileobj=context, custom_context=True, dockerfile=_dockerfile_name(files), tag=tag, rm=True,
+            pull=False, buildargs={"IMAGE": base_id, "WORKSPACE": str(workspace)},
+            labels=None if inline else labels, decode=True,
+        ), client, "build the workspace image")
+        output: list[str] = []
+        for event in events:
+            error = event_error(event)
+            if error is not None:
+                tail = " | ".join(output[-5:])
+                raise InvalidArgumentError(f"building workspace {str(root)!r} on {base_image!r} failed: {error}"
+                                           + (f" ({tail})" if tail else ""))
+            step = build_step(event)
+            if step is not None:
+                progress.show(step)
+            text = str(event.get("stream") or "").strip()
+            if text and step is None and not text.startswith("--->"):
+                output.append(text)
+    progress.close()
+    image = client.images.get(tag)
     _prune(client, root, keep, image.id)
     return WorkspaceImage(tag, digest, True, time.monotonic() - started)
+
+
+def _base_image_id(client: Any, base_image: str, progress: StatusLine) -> str:
+    """The base image's id, pulled first when the engine lacks it (as torchx's builder does)."""
+    import docker.errors
+
+    try:
+        return str(client.images.get(base_image).id)
+    except docker.errors.ImageNotFound:
+        pass
+    progress.show(f"pulling the base image {base_image}")
+    try:
+        return str(client.images.pull(base_image).id)
+    except docker.errors.APIError as error:
+        reason = str(getattr(error, "explanation", None) or error).strip().splitlines()[-1]
+        raise InvalidArgumentError(
+            f"image {base_image!r} (the workspace's base) is not on the engine, and pulling it failed ({reason}): "
+            f"`docker pull {base_image}` or `docker build -t {base_image} .` it first"
+        ) from None
+    finally:
+        progress.close()
+
+
+def _engine_call(call: Any, client: Any, what: str) -> Any:
+    import docker.errors
+    import requests.exceptions
+
+    try:
+        return call()
+    except docker.errors.APIError as error:
+        reason = str(getattr(error, "explanation", None) or error).strip().splitlines()[-1]
+        raise EngineError(f"the engine at {client.api.base_url} could not {what}: {reason}") from None
+    except (requests.exceptions.ConnectionError, ConnectionError) as error:
+        raise EngineError(f"the Docker engine at {client.api.base_url} stopped answering ({error})") from None
 
 
 def _prune(client: Any, root: Path, keep: int, built_id: str) -> None:
@@ -200,79 +201,6 @@ def _created_ns(image: Any) -> int:
         return 0
     seconds = datetime.fromisoformat(match[1] + (match[3] or "Z").replace("Z", "+00:00")).timestamp()
     return int(seconds) * 10**9 + int((match[2] or "0")[:9].ljust(9, "0"))
-
-
-def _ignore_rules(root: Path) -> list[_Rule]:
-    rules = []
-    for name in IGNORE_FILES:
-        try:
-            text = (root / name).read_text(encoding="utf-8-sig")
-        except OSError:
-            continue
-        for line in text.splitlines():
-            if line.startswith("#"):  # as Docker: only at the very start of a line
-                continue
-            pattern = line.strip()
-            exception = pattern.startswith("!")
-            pattern = pattern[1:].strip() if exception else pattern
-            pattern = os.path.normpath(pattern).lstrip("/") if pattern else ""
-            if pattern in ("", "."):
-                continue
-            try:
-                rules.append((exception, *_compile(pattern)))
-            except re.error as error:
-                raise InvalidArgumentError(f"bad pattern {line.strip()!r} in {root / name}: {error}") from None
-    return rules
-
-
-def _compile(pattern: str) -> tuple[str, re.Pattern[str]]:
-    """Docker's regex for ``pattern``, and the literal text that every match starts with."""
-    out: list[str] = []
-    index = 0
-    special = re.search(r"[*?[\\]", pattern)
-    literal = pattern if special is None else pattern[: special.start()]
-    while index < len(pattern):
-        char = pattern[index]
-        index += 1
-        if char == "*" and pattern.startswith("*", index):
-            slash = pattern.startswith("*/", index)
-            index += 2 if slash else 1
-            # `**` at the end takes everything, `**/` any whole segments (or none). A leading
-            # `**x` with nothing special after it is a plain suffix match in Docker (".*x");
-            # elsewhere Docker spans whole segments there too.
-            suffix = not out and not re.search(r"[*?[\\]", pattern[index:])
-            out.append(".*" if index >= len(pattern) or suffix and not slash else "(?:.*/)?")
-        elif char in "*?":
-            out.append("[^/]*" if char == "*" else "[^/]")
-        elif char in "[]^-":
-            out.append(char)  # classes ([a-z], [^a]) pass through to the regex, as in Docker
-        elif char == "\\" and index < len(pattern):
-            out.append(re.escape(pattern[index]))
-            index += 1
-        else:
-            out.append(re.escape(char))
-    return literal, re.compile("".join(out))
-
-
-def _ignored(relative: str, rules: list[_Rule]) -> bool:
-    # A path is matched as itself and as each of its parent directories.
-    parts = relative.split("/")
-    candidates = ["/".join(parts[: end + 1]) for end in range(len(parts))]
-    excluded = False
-    for exception, _, pattern in rules:
-        if any(pattern.fullmatch(candidate) for candidate in candidates):
-            excluded = not exception
-    return excluded
-
-
-def _skip_dir(relative: str, rules: list[_Rule]) -> bool:
-    # An excluded directory is not walked unless an exception could match below it: its
-    # matches all start with its literal prefix, which must then agree with "relative/".
-    if not _ignored(relative, rules):
-        return False
-    below = f"{relative}/"
-    return not any(exception and (below.startswith(literal) or literal.startswith(below))
-                   for exception, literal, _ in rules)
 
 
 def _dockerfile_name(files: list[str]) -> str:

@@ -22,6 +22,7 @@ from torchx_ext.schedulers.kubernetes.indexed_job import job_objects
 from torchx_ext.schedulers.kubernetes.jobset import jobset
 from torchx_ext.schedulers.kubernetes.options import IMAGE_HINT, ManifestOptions
 from torchx_ext.schedulers.kubernetes.volcano import volcano_job
+from torchx_ext.schedulers.kubernetes.workspace import PendingPush
 
 @dataclass(frozen=True)
 class AppManifests:
@@ -30,19 +31,25 @@ class AppManifests:
     backend: str
     objects: tuple[dict[str, Any], ...]
     """In creation order (what a later object needs exists first)."""
+    pushes: tuple[PendingPush, ...] = ()
+    """Workspace images, pushed at submission; the objects then name their digests."""
 
     def to_yaml(self) -> str:
         import yaml
 
         text: str = yaml.safe_dump_all(self.objects, sort_keys=False, width=120)
-        return text
+        said = "".join(f"# {push.reference}: the workspace image {push.image}, pushed at submission; the pods "
+                       "name its digest\n" for push in self.pushes)
+        return said + text
 
     def __str__(self) -> str:
         return self.to_yaml()
 
 
-def build_manifests(app: specs.AppDef, *, app_id: str, options: ManifestOptions) -> AppManifests:
-    """The objects ``kubernetes`` creates for ``app``; InvalidArgumentError names bad input."""
+def build_manifests(app: specs.AppDef, *, app_id: str, options: ManifestOptions,
+                    pushes: tuple[PendingPush, ...] = ()) -> AppManifests:
+    """The objects ``kubernetes`` creates for ``app`` (``pushes``: the workspace images its roles
+    name, pushed at submission); InvalidArgumentError names bad input."""
     names.check_dns_label(app_id, "app id")
     names.check_dns_label(options.namespace, "namespace")
     options.check()
@@ -54,7 +61,7 @@ def build_manifests(app: specs.AppDef, *, app_id: str, options: ManifestOptions)
         objects = (volcano_job(app, app_id, options),)
     else:
         objects = job_objects(app, app_id, options)
-    return AppManifests(app_id, options.namespace, options.backend, objects)
+    return AppManifests(app_id, options.namespace, options.backend, objects, pushes)
 
 
 def check_role(role: specs.Role) -> None:

@@ -11,12 +11,14 @@ with them unless the cluster ships logs elsewhere, and the app stays, CANCELLED,
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Dict, List, Optional
 
 from torchx.schedulers.api import DescribeAppResponse, ListAppResponse
 from torchx.specs import AppDef, AppDryRunInfo, Role, runopts
+from torchx.workspace.api import WorkspaceMixin
 
 from torchx_ext.error_file import ErrorReport
 from torchx_ext.errors import InvalidArgumentError, KubernetesError
@@ -38,6 +40,7 @@ from torchx_ext.schedulers.kubernetes.options import (
     ManifestOptions,
 )
 from torchx_ext.schedulers.kubernetes.app_view import AppView, end_due
+from torchx_ext.schedulers.kubernetes.workspace import PendingPush, add_workspace_opts, build_workspace_image, push_and_pin
 
 SCHEDULER = "kubernetes"
 _CANCEL_CHECK_S = 10
@@ -60,13 +63,17 @@ class KubernetesOpts(CancelGraceOpts, total=False):
     numa_aligned: Optional[bool]
     gpu_resource: Optional[str]
     image_pull_timeout: Optional[int]
+    image_repo: Optional[str]
+    quiet: Optional[bool]
 
 
-class KubernetesScheduler(SchedulerShell[KubernetesOpts]):
+class KubernetesScheduler(WorkspaceMixin[None], SchedulerShell[KubernetesOpts]):
     image_hint = IMAGE_HINT
 
     def __init__(self, session_name: str) -> None:
         super().__init__(SCHEDULER, session_name)
+        self._pushes: dict[str, PendingPush] = {}
+        """The workspace images built for this process's dry-runs, by the reference roles name."""
         self._cluster: Cluster | None = None
         self._pod_versions: dict[str, str] = {}
         """Per app: the version of the last pod change ``wait_for_change`` saw."""
@@ -113,13 +120,29 @@ class KubernetesScheduler(SchedulerShell[KubernetesOpts]):
         add_cancel_grace_opt(opts, DEFAULT_CANCEL_GRACE_S, "pods are stopped (terminationGracePeriodSeconds)")
         return opts
 
+    def workspace_opts(self) -> runopts:
+        opts = runopts()
+        add_workspace_opts(opts)
+        return opts
+
+    def build_workspace_and_update_role(self, role: Role, workspace: str, cfg: Mapping[str, Any]) -> None:
+        """The role's image with the workspace on top (built only when its content changed), to be
+        pushed to ``image_repo`` at submission (``workspace.py``)."""
+        push = build_workspace_image(role, workspace, cfg)
+        self._pushes[push.reference] = push
+
     def _submit_dryrun(self, app: AppDef, cfg: KubernetesOpts) -> AppDryRunInfo:
-        manifests = build_manifests(app, app_id=new_app_id(app.name, KUBERNETES), options=_options(cfg))
+        pushes = tuple(self._pushes[image] for image in dict.fromkeys(role.image for role in app.roles)
+                       if image in self._pushes)
+        manifests = build_manifests(app, app_id=new_app_id(app.name, KUBERNETES), options=_options(cfg),
+                                    pushes=pushes)
         return AppDryRunInfo(manifests, AppManifests.to_yaml)
 
     def schedule(self, dryrun_info: AppDryRunInfo[Any]) -> str:
         manifests: AppManifests = dryrun_info.request
-        self.cluster.create_app(manifests)
+        # Pushed first: a push that fails leaves nothing on the cluster.
+        pinned = dataclasses.replace(manifests, objects=push_and_pin(manifests.objects, manifests.pushes), pushes=())
+        self.cluster.create_app(pinned)
         return _app_id(manifests.namespace, manifests.backend, manifests.app_id)
 
     def describe(self, app_id: str) -> Optional[DescribeAppResponse]:

@@ -1,0 +1,87 @@
+"""Publishing a workspace image to a registry, to be named by digest (``REPO@sha256:...``).
+
+A tag can be moved by a later push; a digest cannot. So a job's pods name the digest the push
+returned, and a pod started again later (rescheduled, its image evicted) runs the same code.
+
+An image pushed before is not pushed again: the engine keeps the digest of every push of an image
+(``RepoDigests``), and one manifest request to the registry confirms it still has it. Whatever
+else (registry down, push refused) is one ``EngineError`` naming the registry and the engine's
+reason.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torchx_ext.errors import EngineError, InvalidArgumentError
+from torchx_ext.schedulers.docker.image_progress import PushProgress, StatusLine, event_error
+
+REPOSITORY_FORMS = "REGISTRY/REPO, e.g. 127.0.0.1:5000/team/train or ghcr.io/org/train"
+
+
+def registry_of(repository: str) -> str:
+    """The registry a repository names, as Docker reads it (no host part: Docker Hub)."""
+    first, slash, _ = repository.partition("/")
+    return first if slash and ("." in first or ":" in first or first == "localhost") else "docker.io"
+
+
+def check_repository(repository: str) -> None:
+    """An ``image_repo`` that names a repository, not an image: no tag, no digest."""
+    last = repository.rsplit("/", 1)[-1]
+    if not repository or "@" in repository or ":" in last or repository != repository.strip() \
+            or repository.lower().split("/", 1)[-1] != repository.split("/", 1)[-1]:
+        raise InvalidArgumentError(f"invalid image_repo {repository!r}: expected a repository without tag or digest, "
+                                   f"{REPOSITORY_FORMS}")
+
+
+def publish(client: Any, image: str, repository: str, tag: str, progress: StatusLine) -> str:
+    """``image`` (a local name or id) in ``repository`` as ``REPO@sha256:...``, pushed unless the
+    registry has it already."""
+    import docker.errors
+
+    known = _pushed_digest(client, image, repository)
+    if known is not None:
+        reference = f"{repository}@{known}"
+        try:
+            client.api.inspect_distribution(reference)
+            progress.show(f"{reference} is in the registry already: not pushed")
+            progress.close()
+            return reference
+        except docker.errors.APIError:
+            pass  # gone from the registry (or it cannot say): pushed again, which reports why not
+    try:
+        client.api.tag(image, repository, tag)
+        events = client.api.push(repository, tag, stream=True, decode=True)
+        pushing = PushProgress(repository)
+        for event in events:
+            error = event_error(event)
+            if error is not None:
+                raise _push_error(repository, error)
+            said = pushing.read(event)
+            if said is not None:
+                progress.show(*said)
+    except docker.errors.APIError as error:
+        raise _push_error(repository, str(getattr(error, "explanation", None) or error)) from None
+    finally:
+        progress.close()
+    if pushing.digest is None:
+        raise _push_error(repository, "the engine reported no digest for the push")
+    return f"{repository}@{pushing.digest}"
+
+
+def _pushed_digest(client: Any, image: str, repository: str) -> str | None:
+    import docker.errors
+
+    try:
+        digests = client.images.get(image).attrs.get("RepoDigests") or []
+    except docker.errors.APIError:
+        return None
+    return next((entry.split("@", 1)[1] for entry in digests if entry.startswith(f"{repository}@")), None)
+
+
+def _push_error(repository: str, reason: str) -> EngineError:
+    reason = " ".join(reason.split())
+    return EngineError(
+        f"pushing the workspace image to registry {registry_of(repository)} failed ({reason}): check that it "
+        f"answers and takes pushes to {repository} (`docker login {registry_of(repository)}`), or run without "
+        "a workspace: --workspace ''")
