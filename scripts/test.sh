@@ -2,8 +2,8 @@
 # The README's test command: installs each torchx line's environment (scripts/setup_venv.sh:
 # .venv with torchx 0.7.0, .venv-nightly with torchx-nightly), type-checks once, and runs the
 # whole suite on each line (the launcher's and planner's slowest tests on the first only), with
-# a Docker engine it starts (and installs, as root) on a private socket (scripts/docker_engine.sh)
-# and a two-node Slurm on this host (scripts/slurm_cluster.sh). Tests read TORCHX_EXT_LINE to
+# a Docker engine it starts (and installs, as root) on a private socket (scripts/docker_engine.sh),
+# an image registry on loopback (scripts/registry.sh) and a two-node Slurm on this host (scripts/slurm_cluster.sh). Tests read TORCHX_EXT_LINE to
 # check that they run on the line meant. Exits non-zero if any step fails on any line.
 # Usage: scripts/test.sh [--line 0.7.0|nightly|both] [PYTEST ARGS...]
 #   e.g. scripts/test.sh --line nightly tests/integration/test_torchx_lines.py -x
@@ -34,12 +34,23 @@ elif [ "${CI:-}" = true ]; then
 else
   echo "test.sh: warning: no Docker engine; the tests that need one are skipped" >&2
 fi
+# One image registry on loopback (Debian's docker-registry; scripts/registry.sh), which the
+# workspace tests push to through the engine and the test Kubernetes cluster pulls from.
+echo "=== image registry"
+if registry="$(bash scripts/registry.sh start)"; then
+  export "$registry"
+  trap 'bash scripts/registry.sh stop; bash scripts/docker_engine.sh stop' EXIT
+elif [ "${CI:-}" = true ]; then
+  echo "test.sh: CI=true and the test registry could not be started" >&2; exit 1
+else
+  echo "test.sh: warning: no test registry; the tests that need one are skipped" >&2
+fi
 # One test Slurm cluster (two slurmd on this host; scripts/slurm_cluster.sh), for the slurm
 # scheduler's tests; stopped at the end with the engine.
 echo "=== Slurm test cluster"
 if cluster="$(bash scripts/slurm_cluster.sh start)"; then
   export "$cluster"
-  trap 'bash scripts/slurm_cluster.sh stop; bash scripts/docker_engine.sh stop' EXIT
+  trap 'bash scripts/slurm_cluster.sh stop; bash scripts/registry.sh stop; bash scripts/docker_engine.sh stop' EXIT
 elif [ "${CI:-}" = true ]; then
   echo "test.sh: CI=true and the Slurm test cluster could not be started" >&2; exit 1
 else

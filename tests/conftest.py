@@ -15,8 +15,10 @@ MachineRoot = Callable[[str], Path]
 # docker_client and test_image, for tests/docker and the conformance suite's local_docker;
 # kube_cluster (the fake Kubernetes API server) for tests/kubernetes and its kubernetes;
 # slurm_cluster (the two-node test Slurm) for tests/slurm and the conformance suite's slurm;
+# registry (the loopback image registry) for the workspace tests;
 # runner (torchx's Runner) for every suite that submits jobs.
-pytest_plugins = ["tests.fixtures.docker_engine", "tests.fixtures.kube_api", "tests.fixtures.slurm_cluster", "tests.helpers"]
+pytest_plugins = ["tests.fixtures.docker_engine", "tests.fixtures.kube_api", "tests.fixtures.registry", "tests.fixtures.slurm_cluster",
+                  "tests.helpers"]
 
 
 @pytest.fixture(scope="session", autouse=True)

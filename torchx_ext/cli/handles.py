@@ -11,6 +11,7 @@ torchx-nightly's ``delete``.
 
 import argparse
 import re
+from collections.abc import Iterable
 
 from torchx.cli.cmd_cancel import CmdCancel
 from torchx.cli.cmd_describe import CmdDescribe
@@ -19,7 +20,7 @@ from torchx.cli.cmd_log import CmdLog
 from torchx.cli.cmd_status import CmdStatus
 from torchx.runner import get_runner
 from torchx.schedulers import get_scheduler_factories
-from torchx.specs import parse_app_handle
+from torchx.specs import Role, parse_app_handle
 
 from torchx_ext import exit_codes
 from torchx_ext.cli.one_line import fail, one_line_errors
@@ -67,7 +68,20 @@ class CheckedList(CmdList):
 
 
 class CheckedStatus(HandleChecked, CmdStatus):
-    pass
+    """torchx's status, then the image each role runs where it is pinned by digest (a kubernetes
+    workspace's): which code the job runs, which torchx's status does not say."""
+
+    def run(self, args: argparse.Namespace) -> None:
+        super().run(args)
+        with one_line_errors(), get_runner() as runner:
+            app = runner.describe(args.app_handle)
+        for line in pinned_images(app.roles if app is not None else []):
+            print(line)
+
+
+def pinned_images(roles: Iterable[Role]) -> list[str]:
+    """``Image (ROLE): REPO@sha256:...`` for each role whose image names a digest."""
+    return [f"    Image ({role.name}): {role.image}" for role in roles if "@sha256:" in str(role.image)]
 
 
 class CheckedDescribe(HandleChecked, CmdDescribe):

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 PREFIX = "torchx: "
+STEP_WIDTH = 100
+_DONE = ("Pushed", "Layer already exists", "Mounted from")
 _STEP = re.compile(r"Step \d+/\d+ : .*")
 
 
@@ -53,9 +55,12 @@ class StatusLine:
 
 
 def build_step(event: dict[str, Any]) -> str | None:
-    """The build step an engine event starts (``Step 2/3 : COPY . .``), else None."""
+    """The build step an engine event starts (``Step 2/3 : COPY . .``, cut to one short line),
+    else None."""
     text = str(event.get("stream") or "").strip()
-    return text if _STEP.fullmatch(text) else None
+    if not _STEP.fullmatch(text):
+        return None
+    return text if len(text) <= STEP_WIDTH else f"{text[:STEP_WIDTH - 3]}..."
 
 
 def event_error(event: dict[str, Any]) -> str | None:
@@ -84,11 +89,24 @@ class PushProgress:
         if not layer or not status or status.startswith(f"{layer}:"):
             return None
         self.layers[layer] = status
-        done = sum(1 for value in self.layers.values() if value in ("Pushed", "Layer already exists"))
+        done = sum(1 for value in self.layers.values() if value.startswith(_DONE))
         count = f"({done}/{len(self.layers)} layers)"
         if status == "Pushing":
-            return f"pushing {self.repository}: layer {layer}{str(event.get('progress') or '')[-24:]} {count}", True
-        if status in ("Pushed", "Layer already exists"):
-            said = "pushed" if status == "Pushed" else "already in the registry"
+            detail = event.get("progressDetail") or {}
+            sent = f" {_size(detail['current'])}" if detail.get("current") else ""
+            sent += f" of {_size(detail['total'])}" if sent and detail.get("total") else ""
+            return f"pushing {self.repository}: layer {layer}{sent} {count}", True
+        if status.startswith(_DONE):
+            said = {"Pushed": "pushed", "Layer already exists": "already in the registry"}.get(
+                status, f"mounted from {status.removeprefix('Mounted from ')}")
             return f"pushing {self.repository}: layer {layer} {said} {count}", False
         return None
+
+
+def _size(count: Any) -> str:
+    value = float(count)
+    for unit in ("B", "kB", "MB", "GB"):
+        if value < 1000 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1000
+    return f"{value:.1f} GB"

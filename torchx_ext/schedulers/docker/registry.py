@@ -11,12 +11,15 @@ reason.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from torchx_ext.errors import EngineError, InvalidArgumentError
 from torchx_ext.schedulers.docker.image_progress import PushProgress, StatusLine, event_error
 
 REPOSITORY_FORMS = "REGISTRY/REPO, e.g. 127.0.0.1:5000/team/train or ghcr.io/org/train"
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_REPOSITORY = re.compile(rf"(?:[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?(?::\d+)?/)?{_COMPONENT}(?:/{_COMPONENT})*")
 
 
 def registry_of(repository: str) -> str:
@@ -26,12 +29,11 @@ def registry_of(repository: str) -> str:
 
 
 def check_repository(repository: str) -> None:
-    """An ``image_repo`` that names a repository, not an image: no tag, no digest."""
-    last = repository.rsplit("/", 1)[-1]
-    if not repository or "@" in repository or ":" in last or repository != repository.strip() \
-            or repository.lower().split("/", 1)[-1] != repository.split("/", 1)[-1]:
-        raise InvalidArgumentError(f"invalid image_repo {repository!r}: expected a repository without tag or digest, "
-                                   f"{REPOSITORY_FORMS}")
+    """An ``image_repo`` that names a repository as Docker's reference grammar has it, with no tag
+    or digest (ours is added)."""
+    if not _REPOSITORY.fullmatch(repository):
+        raise InvalidArgumentError(f"invalid image_repo {repository!r}: expected a repository without tag or digest "
+                                   f"(lower-case path components), {REPOSITORY_FORMS}")
 
 
 def publish(client: Any, image: str, repository: str, tag: str, progress: StatusLine) -> str:
