@@ -4,6 +4,7 @@ values are refused."""
 from __future__ import annotations
 
 import io
+from typing import Any
 
 import pytest
 
@@ -12,7 +13,7 @@ from torchx_ext.schedulers.docker.image_progress import PushProgress, StatusLine
 from torchx_ext.schedulers.docker.registry import check_repository, registry_of
 
 # A push as Docker 28 streams it (decoded), one layer new and one mounted from another repository.
-PUSH = [
+PUSH: list[dict[str, Any]] = [
     {"status": "The push refers to repository [127.0.0.1:5055/ws]"},
     {"status": "Preparing", "progressDetail": {}, "id": "571dea29981b"},
     {"status": "Preparing", "progressDetail": {}, "id": "c21e83772ac5"},
@@ -50,7 +51,9 @@ def test_a_push_says_each_layer_and_the_digest() -> None:
     drawn = said(True, lines)
     assert drawn.count("\r\x1b[K") == 4 and drawn.endswith("torchx: pushed 127.0.0.1:5055/ws@sha256:3c07\n")
     assert said(False, []) == said(True, []) == ""
-    assert StatusLine(None, False).show("quiet: nothing") is None
+    quiet = StatusLine(None, False)
+    quiet.show("said to nobody")
+    quiet.close()
 
 
 def test_build_steps_and_errors() -> None:
