@@ -138,7 +138,7 @@ def test_bad_cfg_is_one_line_and_queues_nothing(
 
 def test_bad_cfg_through_the_cli_is_one_line_without_a_traceback(slurm_cluster: str, tmp_path: Path) -> None:
     ran = torchx("run", "-s", "slurm", "-cfg", f"job_dir={tmp_path},partition=nosuch", "dist.ddp", "-j", "1x1",
-                 "--script", str(TRAIN))
+                 "--script", str(TRAIN), cwd=tmp_path)
     assert ran.returncode != 0
     assert "Traceback" not in ran.stderr and "nosuch" in ran.stderr, ran.stderr
 

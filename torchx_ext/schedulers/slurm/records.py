@@ -55,6 +55,9 @@ class SlurmJobRequest:
     """The batch script."""
     options: list[str] = field(default_factory=list)
     """The ``#SBATCH`` options from ``-cfg`` (named when sbatch refuses the job)."""
+    workspace: str = ""
+    """The workspace copied into the job's ``workspace/`` at submission, where its steps run ("": none;
+    they run in the submit directory)."""
 
     def to_json(self) -> str:
         return json.dumps({"format": FORMAT_VERSION, **asdict(self)}, indent=1)
@@ -85,6 +88,11 @@ class JobDir(JobDirectory):
     @property
     def script(self) -> Path:
         return self.path / "batch.sh"
+
+    @property
+    def workspace(self) -> Path:
+        """The copy of the workspace the job runs in (when submitted with one)."""
+        return self.path / "workspace"
 
     @property
     def cancelled(self) -> Path:

@@ -37,10 +37,14 @@ def build_request(
     options: list[str],
     exclusive: bool = False,
     gpu_types: list[str] | None = None,
+    workspace: str = "",
 ) -> SlurmJobRequest:
     """The request for ``app``; ``options``: the checked ``#SBATCH`` options of its ``-cfg``;
     ``gpu_types``: the GRES type to ask each role's GPUs of ("": any; None: as each role's named
-    resource says)."""
+    resource says); ``workspace``: a directory copied into the job's at submission, whose copy
+    is where the steps run (``cwd`` is then ignored)."""
+    if workspace:
+        cwd = str(JobDir(Path(job_dir)).workspace)
     for path, what in ((job_dir, "job_dir"), (cwd, "the current directory")):
         if "\n" in path or "\r" in path:
             raise InvalidArgumentError(f"{what} {path!r} holds a line break, which an #SBATCH line cannot: use another")
@@ -50,7 +54,8 @@ def build_request(
         gpu_types = [gpu_type_of(None, role.resource) for role in app.roles]
     script = batch_script(job_name, JobDir(Path(job_dir)), cwd, roles, app.roles, options, interpreter, exclusive,
                           gpu_types)
-    return SlurmJobRequest(app_name=app.name, job_dir=job_dir, roles=roles, script=script, options=options)
+    return SlurmJobRequest(app_name=app.name, job_dir=job_dir, roles=roles, script=script, options=options,
+                           workspace=workspace)
 
 
 def batch_script(
@@ -142,6 +147,9 @@ def _retried(srun: str, job: JobDir, role: str, max_retries: int, elastic: bool,
 def describe_request(request: SlurmJobRequest) -> str:
     """The dry-run text: where the job lives, then the batch script as sbatch gets it."""
     lines = [f"job_dir: {request.job_dir}"]
+    if request.workspace:
+        lines.append(f"workspace: {request.workspace}, copied into {JobDir(Path(request.job_dir)).workspace} at "
+                     "submission (without what .torchxignore excludes); the steps run in the copy")
     for role in request.roles:
         lines.append(f"{role.name}: {role.min_replicas}..{role.num_replicas} nodes, cwd={role.cwd}")
         lines.append(f"  argv: {[role.entrypoint, *role.args]!r}")

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from torchx.schedulers.api import DescribeAppResponse, ListAppResponse
-from torchx.specs import AppDef, AppDryRunInfo, runopts
+from torchx.specs import AppDef, AppDryRunInfo, Role, runopts
+from torchx.workspace.api import WorkspaceMixin
 
 from torchx_ext.error_file import ErrorReport, read_error_file
 from torchx_ext.errors import InvalidArgumentError
@@ -45,6 +46,8 @@ from torchx_ext.schedulers.slurm.records import (
     unregister,
 )
 from torchx_ext.schedulers.slurm.request import build_request, describe_request
+from torchx_ext.schedulers.slurm.workspace import copy_workspace, workspace_of
+from torchx_ext.schedulers.common.workspace_files import workspace_path
 
 # How often a followed log asks Slurm whether the job still runs.
 TAIL_STATE_POLL_S = 2.0
@@ -90,9 +93,11 @@ def gpu_requests(app: AppDef, cfg: SlurmOpts, partition: str | None) -> tuple[li
     return types, whole
 
 
-class SlurmScheduler(SchedulerShell[SlurmOpts]):
+class SlurmScheduler(WorkspaceMixin[None], SchedulerShell[SlurmOpts]):
     def __init__(self, session_name: str) -> None:
         super().__init__("slurm", session_name)
+        self._workspaces: dict[int, Path] = {}
+        """What ``build_workspace_and_update_role`` was told, by ``id(role)``, until the dry-run reads it."""
         self._states = JobStates()
         self._records = RecordWatch()
         self._ending = EndingWindow()
@@ -100,7 +105,15 @@ class SlurmScheduler(SchedulerShell[SlurmOpts]):
     def _run_opts(self) -> runopts:
         return slurm_runopts(str(default_job_dirs()))
 
+    def build_workspace_and_update_role(self, role: Role, workspace: str, cfg: Mapping[str, Any]) -> None:
+        """Nothing is built: the workspace is copied into the job's directory when it is submitted
+        (``workspace.py``), and its steps run there."""
+        self._workspaces[id(role)] = workspace_path(workspace, "slurm")
+
     def _submit_dryrun(self, app: AppDef, cfg: SlurmOpts) -> AppDryRunInfo:
+        workspace = workspace_of(app.roles, self._workspaces)
+        for role in app.roles:
+            self._workspaces.pop(id(role), None)
         options = sbatch_options(cfg)
         gpu_types, whole_nodes = gpu_requests(app, cfg, partition_of(options))
         if whole_nodes:
@@ -115,6 +128,7 @@ class SlurmScheduler(SchedulerShell[SlurmOpts]):
             options=options,
             exclusive=exclusive,
             gpu_types=gpu_types,
+            workspace=workspace,
         )
         return AppDryRunInfo(request, describe_request)
 
@@ -123,12 +137,22 @@ class SlurmScheduler(SchedulerShell[SlurmOpts]):
         job = JobDir(Path(request.job_dir))
         try:
             job.path.mkdir(mode=DIR_MODE, parents=True)
-            write_atomically(job.request, request.to_json())
-            write_atomically(job.script, request.script)
         except OSError as error:
             raise InvalidArgumentError(
                 f"cannot write the job's directory {job.path} ({error.strerror or error}): give a directory every "
                 "node sees with -cfg job_dir=DIR") from None
+        try:
+            if request.workspace:
+                self._copy_workspace(request, job)
+            write_atomically(job.request, request.to_json())
+            write_atomically(job.script, request.script)
+        except BaseException as error:
+            shutil.rmtree(job.path, ignore_errors=True)
+            if isinstance(error, OSError):
+                raise InvalidArgumentError(
+                    f"cannot write the job's directory {job.path} ({error.strerror or error}): give a directory "
+                    "every node sees with -cfg job_dir=DIR") from None
+            raise
         try:
             # The GPUs asked for are named too: a GRES type the cluster lacks is refused only as
             # "Requested node configuration is not available".
@@ -139,6 +163,20 @@ class SlurmScheduler(SchedulerShell[SlurmOpts]):
             raise
         register(job_id, job.path)
         return job_id
+
+    @staticmethod
+    def _copy_workspace(request: Any, job: JobDir) -> None:
+        source = Path(request.workspace)
+        try:
+            copied = copy_workspace(source, job.workspace, job.path.parent)
+        except OSError as error:
+            if error.filename and not str(error.filename).startswith(str(job.path)):
+                raise InvalidArgumentError(f"cannot copy the workspace {source} ({error.strerror or error}: "
+                                           f"{error.filename}): exclude it in {source}/.torchxignore, or run in place "
+                                           "with --workspace ''") from None
+            raise
+        if copied.large:
+            print(copied.advice(source), file=sys.stderr)
 
     def describe(self, app_id: str) -> Optional[DescribeAppResponse]:
         job = find_job(app_id)
