@@ -259,3 +259,38 @@ def test_log_queries_regex_streams_window_and_follow(
     assert list(runner.log_lines(handle, "streams", 0, since=later)) == []
     earlier = datetime.datetime.now() - datetime.timedelta(hours=1)
     assert list(runner.log_lines(handle, "streams", 0, until=earlier)) == []
+
+
+def test_copy_env_and_env_keep_torchx_meanings_and_reach_the_container_byte_for_byte(
+    runner: Runner, scheduler: DockerScheduler, test_image: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tricky = "a 'b' \"c\" $HOME\nd"
+    monkeypatch.setenv("ECHO_COPIED", tricky)
+    monkeypatch.setenv("ECHO_BOTH", "from the shell")
+    monkeypatch.setenv("ECHO_NOT_COPIED_", "x")
+    app = app_of(test_image, JOBS / "env_and_caps.py", env={"ECHO_ROLE": "from the role"})
+    cfg = {"copy_env": ["ECHO_COPIED", "ECHO_B*"], "env": {"ECHO_BOTH": "from -cfg env", "ECHO_ROLE": "from -cfg env",
+                                                          "ECHO_CFG": "x:y"}}
+    handle = runner.run(app, "local_docker", cfg=cfg)
+
+    assert wait(runner, handle) == AppState.SUCCEEDED
+    line = next(line for line in runner.log_lines(handle, "env_and_caps", 0) if "ENV {" in line)
+    # copy_env's globs, then -cfg env over them, then the role's own env over both.
+    assert json.loads(line.split("ENV ", 1)[1]) == {"env": {"ECHO_COPIED": tricky, "ECHO_BOTH": "from -cfg env",
+                                            "ECHO_ROLE": "from the role", "ECHO_CFG": "x:y"}, "all_caps": False}
+
+
+def test_privileged_containers_get_every_capability_or_the_engine_says_why_not(
+    runner: Runner, scheduler: DockerScheduler, test_image: Any, docker_client: Any
+) -> None:
+    app = app_of(test_image, JOBS / "env_and_caps.py")
+    try:
+        handle = runner.run(app, "local_docker", cfg={"privileged": True})
+    except EngineError as error:
+        # An engine that itself runs without every capability (this sandbox's) cannot give them.
+        assert "unable to apply caps" in str(error) and "\n" not in str(error)
+        assert not docker_client.containers.list(all=True, filters={"label": "torchx_ext.app_name=env_and_caps"})
+        return
+    assert wait(runner, handle) == AppState.SUCCEEDED
+    line = next(line for line in runner.log_lines(handle, "env_and_caps", 0) if "ENV {" in line)
+    assert json.loads(line.split("ENV ", 1)[1])["all_caps"] is True

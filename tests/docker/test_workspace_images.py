@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +16,7 @@ from tests.conformance.jobs_api import wait
 from tests.fixtures.docker_engine import TestImage
 from torchx_ext.components.dist import ddp
 from torchx_ext.errors import InvalidArgumentError
+from torchx_ext.schedulers.docker.image_progress import StatusLine
 from torchx_ext.schedulers.docker.scheduler import DockerScheduler
 from torchx_ext.schedulers.docker.workspace import (
     GENERATED_DOCKERFILE,
@@ -116,6 +118,28 @@ def test_the_workspace_own_dockerfile_torchx_gets_the_base_as_IMAGE(
     (workspace / "Dockerfile.torchx").write_text("ARG IMAGE\nFROM $IMAGE\nCOPY missing.txt /\n")
     with pytest.raises(InvalidArgumentError, match=r"building workspace '.*' on 'torchx-ext-test:.*' failed: .*missing\.txt"):
         ensure_workspace_image(docker_client, test_image.name, str(workspace))
+
+
+def test_dockerfile_torchx_gets_the_workspace_as_WORKSPACE_and_each_build_step_is_said(
+    docker_client: Any, test_image: TestImage, workspace: Path
+) -> None:
+    # torchx passes the workspace as it was given: file://DIR from torchx 0.7.0's CLI, DIR from nightly's.
+    (workspace / "Dockerfile.torchx").write_text(
+        "ARG IMAGE\nFROM $IMAGE\nARG WORKSPACE\nLABEL given_workspace=$WORKSPACE\nCOPY main.py /app/main.py\n")
+    for given in (f"file://{workspace}", str(workspace)):
+        piped = io.StringIO()
+        built = ensure_workspace_image(docker_client, test_image.name, given, progress=StatusLine(piped, False))
+        assert built.built and docker_client.images.get(built.image).labels["given_workspace"] == given
+        said = piped.getvalue().splitlines()
+        assert said[0] == f"torchx: building the workspace {workspace.resolve()} on {test_image.name}"
+        steps = len(said) - 1  # the Dockerfile's five, and a LABEL step per label of ours
+        assert steps >= 5 and [line.split(" : ")[0] for line in said[1:]] == [
+            f"torchx: Step {n}/{steps}" for n in range(1, steps + 1)]
+    terminal = io.StringIO()
+    (workspace / "main.py").write_text("print('changed')\n")
+    ensure_workspace_image(docker_client, test_image.name, str(workspace), progress=StatusLine(terminal, True))
+    assert terminal.getvalue().count("\r\x1b[Ktorchx: Step ") >= 5 and terminal.getvalue().endswith("\n")
+    assert terminal.getvalue().count("\n") == 1  # one line, redrawn in place
 
 
 def test_a_workspace_path_that_dockerfile_quoting_would_change_is_labelled_as_it_is(

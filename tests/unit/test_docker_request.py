@@ -109,3 +109,30 @@ def test_replicas_sharing_a_host_divide_its_gpus_with_a_warning(machine_topology
 def test_gpus_asked_on_a_host_without_any_are_refused(machine_topology: TopologyOf) -> None:
     with pytest.raises(InvalidArgumentError, match=r"asks for 1 GPUs per replica but replica slice .* has none"):
         request_for(ddp(script="train.py", j="2x1", gpu=1), machine_topology("dev-2cpu"))
+
+
+def test_efa_and_neuron_devices_are_mounted_as_torchx_mounts_them_and_others_are_said_to_be_left_out() -> None:
+    role = specs.Role("train", "img", entrypoint="python", resource=specs.Resource(
+        cpu=1, gpu=0, memMB=0, devices={"vpc.amazonaws.com/efa": 2, "aws.amazon.com/neurondevice": 1, "x.io/fpga": 1}))
+    request = request_for(specs.AppDef("train", [role]), None, privileged=True)
+
+    (container,) = request.containers
+    assert [(mount.kind, mount.source, mount.target, mount.permissions) for mount in container.mounts] == [
+        ("device", "/dev/neuron0", "/dev/neuron0", "rwm"),
+        ("device", "/dev/infiniband/uverbs0", "/dev/infiniband/uverbs0", "rwm"),
+        ("device", "/dev/infiniband/uverbs1", "/dev/infiniband/uverbs1", "rwm"),
+    ]
+    assert container.privileged and "restarts=0 privileged" in describe_request(request)
+    assert request.warnings == ("role 'train': device 'x.io/fpga' is not one local_docker mounts "
+                                "(vpc.amazonaws.com/efa, aws.amazon.com/neurondevice): left out",)
+
+
+def test_copy_env_globs_then_env_then_the_role_env_and_ours_cannot_be_overridden() -> None:
+    host = {"WANDB_API_KEY": "k", "WANDB_MODE": "offline", "HOME": "/root", "TORCHX_RANK0_HOST": "elsewhere"}
+    app = ddp(script="train.py", j="2x1", env={"WANDB_MODE": "online"})
+    request = request_for(app, None, host_env=host, copy_env=("WANDB_*", "TORCHX_*"), env={"EXTRA": "a:b"})
+
+    first = request.containers[0]
+    assert {key: first.env[key] for key in ("WANDB_API_KEY", "WANDB_MODE", "EXTRA")} == {
+        "WANDB_API_KEY": "k", "WANDB_MODE": "online", "EXTRA": "a:b"}
+    assert "HOME" not in first.env and first.env["TORCHX_RANK0_HOST"] == "train-abcd1234-train-0"

@@ -327,6 +327,8 @@ class Engine:
                 "timeout": HEALTH_PROBE_TIMEOUT_S * second, "retries": HEALTH_RETRIES,
                 "start_period": HEALTH_START_PERIOD_S * second,
             }
+        if container.privileged:
+            kwargs["privileged"] = True
         if container.max_retries > 0:
             kwargs["restart_policy"] = {"Name": "on-failure", "MaximumRetryCount": container.max_retries}
         if container.gpus and container.gpu_vendor == "amd":

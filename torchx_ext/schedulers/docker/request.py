@@ -9,7 +9,9 @@ later describe, list, cancel and delete the job. Nothing here talks to the engin
 
 from __future__ import annotations
 
+import fnmatch
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from torchx import specs
 
@@ -31,6 +33,8 @@ HEALTH_PROBE_TIMEOUT_S = 10
 HEALTH_START_PERIOD_S = 30
 HOSTNAME_MAX = 63
 SHM_FORMS = "'auto', or a size such as 512m, 2g, 1073741824 (bytes), 64k"
+DEVICE_PATHS = {"vpc.amazonaws.com/efa": "/dev/infiniband/uverbs{}", "aws.amazon.com/neurondevice": "/dev/neuron{}"}
+"""``resource.devices`` names (torchx's EFA_DEVICE, NEURON_DEVICE) -> the host device files, by index."""
 
 # Labels: everything describe/list/cancel/delete need, on every container of the job.
 LABEL_SCHEDULER = "torchx_ext.scheduler"
@@ -77,6 +81,7 @@ class ContainerRequest:
     """Only when not pinned to a cpuset: pinning is the CPU policy then."""
     mounts: tuple[Mount, ...]
     max_retries: int
+    privileged: bool = False
     health_probe: tuple[str, ...] = ()
     """The HEALTHCHECK's argv, for a replica that runs our launcher: it fails once the launcher has
     not touched its liveness file for 10 s (frozen or hung); the job's watcher then kills it."""
@@ -107,8 +112,15 @@ def build_request(
     shm_size: str = "auto",
     cancel_grace_s: int = 10,
     gpu_vendor: str | None = None,
+    host_env: Mapping[str, str] | None = None,
+    copy_env: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+    privileged: bool = False,
 ) -> DockerJobRequest:
-    """The containers to create for ``app``; ``topology`` None turns placement off."""
+    """The containers to create for ``app``; ``topology`` None turns placement off. As torchx's
+    local_docker: ``copy_env``'s globs pick variables of ``host_env`` (the submitter's), ``env``
+    sets more, and a role's own env wins over both; ``privileged`` for every container."""
+    given_env = {**copied_env(host_env or {}, copy_env), **(env or {})}
     total = sum(role.num_replicas for role in app.roles)
     slices = slice_host(topology, total, gpu_vendor) if topology is not None else []
     vendor = _vendor(topology, gpu_vendor)
@@ -131,6 +143,7 @@ def build_request(
                     image=role.image,
                     command=(resolved.entrypoint, *resolved.args),
                     env={
+                        **given_env,
                         RANK0_HOST_ENV: names[(role.name, 0)],
                         ERROR_FILE_ENV: ERROR_FILE,
                         REPLICA_ENV: f"{role.name}/{replica_id}",
@@ -157,8 +170,9 @@ def build_request(
                     memory_mb=memory_mb,
                     shm_mb=shm,
                     nano_cpus=int(role.resource.cpu * 1e9) if piece is None and role.resource.cpu > 0 else None,
-                    mounts=tuple(_mount(mount, role.name) for mount in role.mounts),
+                    mounts=tuple(_mount(mount, role.name) for mount in role.mounts) + device_mounts(role),
                     max_retries=role.max_retries,
+                    privileged=privileged,
                     health_probe=tuple(probe_command(LIVENESS_FILE, python=resolved.entrypoint))
                     if runs_our_launcher(resolved.entrypoint, resolved.args) else (),
                 )
@@ -170,8 +184,30 @@ def build_request(
         cancel_grace_s=cancel_grace_s,
         slices=tuple(piece.describe() for piece in slices),
         warnings=tuple(sorted({warning for piece in slices for warning in piece.warnings}))
-        + tuple(_gpu_warnings(app, slices)),
+        + tuple(_gpu_warnings(app, slices)) + tuple(_device_warnings(app)),
     )
+
+
+def copied_env(host_env: Mapping[str, str], patterns: Sequence[str]) -> dict[str, str]:
+    """The submitter's variables whose names match one of ``patterns`` (shell globs, as fnmatch)."""
+    return {name: value for name, value in host_env.items()
+            if any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)}
+
+
+def device_mounts(role: specs.Role) -> tuple[Mount, ...]:
+    """The host devices a role's ``resource.devices`` names, mounted as torchx mounts them: EFA as
+    ``/dev/infiniband/uverbsN``, Neuron as ``/dev/neuronN``, N from 0."""
+    mounts = []
+    for device, count in sorted((role.resource.devices or {}).items()):
+        pattern = DEVICE_PATHS.get(device)
+        if pattern is not None:
+            mounts += [Mount("device", pattern.format(index), pattern.format(index)) for index in range(int(count))]
+    return tuple(mounts)
+
+
+def _device_warnings(app: specs.AppDef) -> list[str]:
+    return [f"role {role.name!r}: device {device!r} is not one local_docker mounts ({', '.join(DEVICE_PATHS)}): "
+            "left out" for role in app.roles for device in sorted(role.resource.devices or {}) if device not in DEVICE_PATHS]
 
 
 def describe_request(request: DockerJobRequest) -> str:
@@ -186,7 +222,7 @@ def describe_request(request: DockerJobRequest) -> str:
             f"{container.role}/{container.replica_id}: container={container.name} image={container.image} "
             f"cpuset_cpus={container.cpuset_cpus or 'all'} cpuset_mems={container.cpuset_mems or 'all'} "
             f"gpus={gpus} memory={memory} shm={container.shm_mb}m (counted in memory) "
-            f"restarts={container.max_retries}"
+            f"restarts={container.max_retries}{' privileged' if container.privileged else ''}"
         )
         lines.append(f"  command: {list(container.command)!r}")
         if container.health_probe:

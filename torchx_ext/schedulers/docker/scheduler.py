@@ -10,11 +10,12 @@ jobs keep their stopped containers (and logs) until ``delete``.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
 from collections.abc import Iterable, Mapping
-from typing import Any, Optional
+from typing import Any, Dict, List, Optional
 
 from torchx.schedulers.api import DescribeAppResponse, ListAppResponse
 from torchx.specs import AppDef, AppDryRunInfo, Role, runopts
@@ -46,6 +47,11 @@ EVENT_REPLAY_NS = 10**9
 class DockerOpts(HostSliceOpts, total=False):
     shm_size: Optional[str]
     workspace_images_kept: Optional[int]
+    copy_env: Optional[List[str]]
+    env: Optional[Dict[str, str]]
+    privileged: Optional[bool]
+    image_repo: Optional[str]
+    quiet: Optional[bool]
 
 
 class DockerScheduler(WorkspaceMixin[None], SchedulerShell[DockerOpts]):
@@ -72,6 +78,21 @@ class DockerScheduler(WorkspaceMixin[None], SchedulerShell[DockerOpts]):
         add_cancel_grace_opt(opts, 10, "a job is cancelled or ended by a failed replica")
         opts.add("workspace_images_kept", type_=int, default=3,
                  help="cached workspace images kept per workspace directory (older ones are removed)")
+        opts.add("copy_env", type_=List[str], default=None,
+                 help="environment variables of this shell copied into the containers, as glob patterns, e.g. "
+                 "FOO_*,WANDB_API_KEY (the role's own env wins)")
+        opts.add("env", type_=Dict[str, str], default=None,
+                 help="environment variables set in the containers, as KEY:VALUE,KEY2:VALUE2 (over copy_env; the "
+                 "role's own env wins)")
+        opts.add("privileged", type_=bool, default=False,
+                 help="run the containers privileged (every device and capability of the host)")
+        return opts
+
+    def workspace_opts(self) -> runopts:
+        opts = runopts()
+        opts.add("image_repo", type_=str, default=None,
+                 help="accepted as torchx's local_docker accepts it, and unused: the workspace image stays on this engine")
+        opts.add("quiet", type_=bool, default=False, help="say nothing of the workspace image's build steps")
         return opts
 
     def _submit_dryrun(self, app: AppDef, cfg: DockerOpts) -> AppDryRunInfo:
@@ -81,15 +102,21 @@ class DockerScheduler(WorkspaceMixin[None], SchedulerShell[DockerOpts]):
             topology=host_topology(cfg.get("sysfs_root")) if cfg.get("slice_replicas") else None,
             shm_size=cfg.get("shm_size") or "auto",
             cancel_grace_s=seconds_option(cfg, "cancel_grace"),
+            host_env=os.environ,
+            copy_env=tuple(cfg.get("copy_env") or ()),
+            env=dict(cfg.get("env") or {}),
+            privileged=bool(cfg.get("privileged")),
         )
         return AppDryRunInfo(request, describe_request)
 
     def build_workspace_and_update_role(self, role: Role, workspace: str, cfg: Mapping[str, Any]) -> None:
         """The role's image with the workspace on top, built only when its content changed."""
+        from torchx_ext.schedulers.docker.image_progress import StatusLine
         from torchx_ext.schedulers.docker.workspace import ensure_workspace_image
 
         kept = cfg.get("workspace_images_kept")
-        built = ensure_workspace_image(self.engine.client, role.image, workspace, keep=3 if kept is None else int(kept))
+        built = ensure_workspace_image(self.engine.client, role.image, workspace, keep=3 if kept is None else int(kept),
+                                       progress=StatusLine.on_stderr(quiet=bool(cfg.get("quiet"))))
         role.image = built.image
 
     def schedule(self, dryrun_info: AppDryRunInfo[Any]) -> str:
