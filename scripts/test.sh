@@ -74,7 +74,14 @@ first_line_only=(integration/test_bind integration/test_launcher integration/tes
                  unit/test_plan_properties unit/test_placement conformance/test_faults
                  integration/test_local_concurrency docker/test_engine_fixture kubernetes/test_apiserver
                  kubernetes/test_backends kubernetes/test_kubernetes slurm/test_slurm slurm/test_gpus)
-first_line_only_tests=()
+# The kubernetes workspace's other backends and its tag-moved case: the pod template and the push
+# are the same whatever runs the pods; how each torchx line hands over the workspace is the job
+# backend's case, which runs on both.
+first_line_only_tests=(
+  "kubernetes/test_workspaces.py::test_an_edited_script_runs_edited_and_an_unchanged_one_is_not_built_or_pushed_again[jobset]"
+  "kubernetes/test_workspaces.py::test_an_edited_script_runs_edited_and_an_unchanged_one_is_not_built_or_pushed_again[volcano]"
+  "kubernetes/test_workspaces.py::test_a_pod_started_again_after_the_tag_moved_runs_the_digest_it_was_submitted_with"
+)
 failed=()
 for line in "${lines[@]}"; do
   echo "=== torchx $line: pytest"
