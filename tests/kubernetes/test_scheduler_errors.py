@@ -34,7 +34,7 @@ def test_an_unreachable_api_server_is_one_line_naming_it(tmp_path: Path) -> None
     server = f"http://127.0.0.1:{free_port()}"
     env = {"KUBECONFIG": str(kubeconfig(tmp_path / "config", server))}
 
-    run = torchx("run", "-s", "kubernetes", "dist.ddp", "-j", "1x1", "--image", "img:1", "--script", "train.py",
+    run = torchx("run", "-s", "kubernetes", "--workspace", "", "dist.ddp", "-j", "1x1", "--image", "img:1", "--script", "train.py",
                  env=env, cwd=tmp_path)
     status = torchx("status", "kubernetes://torchx/team-a:train-abc12345", env=env, cwd=tmp_path)
 
@@ -59,7 +59,7 @@ def test_no_kubeconfig_says_how_to_give_one(tmp_path: Path) -> None:
 def test_the_dry_run_needs_no_cluster_and_takes_the_contexts_namespace(tmp_path: Path) -> None:
     env = {"KUBECONFIG": str(kubeconfig(tmp_path / "config", f"http://127.0.0.1:{free_port()}"))}
 
-    result = torchx("run", "-s", "kubernetes", "--dryrun", "dist.ddp", "-j", "2x1", "--image", "img:1",
+    result = torchx("run", "-s", "kubernetes", "--dryrun", "--workspace", "", "dist.ddp", "-j", "2x1", "--image", "img:1",
                     "--script", "train.py", env=env, cwd=tmp_path)
 
     assert result.returncode == 0, result.stderr
@@ -70,7 +70,8 @@ def test_the_dry_run_needs_no_cluster_and_takes_the_contexts_namespace(tmp_path:
 def test_the_dry_run_of_each_backend_needs_no_cluster(tmp_path: Path, backend: str, kind: str) -> None:
     env = {"KUBECONFIG": str(kubeconfig(tmp_path / "config", f"http://127.0.0.1:{free_port()}"))}
 
-    result = torchx("run", "-s", "kubernetes", "-cfg", f"backend={backend}", "--dryrun", "dist.ddp", "-j", "2x1",
+    result = torchx("run", "-s", "kubernetes", "-cfg", f"backend={backend}", "--dryrun", "--workspace", "", "dist.ddp",
+                    "-j", "2x1",
                     "--image", "img:1", "--script", "train.py", env=env, cwd=tmp_path)
 
     assert result.returncode == 0, result.stderr
@@ -114,7 +115,9 @@ def test_bad_input_is_one_line_naming_the_value_before_anything_is_sent(
     env = {"KUBECONFIG": str(kubeconfig(tmp_path / "config", f"http://127.0.0.1:{free_port()}"))}
     image = [] if "--image" in component else ["--image", "img:1"]
 
-    result = torchx("run", "-s", "kubernetes", *(["-cfg", cfg] if cfg else []), "dist.ddp", "-j", "1x1", *image,
+    # A workspace's own checks (image_repo, an engine) are tests/kubernetes/test_workspaces.py's.
+    result = torchx("run", "-s", "kubernetes", *(["-cfg", cfg] if cfg else []), "--workspace", "", "dist.ddp",
+                    "-j", "1x1", *image,
                     *component, "--script", "train.py", env=env, cwd=tmp_path)
 
     assert result.returncode == 2, result.stderr

@@ -10,7 +10,7 @@ import pytest
 
 from torchx_ext.errors import InvalidArgumentError
 from torchx_ext.schedulers.docker.image_progress import PushProgress, StatusLine, build_step, event_error
-from torchx_ext.schedulers.docker.registry import check_repository, registry_of
+from torchx_ext.schedulers.docker.registry import check_repository, familiar, registry_of
 
 # A push as Docker 28 streams it (decoded), one layer new and one mounted from another repository.
 PUSH: list[dict[str, Any]] = [
@@ -58,6 +58,7 @@ def test_a_push_says_each_layer_and_the_digest() -> None:
 
 def test_build_steps_and_errors() -> None:
     assert build_step({"stream": "Step 2/3 : COPY . .\n"}) == "Step 2/3 : COPY . ."
+    assert build_step({"stream": "STEP 2/3: COPY . .\n"}) == "STEP 2/3: COPY . ."  # Podman's
     assert build_step({"stream": " ---> 5d1e\n"}) is None and build_step({"aux": {"ID": "sha256:x"}}) is None
     assert build_step({"stream": f"Step 3/3 : LABEL {'x' * 200}"}).endswith("...")  # type: ignore[union-attr]
     assert event_error({"errorDetail": {"message": "COPY failed"}, "error": "COPY failed"}) == "COPY failed"
@@ -73,7 +74,12 @@ def test_image_repo_forms(repository: str, registry: str) -> None:
     assert registry_of(repository) == registry
 
 
-@pytest.mark.parametrize("bad", ["", "repo:tag", "127.0.0.1:5055/ws:1", "ws@sha256:ab", "Team/Train", "a/b,c", " a"])
+def test_the_engine_names_docker_hub_repositories_without_docker_io() -> None:
+    assert familiar("docker.io/org/train") == familiar("org/train") == "org/train"
+    assert familiar("docker.io/library/train") == "train" and familiar("ghcr.io/org/x") == "ghcr.io/org/x"
+
+
+@pytest.mark.parametrize("bad", ["", "repo:tag", "127.0.0.1:5055/ws:1", "ws@sha256:ab", "Team/train", "a/b,c", " a"])
 def test_image_repo_with_a_tag_or_bad_characters_is_refused(bad: str) -> None:
     with pytest.raises(InvalidArgumentError, match=r"invalid image_repo .*: expected a repository without tag"):
         check_repository(bad)

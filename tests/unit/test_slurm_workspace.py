@@ -17,6 +17,7 @@ def test_the_copy_follows_torchxignore_keeps_links_and_modes_and_leaves_the_job_
     source = tmp_path / "project"
     (source / "pkg").mkdir(parents=True)
     (source / "jobs" / "old-job").mkdir(parents=True)
+    (source / "jobs" / "old-job" / "request.json").write_text("{}")
     (source / "main.py").write_text("print('hi')\n")
     (source / "run.sh").write_text("#!/bin/sh\n")
     (source / "run.sh").chmod(0o755)
@@ -26,13 +27,25 @@ def test_the_copy_follows_torchxignore_keeps_links_and_modes_and_leaves_the_job_
     (source / ".torchxignore").write_text("*/*.pyc\n")
     (source / ".dockerignore").write_text("main.py\n")  # not slurm's: torchx's slurm reads .torchxignore only
 
-    copied = copy_workspace(source, tmp_path / "job" / "workspace", source / "jobs")
+    copied = copy_workspace(source, tmp_path / "jobs" / "job" / "workspace", source / "jobs")
 
-    target = tmp_path / "job" / "workspace"
+    target = tmp_path / "jobs" / "job" / "workspace"
     assert sorted(path.relative_to(target).as_posix() for path in target.rglob("*")) == [
         ".dockerignore", ".torchxignore", "link", "main.py", "run.sh"]
     assert os.readlink(target / "link") == "main.py" and os.access(target / "run.sh", os.X_OK)
     assert copied.files == 5 and not copied.large
+
+
+def test_with_job_dir_the_workspace_itself_earlier_jobs_are_not_copied_into_the_next(tmp_path: Path) -> None:
+    source = tmp_path / "project"
+    (source / "pkg").mkdir(parents=True)
+    (source / "pkg" / "model.py").write_text("")
+    for job in ("job-1", "job-2"):
+        copy_workspace(source, source / job / "workspace", source)
+        (source / job / "request.json").write_text("{}")  # what the scheduler writes next
+
+    copied = sorted(path.relative_to(source / "job-2").as_posix() for path in (source / "job-2").rglob("*"))
+    assert copied == ["request.json", "workspace", "workspace/pkg", "workspace/pkg/model.py"]
 
 
 def test_a_large_workspace_is_told_what_to_exclude(tmp_path: Path) -> None:
@@ -53,6 +66,7 @@ def test_a_large_workspace_is_told_what_to_exclude(tmp_path: Path) -> None:
 def test_two_roles_with_different_workspaces_are_refused(tmp_path: Path) -> None:
     first, second = Role("a", "img"), Role("b", "img")
     assert workspace_of([first, second], {}) == ""
-    assert workspace_of([first, second], {id(first): tmp_path, id(second): tmp_path}) == str(tmp_path)
+    assert workspace_of([first, second], {id(first): (first, tmp_path), id(second): (second, tmp_path)}) == str(tmp_path)
+    assert workspace_of([first], {id(first): (second, tmp_path)}) == ""  # another role's, not this one's
     with pytest.raises(InvalidArgumentError, match="roles of one slurm job name different workspaces"):
-        workspace_of([first, second], {id(first): tmp_path, id(second): tmp_path / "other"})
+        workspace_of([first, second], {id(first): (first, tmp_path), id(second): (second, tmp_path / "other")})

@@ -177,3 +177,10 @@ def test_creation_times_order_by_time_not_text() -> None:
              "2026-11-22T12:54:01.6+01:00", "2026-11-22T11:54:02.000000001Z"]
     assert sorted(times, key=lambda text: _created_ns(Image(text))) == times
     assert _created_ns(Image(1)) == 10**9
+
+
+def test_an_ignore_file_that_cannot_be_read_is_refused_rather_than_skipped(tmp_path: Path) -> None:
+    (tmp_path / "main.py").write_text("")
+    (tmp_path / ".dockerignore").write_bytes(b"secrets/\n\xff\xfe\n")
+    with pytest.raises(InvalidArgumentError, match=r"cannot read .*\.dockerignore \(not UTF-8 text\): its exclusions"):
+        workspace_files(tmp_path)

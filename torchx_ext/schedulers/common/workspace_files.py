@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from torchx_ext.errors import InvalidArgumentError
@@ -41,23 +42,37 @@ def workspace_path(workspace: str, scheduler: str) -> Path:
     return path.resolve()
 
 
-def workspace_files(root: Path, ignore_files: tuple[str, ...] = IGNORE_FILES) -> list[str]:
+def workspace_files(root: Path, ignore_files: tuple[str, ...] = IGNORE_FILES,
+                    leave_out: Callable[[Path], bool] | None = None) -> list[str]:
     """The files (and symlinks) of the workspace that ``ignore_files`` (read in that order) do not
-    exclude, as sorted relative POSIX paths."""
+    exclude, as sorted relative POSIX paths; ``leave_out``: directories not walked at all. An
+    unreadable directory or ignore file is one InvalidArgumentError naming it."""
     rules = _ignore_rules(root, ignore_files)
     found, pending = [], [""]
     while pending:
         prefix = pending.pop()
-        with os.scandir(root / prefix) as entries:
-            for entry in entries:
-                relative = f"{prefix}{entry.name}"
-                if entry.is_dir(follow_symlinks=False):
-                    if not _skip_dir(relative, rules):
-                        pending.append(f"{relative}/")
-                # Sockets and FIFOs are left out: reading a FIFO for the hash would block.
-                elif (entry.is_file(follow_symlinks=False) or entry.is_symlink()) and not _ignored(relative, rules):
-                    found.append(relative)
+        try:
+            with os.scandir(root / prefix) as entries:
+                listed = list(entries)
+        except OSError as error:
+            raise unreadable(root, error) from None
+        for entry in listed:
+            relative = f"{prefix}{entry.name}"
+            if entry.is_dir(follow_symlinks=False):
+                if not _skip_dir(relative, rules) and not (leave_out and leave_out(Path(entry.path))):
+                    pending.append(f"{relative}/")
+            # Sockets and FIFOs are left out: reading a FIFO for the hash would block.
+            elif (entry.is_file(follow_symlinks=False) or entry.is_symlink()) and not _ignored(relative, rules):
+                found.append(relative)
     return sorted(found)
+
+
+def unreadable(root: Path, error: OSError) -> InvalidArgumentError:
+    """A file of the workspace that cannot be read, said in one line with what to do."""
+    name = error.filename or root
+    return InvalidArgumentError(
+        f"cannot read {name} of the workspace {root} ({error.strerror or error}): make it readable, exclude it in "
+        f"{root / TORCHX_IGNORE}, or run without a workspace: --workspace ''")
 
 
 
@@ -67,8 +82,13 @@ def _ignore_rules(root: Path, ignore_files: tuple[str, ...]) -> list[_Rule]:
     for name in ignore_files:
         try:
             text = (root / name).read_text(encoding="utf-8-sig")
-        except OSError:
+        except FileNotFoundError:
             continue
+        except (OSError, UnicodeDecodeError) as error:
+            # Never built without it: what it excludes may be secrets.
+            reason = error.strerror if isinstance(error, OSError) else "not UTF-8 text"
+            raise InvalidArgumentError(f"cannot read {root / name} ({reason}): its exclusions would be lost; make it "
+                                       "readable UTF-8 text") from None
         for line in text.splitlines():
             if line.startswith("#"):  # as Docker: only at the very start of a line
                 continue

@@ -16,7 +16,7 @@ from typing import Any, TextIO
 PREFIX = "torchx: "
 STEP_WIDTH = 100
 _DONE = ("Pushed", "Layer already exists", "Mounted from")
-_STEP = re.compile(r"Step \d+/\d+ : .*")
+_STEP = re.compile(r"(?:Step|STEP) \d+/\d+ ?: .*")  # Docker's, Podman's
 
 
 class StatusLine:

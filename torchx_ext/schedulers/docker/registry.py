@@ -19,7 +19,10 @@ from torchx_ext.schedulers.docker.image_progress import PushProgress, StatusLine
 
 REPOSITORY_FORMS = "REGISTRY/REPO, e.g. 127.0.0.1:5000/team/train or ghcr.io/org/train"
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-_REPOSITORY = re.compile(rf"(?:[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?(?::\d+)?/)?{_COMPONENT}(?:/{_COMPONENT})*")
+# A first part is a registry host only with a dot, a port or as localhost (Docker's rule); else it is
+# a path component, lower-case like the others.
+_HOST = r"(?:localhost|[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9-]+|:\d+)|[A-Za-z0-9.-]+:\d+)"
+_REPOSITORY = re.compile(rf"(?:{_HOST}/)?{_COMPONENT}(?:/{_COMPONENT})*")
 
 
 def registry_of(repository: str) -> str:
@@ -40,6 +43,7 @@ def publish(client: Any, image: str, repository: str, tag: str, progress: Status
     """``image`` (a local name or id) in ``repository`` as ``REPO@sha256:...``, pushed unless the
     registry has it already."""
     import docker.errors
+    import requests.exceptions
 
     known = _pushed_digest(client, image, repository)
     if known is not None:
@@ -64,6 +68,9 @@ def publish(client: Any, image: str, repository: str, tag: str, progress: Status
                 progress.show(*said)
     except docker.errors.APIError as error:
         raise _push_error(repository, str(getattr(error, "explanation", None) or error)) from None
+    except (requests.exceptions.ConnectionError, ConnectionError) as error:
+        raise EngineError(f"the Docker engine at {client.api.base_url} stopped answering while pushing to "
+                          f"{repository} ({error})") from None
     finally:
         progress.close()
     if pushing.digest is None:
@@ -78,7 +85,16 @@ def _pushed_digest(client: Any, image: str, repository: str) -> str | None:
         digests = client.images.get(image).attrs.get("RepoDigests") or []
     except docker.errors.APIError:
         return None
-    return next((entry.split("@", 1)[1] for entry in digests if entry.startswith(f"{repository}@")), None)
+    wanted = familiar(repository)
+    return next((digest for entry in digests for name, _, digest in [entry.partition("@")]
+                 if familiar(name) == wanted), None)
+
+
+def familiar(repository: str) -> str:
+    """A repository as the engine names it back (Docker Hub's without ``docker.io/`` and ``library/``)."""
+    for prefix in ("docker.io/", "index.docker.io/"):
+        repository = repository.removeprefix(prefix)
+    return repository.removeprefix("library/")
 
 
 def _push_error(repository: str, reason: str) -> EngineError:

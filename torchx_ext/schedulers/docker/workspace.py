@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from torchx_ext.errors import EngineError, InvalidArgumentError
-from torchx_ext.schedulers.common.workspace_files import IGNORE_FILES, workspace_files, workspace_path
+from torchx_ext.schedulers.common.workspace_files import IGNORE_FILES, unreadable, workspace_files, workspace_path
 from torchx_ext.schedulers.docker.image_progress import StatusLine, build_step, event_error
 
 IMAGE_REPOSITORY = "torchx-ext-workspace"
@@ -102,7 +102,10 @@ def ensure_workspace_image(client: Any, base_image: str, workspace: str, keep: i
     user_dockerfile = _dockerfile_name(files) == USER_DOCKERFILE
     # A Dockerfile.torchx of the user's may read the WORKSPACE argument, whose text (file://DIR on
     # torchx 0.7.0, DIR on nightly) then decides the image as much as the files do.
-    digest = workspace_digest(root, base_id + (f"\0{workspace}" if user_dockerfile else ""), files)
+    try:
+        digest = workspace_digest(root, base_id + (f"\0{workspace}" if user_dockerfile else ""), files)
+    except OSError as error:
+        raise unreadable(root, error) from None
     tag = f"{IMAGE_REPOSITORY}:{digest[:16]}"
     try:
         client.images.get(tag)
@@ -116,7 +119,22 @@ def ensure_workspace_image(client: Any, base_image: str, workspace: str, keep: i
     inline = not user_dockerfile and all(re.fullmatch(r"[\w./:@+=,-]*", value) for value in labels.values())
     label_line = "LABEL " + " ".join(f'{key}="{value}"' for key, value in labels.items()) if inline else ""
     progress.show(f"building the workspace {root} on {base_image}")
-    with build_context(root, f"FROM {base_id}\nCOPY . .\n{label_line}\n", files) as context:
+    try:
+        _build(client, root, base_image, base_id, workspace, tag, files, labels, inline, label_line, progress)
+    finally:
+        progress.close()
+    image = client.images.get(tag)
+    _prune(client, root, keep, image.id)
+    return WorkspaceImage(tag, digest, True, time.monotonic() - started)
+
+
+def _build(client: Any, root: Path, base_image: str, base_id: str, workspace: str, tag: str, files: list[str],
+           labels: dict[str, str], inline: bool, label_line: str, progress: StatusLine) -> None:
+    try:
+        context = build_context(root, f"FROM {base_id}\nCOPY . .\n{label_line}\n", files)
+    except OSError as error:
+        raise unreadable(root, error) from None
+    with context:
         # pull=False: the engine may have no network, and the base is local by its id. IMAGE and
         # WORKSPACE are the build arguments torchx's own Dockerfile.torchx convention passes.
         events = _engine_call(lambda: client.api.build(
@@ -126,10 +144,10 @@ def ensure_workspace_image(client: Any, base_image: str, workspace: str, keep: i
         ), client, "build the workspace image")
         output: list[str] = []
         for event in events:
-            error = event_error(event)
-            if error is not None:
+            failure = event_error(event)
+            if failure is not None:
                 tail = " | ".join(output[-5:])
-                raise InvalidArgumentError(f"building workspace {str(root)!r} on {base_image!r} failed: {error}"
+                raise InvalidArgumentError(f"building workspace {str(root)!r} on {base_image!r} failed: {failure}"
                                            + (f" ({tail})" if tail else ""))
             step = build_step(event)
             if step is not None:
@@ -137,10 +155,6 @@ def ensure_workspace_image(client: Any, base_image: str, workspace: str, keep: i
             text = str(event.get("stream") or "").strip()
             if text and step is None and not text.startswith("--->"):
                 output.append(text)
-    progress.close()
-    image = client.images.get(tag)
-    _prune(client, root, keep, image.id)
-    return WorkspaceImage(tag, digest, True, time.monotonic() - started)
 
 
 def _base_image_id(client: Any, base_image: str, progress: StatusLine) -> str:
@@ -184,10 +198,15 @@ def _prune(client: Any, root: Path, keep: int, built_id: str) -> None:
     # The image just built stays whatever the clock says; the others newest first.
     images.sort(key=lambda image: (image.id == built_id, _created_ns(image)), reverse=True)
     for image in images[keep:]:
-        try:
-            client.images.remove(image.id, noprune=False)
-        except docker.errors.APIError:
-            pass  # still used by a job's containers (kept until `torchx delete`): next time
+        # By each of its names: one pushed to a registry has two (ours and REPO:TAG, and a digest),
+        # and the engine refuses to remove such an image by its id.
+        for name in [*image.tags, *(image.attrs.get("RepoDigests") or []), image.id]:
+            try:
+                client.images.remove(name, noprune=False)
+            except docker.errors.NotFound:
+                break  # its last name went with the one before
+            except docker.errors.APIError:
+                break  # still used by a job's containers (kept until `torchx delete`): next time
 
 
 def _created_ns(image: Any) -> int:

@@ -31,7 +31,7 @@ from torchx_ext.schedulers.common.states import JobEnd, State, app_state, restar
 from torchx_ext.schedulers.common.watch import EndingWindow
 from torchx_ext.schedulers.kubernetes.backends import BACKEND_BY_NAME, Backend, app_selector
 from torchx_ext.schedulers.kubernetes.client import Cluster, WatchLost, connect
-from torchx_ext.schedulers.kubernetes.manifests import AppManifests, build_manifests
+from torchx_ext.schedulers.kubernetes.manifests import AppManifests, build_manifests, check_role
 from torchx_ext.schedulers.kubernetes.options import (
     DEFAULT_CANCEL_GRACE_S,
     DEFAULT_PULL_TIMEOUT_S,
@@ -127,7 +127,10 @@ class KubernetesScheduler(WorkspaceMixin[None], SchedulerShell[KubernetesOpts]):
 
     def build_workspace_and_update_role(self, role: Role, workspace: str, cfg: Mapping[str, Any]) -> None:
         """The role's image with the workspace on top (built only when its content changed), to be
-        pushed to ``image_repo`` at submission (``workspace.py``)."""
+        pushed to ``image_repo`` at submission (``workspace.py``). Options and the role are checked
+        first: a bad value is refused before anything is built."""
+        _options(cfg).check()
+        check_role(role)
         push = build_workspace_image(role, workspace, cfg)
         self._pushes[push.reference] = push
 

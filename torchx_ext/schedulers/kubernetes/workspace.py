@@ -83,7 +83,11 @@ def push_and_pin(objects: tuple[dict[str, Any], ...], pushes: tuple[PendingPush,
         return objects
     from torchx_ext.schedulers.docker.engine import connect
 
-    client = connect().client
+    try:
+        client = connect().client
+    except EngineError as error:
+        raise EngineError(f"kubernetes pushes the workspace's image through a local engine, and {error}; "
+                          "or run the role's image as it is with --workspace ''") from None
     progress = StatusLine.on_stderr()
     pinned = {push.reference: publish(client, push.image, push.repository, push.tag, progress) for push in pushes}
     return tuple(_replace_images(obj, pinned) for obj in objects)

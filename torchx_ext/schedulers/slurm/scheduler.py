@@ -96,8 +96,9 @@ def gpu_requests(app: AppDef, cfg: SlurmOpts, partition: str | None) -> tuple[li
 class SlurmScheduler(WorkspaceMixin[None], SchedulerShell[SlurmOpts]):
     def __init__(self, session_name: str) -> None:
         super().__init__("slurm", session_name)
-        self._workspaces: dict[int, Path] = {}
-        """What ``build_workspace_and_update_role`` was told, by ``id(role)``, until the dry-run reads it."""
+        self._workspaces: dict[int, tuple[Role, Path]] = {}
+        """What ``build_workspace_and_update_role`` was told, by ``id(role)`` (the role held with it, so
+        that no other object takes its id), until the dry-run reads it."""
         self._states = JobStates()
         self._records = RecordWatch()
         self._ending = EndingWindow()
@@ -108,7 +109,19 @@ class SlurmScheduler(WorkspaceMixin[None], SchedulerShell[SlurmOpts]):
     def build_workspace_and_update_role(self, role: Role, workspace: str, cfg: Mapping[str, Any]) -> None:
         """Nothing is built: the workspace is copied into the job's directory when it is submitted
         (``workspace.py``), and its steps run there."""
-        self._workspaces[id(role)] = workspace_path(workspace, "slurm")
+        self._workspaces[id(role)] = (role, workspace_path(workspace, "slurm"))
+
+    def caching_build_workspace_and_update_role(self, role: Role, cfg: Mapping[str, Any],
+                                                build_cache: dict[object, object]) -> None:
+        """torchx-nightly's hook: its default copies a workspace of several directories into a
+        temporary one that is gone before the job is submitted, when ours is copied."""
+        workspace = getattr(role, "workspace", None)
+        if not workspace:
+            return
+        if not workspace.is_unmapped_single_project():
+            raise InvalidArgumentError(f"workspace {str(workspace)!r}: slurm takes one directory, copied into the "
+                                       "job's as it is (no DIR:SUBDIR mappings, no several directories)")
+        self.build_workspace_and_update_role(role, str(workspace), cfg)
 
     def _submit_dryrun(self, app: AppDef, cfg: SlurmOpts) -> AppDryRunInfo:
         workspace = workspace_of(app.roles, self._workspaces)

@@ -25,6 +25,9 @@ from torchx.specs import Role
 from torchx_ext.errors import InvalidArgumentError
 from torchx_ext.schedulers.common.workspace_files import TORCHX_IGNORE, workspace_files
 
+REQUEST_NAME = "request.json"
+"""What every job directory holds (``records.JobDir.request``)."""
+
 LARGE_FILES = 5_000
 LARGE_BYTES = 100 * 10**6
 """Over either, a submission says what to exclude: 10,000 files and 210 MB took 1.3 to 3.9 s to copy
@@ -52,10 +55,11 @@ class WorkspaceCopy:
                 f"{source / TORCHX_IGNORE}, e.g. the largest: {named}; or run in place with --workspace ''")
 
 
-def workspace_of(roles: list[Role], given: dict[int, Path]) -> str:
+def workspace_of(roles: list[Role], given: dict[int, tuple[Role, Path]]) -> str:
     """The directory the roles were given as their workspace ("": none); ``given``: by ``id(role)``,
-    what ``build_workspace_and_update_role`` was told for this dry-run."""
-    found = {str(given[id(role)]) for role in roles if id(role) in given}
+    the role (held, so that its id is not another's) and what ``build_workspace_and_update_role``
+    was told for it."""
+    found = {str(given[id(role)][1]) for role in roles if id(role) in given and given[id(role)][0] is role}
     if len(found) > 1:
         raise InvalidArgumentError(f"roles of one slurm job name different workspaces ({', '.join(sorted(found))}): "
                                    "a job runs in one directory; give one workspace")
@@ -63,17 +67,20 @@ def workspace_of(roles: list[Role], given: dict[int, Path]) -> str:
 
 
 def copy_workspace(source: Path, destination: Path, job_dirs: Path) -> WorkspaceCopy:
-    """Copies the workspace's files (modes and times kept, links as links) into ``destination``,
-    leaving out ``job_dirs`` where it lies inside the workspace."""
+    """Copies the workspace's files (modes and times kept, links as links) into ``destination``
+    (inside a job's directory under ``job_dirs``), leaving out the job directories themselves
+    where ``job_dirs`` lies inside the workspace (or is it). A file gone meanwhile is left out."""
     started = time.monotonic()
-    files = workspace_files(source, (TORCHX_IGNORE,))
-    try:
-        inside = job_dirs.resolve().relative_to(source.resolve()).as_posix() + "/"
-        files = [name for name in files if not name.startswith(inside)]
-    except ValueError:
-        pass
+    parent = job_dirs.resolve()
+    this_job = destination.resolve().parent
+
+    def a_job_dir(directory: Path) -> bool:
+        resolved = directory.resolve()
+        return resolved.parent == parent and (resolved == this_job or (resolved / REQUEST_NAME).exists())
+
+    files = workspace_files(source, (TORCHX_IGNORE,), leave_out=a_job_dir)
     sizes: dict[str, int] = {}
-    total = 0
+    total = copied = 0
     destination.mkdir(parents=True, exist_ok=True)  # the steps' directory, even for no files
     made: set[Path] = {destination}
     for name in files:
@@ -82,16 +89,23 @@ def copy_workspace(source: Path, destination: Path, job_dirs: Path) -> Workspace
             target.parent.mkdir(parents=True, exist_ok=True)
             made.add(target.parent)
         path = source / name
-        if path.is_symlink():
-            os.symlink(os.readlink(path), target)
-            continue
-        shutil.copy2(path, target)
-        size = path.stat().st_size
+        try:
+            if path.is_symlink():
+                os.symlink(os.readlink(path), target)
+                copied += 1
+                continue
+            shutil.copy2(path, target)
+        except FileNotFoundError as error:
+            if error.filename == str(path):
+                continue  # removed since it was listed (an edit under way): as if it had not been there
+            raise
+        size = target.stat().st_size
+        copied += 1
         total += size
         top = name.split("/", 1)[0] + ("/" if "/" in name else "")
         sizes[top] = sizes.get(top, 0) + size
     largest = tuple(sorted(sizes.items(), key=lambda item: -item[1])[:MOST_NAMED])
-    return WorkspaceCopy(len(files), total, time.monotonic() - started, largest)
+    return WorkspaceCopy(copied, total, time.monotonic() - started, largest)
 
 
 def _size(count: int) -> str:
