@@ -23,39 +23,29 @@ for line in "${lines[@]}"; do
   echo "=== torchx $line: installing into $(venv "$line")"
   bash scripts/setup_venv.sh --test --line "$line" || exit 1
 done
-# One Docker engine for the whole run (local_docker's tests and the conformance suite), on a
-# private socket; stopped at the end only if this run started it.
-echo "=== Docker engine"
-if engine="$(bash scripts/docker_engine.sh start)"; then
-  export "$engine"
-  trap 'bash scripts/docker_engine.sh stop' EXIT
-elif [ "${CI:-}" = true ]; then
-  echo "test.sh: CI=true and no Docker engine could be started" >&2; exit 1
-else
-  echo "test.sh: warning: no Docker engine; the tests that need one are skipped" >&2
-fi
-# One image registry on loopback (Debian's docker-registry; scripts/registry.sh), which the
-# workspace tests push to through the engine and the test Kubernetes cluster pulls from.
-echo "=== image registry"
-if registry="$(bash scripts/registry.sh start)"; then
-  export "$registry"
-  trap 'bash scripts/registry.sh stop; bash scripts/docker_engine.sh stop' EXIT
-elif [ "${CI:-}" = true ]; then
-  echo "test.sh: CI=true and the test registry could not be started" >&2; exit 1
-else
-  echo "test.sh: warning: no test registry; the tests that need one are skipped" >&2
-fi
-# One test Slurm cluster (two slurmd on this host; scripts/slurm_cluster.sh), for the slurm
-# scheduler's tests; stopped at the end with the engine.
-echo "=== Slurm test cluster"
-if cluster="$(bash scripts/slurm_cluster.sh start)"; then
-  export "$cluster"
-  trap 'bash scripts/slurm_cluster.sh stop; bash scripts/registry.sh stop; bash scripts/docker_engine.sh stop' EXIT
-elif [ "${CI:-}" = true ]; then
-  echo "test.sh: CI=true and the Slurm test cluster could not be started" >&2; exit 1
-else
-  echo "test.sh: warning: no Slurm test cluster; the tests that need one are skipped" >&2
-fi
+# What the tests run against, each started by its script, which prints NAME=VALUE once it answers
+# (exported here) and at the end stops only what it started itself. Under CI=true one that cannot
+# start ends the run; elsewhere its tests are skipped.
+stops=()
+start_service() {  # WHAT SCRIPT
+  local what="$1" script="scripts/$2" printed
+  echo "=== $what"
+  if printed="$(bash "$script" start)"; then
+    export "$printed"
+    stops=("bash $script stop" "${stops[@]}")
+    trap 'for stop in "${stops[@]}"; do $stop; done' EXIT
+  elif [ "${CI:-}" = true ]; then
+    echo "test.sh: CI=true and the $what could not be started" >&2; exit 1
+  else
+    echo "test.sh: warning: no $what; the tests that need it are skipped" >&2
+  fi
+}
+# A Docker engine on a private socket, for local_docker's tests, the conformance suite and the test
+# Kubernetes cluster's pods; an image registry on loopback (Debian's docker-registry), which the
+# workspace tests push to through the engine and the test kubelet pulls from; a two-node Slurm.
+start_service "Docker engine" docker_engine.sh
+start_service "image registry" registry.sh
+start_service "Slurm test cluster" slurm_cluster.sh
 echo "=== mypy (with torchx ${lines[0]})"
 "$(venv "${lines[0]}")/bin/python" -m mypy || exit 1
 # The launcher and the planner import nothing from torchx (and both lines pin the same torch),
