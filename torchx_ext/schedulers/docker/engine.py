@@ -275,7 +275,7 @@ class Engine:
         import docker.errors
 
         for _, container in self.containers(app_id):
-            _quietly(lambda: container.remove(force=True, v=True))
+            _remove_container(container)
         for network in self._call(lambda: self.client.networks.list(filters={"label": f"{LABEL_APP_ID}={app_id}"}),
                                   "list networks"):
             _quietly(network.remove)
@@ -413,6 +413,23 @@ def _explanation(error: Any) -> str:
     explanation = getattr(error, "explanation", None)
     text = str(explanation if explanation else error)
     return text.strip().splitlines()[-1] if text.strip() else type(error).__name__
+
+
+def _remove_container(container: Any, attempts: int = 10, pause_s: float = 0.3) -> None:
+    """Force-removes a container, again a few times: right after a start the runtime refused, the
+    engine may still be unmounting its binds, and refuses the removal meanwhile ("read-only file
+    system", seen with vfs storage)."""
+    import docker.errors
+
+    for attempt in range(attempts):
+        try:
+            container.remove(force=True, v=True)
+            return
+        except docker.errors.NotFound:
+            return
+        except Exception:  # the engine's APIError, or its connection's: tried again, then left
+            if attempt + 1 < attempts:
+                time.sleep(pause_s)
 
 
 def _quietly(action: Any) -> None:
