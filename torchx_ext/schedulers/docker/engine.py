@@ -210,7 +210,7 @@ class Engine:
             except docker.errors.APIError as error:
                 raise InvalidArgumentError(
                     f"image {image!r} is not on the engine at {self.host} and pulling it failed "
-                    f"({_explanation(error)}): build it there (`docker build -t {image} .`), load it "
+                    f"({explanation(error)}): build it there (`docker build -t {image} .`), load it "
                     "(`docker load`), or make its registry reachable"
                 ) from None
         return ids
@@ -342,7 +342,7 @@ class Engine:
         return kwargs
 
     def _creation_error(self, request: DockerJobRequest, error: Any, starting: str | None = None) -> Exception:
-        text = _explanation(error)
+        text = explanation(error)
         status = getattr(error, "status_code", None)
         # Docker answers a taken name with 409, Podman with 500 and "already in use".
         if status == 409 or "already in use" in text:
@@ -371,18 +371,24 @@ class Engine:
         return self._error(what, error)
 
     def _call(self, call: Any, what: str) -> Any:
-        import docker.errors
-        import requests.exceptions
-
-        try:
-            return call()
-        except docker.errors.APIError as error:
-            raise self._error(what, error) from None
-        except (requests.exceptions.ConnectionError, ConnectionError) as error:
-            raise EngineError(f"the Docker engine at {self.host} stopped answering ({error}): {START_HINT}") from None
+        return engine_call(call, self.host, what)
 
     def _error(self, what: str, error: Any) -> EngineError:
-        return EngineError(f"the engine at {self.host} could not {what}: {_explanation(error)}")
+        return EngineError(f"the engine at {self.host} could not {what}: {explanation(error)}")
+
+
+def engine_call(call: Any, host: str, what: str) -> Any:
+    """``call()``, an engine error (``what`` it was asked to do) or a lost connection said as one
+    EngineError naming the engine at ``host``."""
+    import docker.errors
+    import requests.exceptions
+
+    try:
+        return call()
+    except docker.errors.APIError as error:
+        raise EngineError(f"the engine at {host} could not {what}: {explanation(error)}") from None
+    except (requests.exceptions.ConnectionError, ConnectionError) as error:
+        raise EngineError(f"the Docker engine at {host} stopped answering ({error}): {START_HINT}") from None
 
 
 def _engine_time(unix_ns: int) -> str:
@@ -403,13 +409,13 @@ def connect() -> Engine:
         client = docker.from_env()
         version = client.version()
     except Exception as error:  # the SDK raises DockerException, requests' and OS errors here
-        reason = _explanation(error)
+        reason = explanation(error)
         raise EngineError(f"no Docker engine answers at {host} ({reason}): {START_HINT}") from None
     components = " ".join(str(part.get("Name", "")) for part in version.get("Components") or [])
     return Engine(client, host, "podman" in components.lower())
 
 
-def _explanation(error: Any) -> str:
+def explanation(error: Any) -> str:
     explanation = getattr(error, "explanation", None)
     text = str(explanation if explanation else error)
     return text.strip().splitlines()[-1] if text.strip() else type(error).__name__

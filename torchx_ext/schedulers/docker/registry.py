@@ -15,6 +15,7 @@ import re
 from typing import Any
 
 from torchx_ext.errors import EngineError, InvalidArgumentError
+from torchx_ext.schedulers.docker.engine import explanation
 from torchx_ext.schedulers.docker.image_progress import PushProgress, StatusLine, event_error
 
 REPOSITORY_FORMS = "REGISTRY/REPO, e.g. 127.0.0.1:5000/team/train or ghcr.io/org/train"
@@ -67,7 +68,7 @@ def publish(client: Any, image: str, repository: str, tag: str, progress: Status
             if said is not None:
                 progress.show(*said)
     except docker.errors.APIError as error:
-        raise _push_error(repository, str(getattr(error, "explanation", None) or error)) from None
+        raise _push_error(repository, explanation(error)) from None
     except (requests.exceptions.ConnectionError, ConnectionError) as error:
         raise EngineError(f"the Docker engine at {client.api.base_url} stopped answering while pushing to "
                           f"{repository} ({error})") from None

@@ -25,8 +25,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 
-from torchx_ext.errors import EngineError, InvalidArgumentError
+from torchx_ext.errors import InvalidArgumentError
 from torchx_ext.schedulers.common.workspace_files import IGNORE_FILES, unreadable, workspace_files, workspace_path
+from torchx_ext.schedulers.docker.engine import engine_call, explanation
 from torchx_ext.schedulers.docker.image_progress import StatusLine, build_step, event_error
 
 IMAGE_REPOSITORY = "torchx-ext-workspace"
@@ -137,11 +138,11 @@ def _build(client: Any, root: Path, base_image: str, base_id: str, workspace: st
     with context:
         # pull=False: the engine may have no network, and the base is local by its id. IMAGE and
         # WORKSPACE are the build arguments torchx's own Dockerfile.torchx convention passes.
-        events = _engine_call(lambda: client.api.build(
+        events = engine_call(lambda: client.api.build(
             fileobj=context, custom_context=True, dockerfile=_dockerfile_name(files), tag=tag, rm=True,
             pull=False, buildargs={"IMAGE": base_id, "WORKSPACE": str(workspace)},
             labels=None if inline else labels, decode=True,
-        ), client, "build the workspace image")
+        ), client.api.base_url, "build the workspace image")
         output: list[str] = []
         for event in events:
             failure = event_error(event)
@@ -169,26 +170,12 @@ def _base_image_id(client: Any, base_image: str, progress: StatusLine) -> str:
     try:
         return str(client.images.pull(base_image).id)
     except docker.errors.APIError as error:
-        reason = str(getattr(error, "explanation", None) or error).strip().splitlines()[-1]
         raise InvalidArgumentError(
-            f"image {base_image!r} (the workspace's base) is not on the engine, and pulling it failed ({reason}): "
+            f"image {base_image!r} (the workspace's base) is not on the engine, and pulling it failed ({explanation(error)}): "
             f"`docker pull {base_image}` or `docker build -t {base_image} .` it first"
         ) from None
     finally:
         progress.close()
-
-
-def _engine_call(call: Any, client: Any, what: str) -> Any:
-    import docker.errors
-    import requests.exceptions
-
-    try:
-        return call()
-    except docker.errors.APIError as error:
-        reason = str(getattr(error, "explanation", None) or error).strip().splitlines()[-1]
-        raise EngineError(f"the engine at {client.api.base_url} could not {what}: {reason}") from None
-    except (requests.exceptions.ConnectionError, ConnectionError) as error:
-        raise EngineError(f"the Docker engine at {client.api.base_url} stopped answering ({error})") from None
 
 
 def _prune(client: Any, root: Path, keep: int, built_id: str) -> None:

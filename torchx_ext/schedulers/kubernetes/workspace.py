@@ -51,7 +51,6 @@ def add_workspace_opts(opts: runopts) -> None:
 def build_workspace_image(role: Role, workspace: str, cfg: Mapping[str, Any]) -> PendingPush:
     """Builds ``workspace`` onto ``role``'s image (unless built before) and names the role's image
     ``REPO:TAG``, pushed at submission."""
-    from torchx_ext.schedulers.docker.engine import connect
     from torchx_ext.schedulers.docker.workspace import ensure_workspace_image
 
     root = workspace_path(workspace, "kubernetes")
@@ -62,11 +61,7 @@ def build_workspace_image(role: Role, workspace: str, cfg: Mapping[str, Any]) ->
             "set -cfg image_repo=REGISTRY/REPO (e.g. 127.0.0.1:5000/team/train), or run the role's image as it is "
             "with --workspace ''")
     check_repository(str(repository))
-    try:
-        engine = connect()
-    except EngineError as error:
-        raise EngineError(f"kubernetes builds the workspace {root} into an image with a local engine, and {error}; "
-                          "or run the role's image as it is with --workspace ''") from None
+    engine = _local_engine(f"builds the workspace {root} into an image")
     progress = StatusLine.on_stderr(quiet=bool(cfg.get("quiet")))
     built = ensure_workspace_image(engine.client, role.image, workspace, keep=WORKSPACE_KEPT, progress=progress,
                                    scheduler="kubernetes")
@@ -81,16 +76,21 @@ def push_and_pin(objects: tuple[dict[str, Any], ...], pushes: tuple[PendingPush,
     naming its digest instead of its tag."""
     if not pushes:
         return objects
-    from torchx_ext.schedulers.docker.engine import connect
-
-    try:
-        client = connect().client
-    except EngineError as error:
-        raise EngineError(f"kubernetes pushes the workspace's image through a local engine, and {error}; "
-                          "or run the role's image as it is with --workspace ''") from None
+    client = _local_engine("pushes the workspace's image").client
     progress = StatusLine.on_stderr()
     pinned = {push.reference: publish(client, push.image, push.repository, push.tag, progress) for push in pushes}
     return tuple(_replace_images(obj, pinned) for obj in objects)
+
+
+def _local_engine(doing: str) -> Any:
+    """The engine ``DOCKER_HOST`` names; else one line saying what it was for and the way around it."""
+    from torchx_ext.schedulers.docker.engine import connect
+
+    try:
+        return connect()
+    except EngineError as error:
+        raise EngineError(f"kubernetes {doing} with a local engine, and {error}; or run the role's image as it "
+                          "is with --workspace ''") from None
 
 
 def _replace_images(value: Any, pinned: Mapping[str, str]) -> Any:
