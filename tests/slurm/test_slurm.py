@@ -84,7 +84,7 @@ def test_dryrun_prints_the_batch_script_and_queues_nothing(slurm_cluster: str, t
     assert ran.returncode == 0, ran.stderr
     assert "#SBATCH --nodes=2" in ran.stdout and "#SBATCH --partition=debug" in ran.stdout
     assert "srun --nodes=${SLURM_JOB_NUM_NODES}" in ran.stdout
-    assert queued() == before and not list(tmp_path.iterdir())
+    assert set(queued()) <= set(before) and not list(tmp_path.iterdir())
 
 
 def test_an_elastic_job_runs_on_the_one_node_that_is_free(runner: Runner, cfg: dict[str, str]) -> None:
@@ -132,7 +132,8 @@ def test_bad_cfg_is_one_line_and_queues_nothing(
         runner.run(ddp(script=str(TRAIN), j="1x1", cpu=1), "slurm", cfg={**cfg, **bad})
 
     assert named in str(raised.value) and "\n" not in str(raised.value)
-    assert queued() == before
+    # An earlier test's cancelled job may still be leaving the queue: only a new id is a job queued here.
+    assert set(queued()) <= set(before)
     assert not list(Path(cfg["job_dir"]).glob("*")) if Path(cfg["job_dir"]).exists() else True
 
 

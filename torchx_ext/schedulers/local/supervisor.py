@@ -326,10 +326,14 @@ class Supervisor:
         self.kill_at = time.monotonic() + self.request.cancel_grace_s
 
     def _kill_all(self, sig: signal.Signals) -> None:
-        for pid in list(self.by_pid):
+        groups = set(self.by_pid)
+        for pid in groups:
             _signal_group(pid, sig)
+        # Only those outside the replicas' groups: a launcher signalled twice gets the second
+        # while torchelastic stops its workers, which then logs the signal as a log tailer's error.
         for pid in marked_processes(self.request.app_id):
-            _signal(pid, sig)
+            if _group_of(pid) not in groups:
+                _signal(pid, sig)
 
     def _finish_leftovers(self) -> None:
         # Every replica has exited; what is still marked as the job's (a worker in its own
@@ -428,6 +432,13 @@ def _free_port() -> int:
 
 def _name(replica: _Replica) -> str:
     return f"{replica.request.role}/{replica.request.replica_id}"
+
+
+def _group_of(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return None
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:
