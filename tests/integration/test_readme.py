@@ -474,5 +474,5 @@ def test_the_docs_list_each_schedulers_options(scheduler: str, doc: str, section
     text = (README.parent / "docs" / doc).read_text()
     start = text.index(section)
     end = text.find("\n## ", start + len(section))
-    named = set(re.findall(r"`(\w+)`", text[start:] if end < 0 else text[start:end]))
+    named = set(re.findall(r"`([\w-]+)`", text[start:] if end < 0 else text[start:end]))
     assert runopts(scheduler) <= named, runopts(scheduler) - named

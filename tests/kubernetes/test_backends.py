@@ -17,7 +17,7 @@ from torchx.specs import AppDef, AppState
 from tests.conformance.jobs_api import status_until, wait, wait_for_line
 from tests.fixtures.docker_engine import TestImage
 from tests.kubernetes.apiserver import TestCluster
-from tests.kubernetes.apiserver.resources import JOBSETS, PODS, VOLCANO_JOBS
+from tests.kubernetes.apiserver.resources import JOBSETS, PODS, SERVICES, VOLCANO_JOBS
 from torchx_ext.components.dist import ddp
 
 JOBS = Path(__file__).parent / "jobs"
@@ -155,6 +155,25 @@ def test_a_backend_whose_crd_the_cluster_lacks_is_one_error_naming_what_to_insta
     listed = [item.app_id for item in scheduler.list(cfg={"namespace": kube_namespace})]
     scheduler.close()
     assert listed == [handle.rpartition("/")[2]]
+
+
+@pytest.mark.parametrize("validate_spec", [True, False])
+def test_validate_spec_puts_every_object_through_the_servers_dry_run_so_a_refused_app_creates_nothing(
+    runner: Runner, kube_namespace: str, test_image: TestImage, kube_cluster: TestCluster, validate_spec: bool
+) -> None:
+    from torchx_ext.errors import KubernetesError
+
+    kube_cluster.missing_apis.add("batch.volcano.sh")  # its Service would be accepted, its Volcano Job not
+    app = ddp(script=str(CONFORMANCE_JOBS / "echo.py"), j="1x1", cpu=1, image=test_image.name)
+    deleted_before = kube_cluster.requests("DELETE", f"/namespaces/{kube_namespace}/services/")
+
+    with pytest.raises(KubernetesError, match="install Volcano"):
+        runner.run(app, "kubernetes", cfg={"namespace": kube_namespace, "backend": "volcano",
+                                           "validate_spec": validate_spec})
+    # Without the dry run the Service was created, then deleted again when the Volcano Job was refused.
+    deleted = kube_cluster.requests("DELETE", f"/namespaces/{kube_namespace}/services/") - deleted_before
+    assert deleted == (0 if validate_spec else 1)
+    assert not kube_cluster.store.list(SERVICES, kube_namespace)[0]
 
 
 @pytest.mark.parametrize("admitted_before_cancel", [True, False])

@@ -87,6 +87,18 @@ def test_dryrun_prints_the_batch_script_and_queues_nothing(slurm_cluster: str, t
     assert set(queued()) <= set(before) and not list(tmp_path.iterdir())
 
 
+def test_torchx_spelt_comment_and_mail_options_reach_the_job_byte_for_byte(runner: Runner, cfg: dict[str, str]) -> None:
+    comment = 'nightly "ddp" run #1 \\ it\'s $HOME'
+    handle = runner.run(ddp(script=str(JOBS / "sleeper.py"), j="1x1", cpu=1), "slurm",
+                        cfg={**cfg, "comment": comment, "mail-user": "me@example.com", "mail-type": "END,FAIL"})
+    job_id = handle.rpartition("/")[2]
+
+    shown = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True).stdout
+    runner.cancel(handle)
+    assert f"Comment={comment}\n" in shown, shown
+    assert "MailUser=me@example.com MailType=END,FAIL" in shown, shown
+
+
 def test_an_elastic_job_runs_on_the_one_node_that_is_free(runner: Runner, cfg: dict[str, str]) -> None:
     subprocess.run(["scontrol", "update", "nodename=node2", "state=drain", "reason=torchx_ext test"], check=True)
     try:

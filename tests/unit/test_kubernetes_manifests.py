@@ -143,7 +143,8 @@ def test_numa_alignment_follows_the_runopt_over_the_named_resource() -> None:
     app = ddp(script="train.py", j="1x1", cpu=3, memMB=2048, image="img:1")
     aligned = check(build_manifests(app, app_id="a-abc12345", options=ManifestOptions(numa_aligned=True)))[1]
     resources = aligned["spec"]["template"]["spec"]["containers"][0]["resources"]
-    assert resources["requests"] == resources["limits"] == {"cpu": "2", "memory": "2048Mi"}
+    # torchx's reserve of the node, left out: 100 millicores and 1024 MiB.
+    assert resources["requests"] == resources["limits"] == {"cpu": "2", "memory": "1024Mi"}
 
     named = ddp(script="train.py", j="1x8", h="dgx_h100", image="img:1")
     off = check(build_manifests(named, app_id="a-abc12345", options=ManifestOptions(numa_aligned=False)))[1]
@@ -254,12 +255,42 @@ def test_numa_alignment_without_cpu_or_memory_to_request_is_refused() -> None:
         (ManifestOptions(image_pull_policy="Sometimes"), "expected one of Always, IfNotPresent, Never"),
         (ManifestOptions(namespace="Team_A"), "invalid namespace 'Team_A'"),
         (ManifestOptions(backend="kubeflow"), "invalid backend 'kubeflow': expected one of job, jobset, volcano"),
+        (ManifestOptions(reserved_memmb=-1), "invalid reserved_memmb -1: expected an integer of 0 or more"),
+        (ManifestOptions(efa_device_count=-2), "invalid efa_device_count -2"),
+        (ManifestOptions(numa_aligned=True, reserved_memmb=1024), "less reserved_memmb=1024"),
     ],
 )
 def test_bad_options_are_refused_naming_the_value(options: ManifestOptions, expected: str) -> None:
     app = ddp(script="train.py", j="1x1", image="img:1", memMB=1024)
     with pytest.raises(InvalidArgumentError, match=re.escape(expected)):
         build_manifests(app, app_id="a-abc12345", options=options)
+
+
+def pod_resources(app: specs.AppDef, options: ManifestOptions) -> dict[str, dict[str, str]]:
+    job = check(build_manifests(app, app_id="a-abc12345", options=options))[-1]
+    resources: dict[str, dict[str, str]] = job["spec"]["template"]["spec"]["containers"][0]["resources"]
+    return resources
+
+
+def test_torchx_reserve_options_leave_the_kubelets_share_out_of_the_requests() -> None:
+    app = ddp(script="train.py", j="1x1", image="img:1", cpu=4, memMB=8192)
+
+    default = pod_resources(app, ManifestOptions())
+    given = pod_resources(app, ManifestOptions(reserved_millicpu=500, reserved_memmb=2048))
+    aligned = pod_resources(app, ManifestOptions(reserved_millicpu=500, reserved_memmb=2048, numa_aligned=True))
+
+    assert default == {"requests": {"cpu": "3900m", "memory": "7168Mi"}, "limits": {"memory": "8192Mi"}}
+    assert given == {"requests": {"cpu": "3500m", "memory": "6144Mi"}, "limits": {"memory": "8192Mi"}}
+    assert aligned["requests"] == aligned["limits"] == {"cpu": "3", "memory": "6144Mi"}
+
+
+@pytest.mark.parametrize("count, efa", [(None, "32"), (0, None), (4, "4")])
+def test_efa_device_count_overrides_the_named_resources_efa_as_torchx_does(count: int | None, efa: str | None) -> None:
+    app = ddp(script="train.py", j="1x8", h="aws_p5.48xlarge", image="img:1")
+    resources = pod_resources(app, ManifestOptions(efa_device_count=count))
+
+    assert resources["limits"].get("vpc.amazonaws.com/efa") == resources["requests"].get("vpc.amazonaws.com/efa") == efa
+    assert resources["limits"]["nvidia.com/gpu"] == "8"
 
 
 def test_roles_that_become_the_same_job_name_are_refused() -> None:

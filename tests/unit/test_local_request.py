@@ -87,3 +87,31 @@ def test_an_entrypoint_not_on_path_is_refused_naming_it() -> None:
 
     with pytest.raises(InvalidArgumentError, match="entrypoint 'no-such-tool' of role 'worker' is not on PATH"):
         request_for(app, None)
+
+
+def two_role_app(gpus: tuple[int, int], replicas: tuple[int, int]) -> specs.AppDef:
+    return specs.AppDef("two", roles=[
+        specs.Role(name, image="", entrypoint="python", args=["-c", "pass"], num_replicas=count,
+                   resource=specs.Resource(cpu=1, gpu=gpu, memMB=1024), env={"CUDA_VISIBLE_DEVICES": "7"})
+        for name, gpu, count in zip(("trainer", "reader"), gpus, replicas)
+    ])
+
+
+def test_auto_set_cuda_visible_devices_splits_the_gpus_in_role_order_as_torchx_does() -> None:
+    request = build_request(two_role_app((2, 1), (1, 3)), app_id="job-1", app_dir="/logs/job-1", cwd="/work",
+                            interpreter="/venv/bin/python", environ={"PATH": "/usr/bin"}, topology=None,
+                            gpus_to_split=8)
+
+    assert [replica.env["CUDA_VISIBLE_DEVICES"] for replica in request.replicas()] == ["0,1", "2", "3", "4"]
+    assert request.warnings == []
+
+
+def test_auto_set_cuda_visible_devices_with_too_few_gpus_sets_nothing_and_says_so() -> None:
+    request = build_request(two_role_app((4, 0), (3, 1)), app_id="job-1", app_dir="/logs/job-1", cwd="/work",
+                            interpreter="/venv/bin/python", environ={"PATH": "/usr/bin"}, topology=None,
+                            gpus_to_split=8)
+
+    assert [replica.env["CUDA_VISIBLE_DEVICES"] for replica in request.replicas()] == ["7"] * 4  # the roles' own
+    assert request.warnings == ["auto_set_cuda_visible_devices: the app asks for 12 GPUs and this host has 8: "
+                                "CUDA_VISIBLE_DEVICES is not set"]
+    assert "warning: auto_set_cuda_visible_devices" in describe_request(request)

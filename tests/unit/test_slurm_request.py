@@ -134,6 +134,9 @@ def test_exclusive_plans_the_whole_node() -> None:
 @pytest.mark.parametrize("cfg, named", [
     ({"time": "abc"}, "invalid time 'abc'"),
     ({"mail_type": "END,SOMETIMES"}, "SOMETIMES"),
+    ({"mail-type": "END,SOMETIMES"}, "SOMETIMES"),
+    ({"mail-user": "a@b", "mail_user": "c@d"}, "mail-user='a@b' and mail_user='c@d' differ"),
+    ({"comment": "two\nlines"}, "one line"),
     ({"partition": "a\n#SBATCH --x"}, "one line"),
     ({"sbatch_args": ["--nodes=9"]}, "--nodes is set from the app"),
     ({"sbatch_args": ["signal"]}, "expected --name=value"),
@@ -142,6 +145,14 @@ def test_bad_cfg_is_one_line_naming_the_value(cfg: dict[str, object], named: str
     with pytest.raises(InvalidArgumentError, match="^[^\n]*$") as raised:
         sbatch_options(cfg)
     assert named in str(raised.value)
+
+
+def test_torchx_spellings_and_ours_give_the_same_options_and_a_comment_is_one_sbatch_word() -> None:
+    torchx_cfg = {"comment": 'run "a" #1 \\ it\'s', "mail-user": "me@example.com", "mail-type": "END,FAIL"}
+    ours = {"comment": 'run "a" #1 \\ it\'s', "mail_user": "me@example.com", "mail_type": "END,FAIL"}
+
+    assert sbatch_options(torchx_cfg) == sbatch_options(ours) == [
+        '--comment="run \\"a\\" #1 \\\\ it\'s"', "--mail-user=me@example.com", "--mail-type=END,FAIL"]
 
 
 def test_other_sbatch_options_pass_through() -> None:

@@ -115,6 +115,11 @@ def _with_gpus(topology: Topology, slices: list[ReplicaSlice], gpus: tuple[Gpu, 
     ]
 
 
+def gpu_count(topology: Topology) -> int:
+    """The GPUs CUDA_VISIBLE_DEVICES counts on this host: its NVIDIA GPUs, else its AMD ones."""
+    return len(topology.gpus_of("nvidia") or topology.gpus_of("amd"))
+
+
 def host_topology(sysfs_root: str | None) -> Topology:
     """The topology to slice, read from ``sysfs_root`` (default: this host's) for all of its
     CPUs: slices are planned before anyone knows whether the job will run here, and replicas

@@ -120,10 +120,7 @@ class Handler(BaseHTTPRequestHandler):
                 raise errors.bad_request("the body of the request was in an unknown format")
             if rtype.namespaced and not store.namespace_exists(ns):
                 raise errors.not_found("namespaces", "", ns)
-            if query.get("dryRun"):
-                self._send_json(201, body)
-                return
-            self._send_json(201, store.create(rtype, ns, body))
+            self._send_json(201, store.create(rtype, ns, body, dry_run=query.get("dryRun") == "All"))
         elif verb == "get":
             self._send_json(200, store.get(rtype, ns, str(name)))
         elif verb == "delete":

@@ -94,7 +94,8 @@ class Store:
         obj["metadata"]["resourceVersion"] = str(self._version)
         self._changed.notify_all()
 
-    def create(self, rtype: ResourceType, namespace: str, body: Obj) -> Obj:
+    def create(self, rtype: ResourceType, namespace: str, body: Obj, dry_run: bool = False) -> Obj:
+        """``dry_run``: defaulted, validated and checked against what exists as a real create is, not stored."""
         obj = copy.deepcopy(body)
         obj["kind"], obj["apiVersion"] = rtype.kind, rtype.api_version
         metadata = obj.setdefault("metadata", {})
@@ -112,6 +113,8 @@ class Store:
             key = (namespace if rtype.namespaced else "", metadata["name"])
             if key in self._objects[rtype.key]:
                 raise errors.already_exists(rtype.plural, rtype.group, metadata["name"])
+            if dry_run:
+                return obj
             metadata.update(uid=str(uuid.uuid4()), creationTimestamp=now_rfc3339(), generation=1)
             for transient in ("resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"):
                 metadata.pop(transient, None)

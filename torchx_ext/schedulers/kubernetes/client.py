@@ -90,26 +90,18 @@ class Cluster:
         self.batch = client.BatchV1Api(connection.api)
         self.custom = client.CustomObjectsApi(connection.api)
 
-    def create_app(self, manifests: AppManifests) -> None:
+    def create_app(self, manifests: AppManifests, validate: bool = True) -> None:
         """Its objects in order; all or nothing: what was created is deleted again when a later
-        object is refused."""
+        object is refused. ``validate`` (torchx's ``validate_spec``): every object goes through
+        the API server's dry run first, so that a refused one leaves nothing to delete."""
         namespace = manifests.namespace
+        if validate:
+            for obj in manifests.objects:
+                self._create(obj, namespace, dry_run=True)
         created: list[tuple[str | CustomKind, str]] = []
         try:
             for obj in manifests.objects:
-                name = obj["metadata"]["name"]
-                custom = CUSTOM_KINDS.get((obj["apiVersion"], obj["kind"]))
-                if custom is not None:
-                    self.create_custom(custom, namespace, obj)
-                    created.append((custom, name))
-                elif obj["kind"] == "Service":
-                    self._call("create", "Service", name, namespace,
-                               lambda obj=obj: self.core.create_namespaced_service(namespace, obj, _preload_content=False))
-                    created.append(("Service", name))
-                else:
-                    self._call("create", "Job", name, namespace,
-                               lambda obj=obj: self.batch.create_namespaced_job(namespace, obj, _preload_content=False))
-                    created.append(("Job", name))
+                created.append(self._create(obj, namespace))
         except KubernetesError:
             for kind, name in reversed(created):
                 if isinstance(kind, CustomKind):
@@ -118,11 +110,28 @@ class Cluster:
                     self.delete(kind, name, namespace)
             raise
 
-    def create_custom(self, custom: CustomKind, namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
+    def _create(self, obj: dict[str, Any], namespace: str, dry_run: bool = False) -> tuple[str | CustomKind, str]:
+        name = obj["metadata"]["name"]
+        how = {"dry_run": "All"} if dry_run else {}
+        custom = CUSTOM_KINDS.get((obj["apiVersion"], obj["kind"]))
+        if custom is not None:
+            self.create_custom(custom, namespace, obj, dry_run)
+            return custom, name
+        if obj["kind"] == "Service":
+            self._call("create", "Service", name, namespace,
+                       lambda: self.core.create_namespaced_service(namespace, obj, _preload_content=False, **how))
+            return "Service", name
+        self._call("create", "Job", name, namespace,
+                   lambda: self.batch.create_namespaced_job(namespace, obj, _preload_content=False, **how))
+        return "Job", name
+
+    def create_custom(self, custom: CustomKind, namespace: str, obj: dict[str, Any],
+                      dry_run: bool = False) -> dict[str, Any]:
         name = obj["metadata"].get("name") or obj["metadata"].get("generateName", "")
+        how = {"dry_run": "All"} if dry_run else {}
         try:
             response = self._call("create", custom.kind, name, namespace, lambda: self.custom.create_namespaced_custom_object(
-                custom.group, custom.version, namespace, custom.plural, obj, _preload_content=False))
+                custom.group, custom.version, namespace, custom.plural, obj, _preload_content=False, **how))
         except KubernetesError as error:
             raise self._missing_api(custom, error) from None
         created: dict[str, Any] = json.loads(response.data)

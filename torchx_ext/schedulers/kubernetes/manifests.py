@@ -33,6 +33,8 @@ class AppManifests:
     """In creation order (what a later object needs exists first)."""
     pushes: tuple[PendingPush, ...] = ()
     """Workspace images, pushed at submission; the objects then name their digests."""
+    validate: bool = True
+    """``validate_spec``: the API server's dry run of every object before any is created."""
 
     def to_yaml(self) -> str:
         import yaml
@@ -61,7 +63,7 @@ def build_manifests(app: specs.AppDef, *, app_id: str, options: ManifestOptions,
         objects = (volcano_job(app, app_id, options),)
     else:
         objects = job_objects(app, app_id, options)
-    return AppManifests(app_id, options.namespace, options.backend, objects, pushes)
+    return AppManifests(app_id, options.namespace, options.backend, objects, pushes, options.validate_spec)
 
 
 def check_role(role: specs.Role) -> None:

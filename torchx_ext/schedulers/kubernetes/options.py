@@ -18,6 +18,9 @@ EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 DEFAULT_VOLCANO_QUEUE = "default"
 DEFAULT_PULL_TIMEOUT_S = 300
 DEFAULT_CANCEL_GRACE_S = 30
+# torchx's: what the kubelet keeps of a node for itself, left out of a role's requests.
+DEFAULT_RESERVED_MILLICPU = 100
+DEFAULT_RESERVED_MEMMB = 1024
 IMAGE_HINT = "a registry image the cluster's nodes can pull"
 GPU_RESOURCE_EXAMPLES = ("nvidia.com/gpu", "amd.com/gpu", "nvidia.com/mig-1g.10gb")
 _EXTENDED_RESOURCE = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
@@ -47,8 +50,18 @@ class ManifestOptions:
     named resource's vendor's ``{vendor}.com/gpu``, ``nvidia.com/gpu`` without one."""
     image_pull_timeout_s: int = DEFAULT_PULL_TIMEOUT_S
     cancel_grace_s: int = DEFAULT_CANCEL_GRACE_S
+    reserved_millicpu: int = DEFAULT_RESERVED_MILLICPU
+    reserved_memmb: int = DEFAULT_RESERVED_MEMMB
+    efa_device_count: int | None = None
+    """torchx's override of ``vpc.amazonaws.com/efa``: None keeps the role's, 0 removes it, N asks for N."""
+    validate_spec: bool = True
+    """Each object goes through the API server's dry run before any is created."""
 
     def check(self) -> None:
+        for name in ("reserved_millicpu", "reserved_memmb", "efa_device_count"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise InvalidArgumentError(f"invalid {name} {value!r}: expected an integer of 0 or more")
         if self.backend not in BACKEND_NAMES:
             raise InvalidArgumentError(f"invalid backend {self.backend!r}: expected one of {', '.join(BACKEND_NAMES)} "
                                        "(job: no CRDs needed; jobset: JobSet installed; volcano: Volcano installed)")

@@ -27,8 +27,7 @@ from torchx_ext.schedulers.kubernetes.options import ManifestOptions, parse_quan
 # The kubelet keeps what a container writes here as its termination message (at most 4 KiB),
 # readable through the API after the pod ended: the launcher's error report goes there.
 TERMINATION_LOG = "/dev/termination-log"
-# Kubelets keep some CPU for themselves: a whole host's named resource would never fit.
-RESERVED_MILLICPU = 100
+EFA_DEVICE = "vpc.amazonaws.com/efa"
 _INDEX_MARK = "\x00torchx-ext-index\x00"
 LIVENESS_FILE = "/tmp/torchx_ext_liveness"
 # The launcher touches its liveness file every second from its start; the probe fails once the
@@ -64,7 +63,7 @@ def _pod_spec(app: specs.AppDef, role: specs.Role, app_id: str, addressing: PodA
     values = specs.macros.Values(img_root="", app_id=app_id, replica_id=_INDEX_MARK, rank0_env=RANK0_HOST_ENV)
     resolved = values.apply(role)
     aligned = _aligned(role, options)
-    memory_mb = role.resource.memMB if role.resource.memMB > 0 else None
+    memory_mb = _memory_limit_mb(role, aligned, options)
     shm = shm_mb(options.shm_size, memory_mb, parse_quantity_mb, "the role's")
     ours = runs_our_launcher(resolved.entrypoint, resolved.args)
     env = {
@@ -91,7 +90,7 @@ def _pod_spec(app: specs.AppDef, role: specs.Role, app_id: str, addressing: PodA
         "command": [_literal(resolved.entrypoint, addressing)],
         "args": [_literal(arg, addressing) for arg in resolved.args],
         "env": [{"name": key, "value": _literal(value, addressing)} for key, value in env.items()],
-        "resources": _resources(role, aligned, memory_mb, options.gpu_resource),
+        "resources": _resources(role, aligned, memory_mb, options),
         "volumeMounts": mounts,
         # The launcher's report when it wrote one, else the end of the output.
         "terminationMessagePolicy": "FallbackToLogsOnError",
@@ -137,35 +136,53 @@ def _literal(value: str, addressing: PodAddressing) -> str:
     return value.replace("$", "$$").replace(_INDEX_MARK, addressing.index_reference)
 
 
+def _memory_limit_mb(role: specs.Role, aligned: bool, options: ManifestOptions) -> int | None:
+    # Aligned pods' limits equal their requests, which must leave the kubelet its reserve.
+    if role.resource.memMB <= 0:
+        return None
+    limit = role.resource.memMB - (options.reserved_memmb if aligned else 0)
+    return limit if limit > 0 else None
+
+
 def _aligned(role: specs.Role, options: ManifestOptions) -> bool:
     if options.numa_aligned is not None:
         return options.numa_aligned
     return bool(role.resource.capabilities.get(NUMA_NODES))
 
 
-def _resources(role: specs.Role, aligned: bool, memory_mb: int | None,
-               gpu_resource: str | None) -> dict[str, dict[str, str]]:
+def _resources(role: specs.Role, aligned: bool, memory_limit_mb: int | None,
+               options: ManifestOptions) -> dict[str, dict[str, str]]:
+    """torchx's requests: the role's CPU and memory less ``reserved_millicpu`` and ``reserved_memmb``
+    (a whole host's named resource would never fit beside the kubelet), its memory as the limit.
+    Ours differ on purpose in two ways: no CPU limit (CFS quotas throttle a training loop's bursts)
+    unless NUMA-aligned, where requests equal limits (Guaranteed QoS, which the static CPU manager needs)."""
     resource = role.resource
     requests: dict[str, str] = {}
     limits: dict[str, str] = {}
     if aligned:
-        if resource.cpu <= 0 or memory_mb is None:
+        if resource.cpu <= 0 or memory_limit_mb is None:
             raise InvalidArgumentError(
                 f"role {role.name!r}: NUMA-aligned pods need a cpu and memMB to request (cpu={resource.cpu}, "
-                f"memMB={resource.memMB}): give a named resource (-h) or -cfg numa_aligned=False")
-        cpus = max(1, math.floor((resource.cpu * 1000 - RESERVED_MILLICPU) / 1000))
-        requests = limits = {"cpu": str(cpus), "memory": f"{memory_mb}Mi"}
+                f"memMB={resource.memMB}, less reserved_memmb={options.reserved_memmb}): give a named resource (-h), "
+                "a smaller -cfg reserved_memmb, or -cfg numa_aligned=False")
+        cpus = max(1, math.floor((resource.cpu * 1000 - options.reserved_millicpu) / 1000))
+        requests = limits = {"cpu": str(cpus), "memory": f"{memory_limit_mb}Mi"}
     else:
         if resource.cpu > 0:
-            requests["cpu"] = f"{max(int(resource.cpu * 1000) - RESERVED_MILLICPU, 100)}m"
-        if memory_mb is not None:
-            requests["memory"] = limits["memory"] = f"{memory_mb}Mi"
+            requests["cpu"] = f"{max(int(resource.cpu * 1000) - options.reserved_millicpu, 0)}m"
+        if memory_limit_mb is not None:
+            requests["memory"] = f"{max(memory_limit_mb - options.reserved_memmb, 0)}Mi"
+            limits["memory"] = f"{memory_limit_mb}Mi"
     extended: dict[str, str] = {}
     if resource.gpu > 0:
         vendor = str(resource.capabilities.get(GPU_VENDOR) or "nvidia")
-        extended[gpu_resource or f"{vendor}.com/gpu"] = str(resource.gpu)
+        extended[options.gpu_resource or f"{vendor}.com/gpu"] = str(resource.gpu)
     for device, count in resource.devices.items():
         extended[device] = str(count)
+    if options.efa_device_count is not None:  # torchx's override: 0 takes EFA away, N asks for N
+        extended.pop(EFA_DEVICE, None)
+        if options.efa_device_count > 0:
+            extended[EFA_DEVICE] = str(options.efa_device_count)
     requests = {**requests, **extended}
     limits = {**limits, **extended}
     return {key: value for key, value in (("requests", requests), ("limits", limits)) if value}

@@ -34,6 +34,8 @@ from torchx_ext.schedulers.kubernetes.client import Cluster, WatchLost, connect
 from torchx_ext.schedulers.kubernetes.manifests import AppManifests, build_manifests, check_role
 from torchx_ext.schedulers.kubernetes.options import (
     DEFAULT_CANCEL_GRACE_S,
+    DEFAULT_RESERVED_MEMMB,
+    DEFAULT_RESERVED_MILLICPU,
     DEFAULT_PULL_TIMEOUT_S,
     GPU_RESOURCE_EXAMPLES,
     IMAGE_HINT,
@@ -65,6 +67,10 @@ class KubernetesOpts(CancelGraceOpts, total=False):
     image_pull_timeout: Optional[int]
     image_repo: Optional[str]
     quiet: Optional[bool]
+    validate_spec: Optional[bool]
+    reserved_millicpu: Optional[int]
+    reserved_memmb: Optional[int]
+    efa_device_count: Optional[int]
 
 
 class KubernetesScheduler(WorkspaceMixin[None], SchedulerShell[KubernetesOpts]):
@@ -118,6 +124,16 @@ class KubernetesScheduler(WorkspaceMixin[None], SchedulerShell[KubernetesOpts]):
         opts.add("image_pull_timeout", type_=int, default=DEFAULT_PULL_TIMEOUT_S,
                  help="seconds a pod's image may fail to pull before the job is stopped as FAILED")
         add_cancel_grace_opt(opts, DEFAULT_CANCEL_GRACE_S, "pods are stopped (terminationGracePeriodSeconds)")
+        opts.add("validate_spec", type_=bool, default=True,
+                 help="put every object through the API server's dry run before creating any (at submission; "
+                 "--dryrun itself stays offline)")
+        opts.add("reserved_millicpu", type_=int, default=DEFAULT_RESERVED_MILLICPU,
+                 help="CPU (millicores) of a node the kubelet keeps: left out of each pod's CPU request")
+        opts.add("reserved_memmb", type_=int, default=DEFAULT_RESERVED_MEMMB,
+                 help="memory (MiB) of a node the kubelet keeps: left out of each pod's memory request (and of "
+                 "its limit when NUMA-aligned, where they are equal)")
+        opts.add("efa_device_count", type_=int, default=None,
+                 help="EFA devices (vpc.amazonaws.com/efa) per pod over the named resource's: 0 asks for none")
         return opts
 
     def workspace_opts(self) -> runopts:
@@ -145,7 +161,7 @@ class KubernetesScheduler(WorkspaceMixin[None], SchedulerShell[KubernetesOpts]):
         manifests: AppManifests = dryrun_info.request
         # Pushed first: a push that fails leaves nothing on the cluster.
         pinned = dataclasses.replace(manifests, objects=push_and_pin(manifests.objects, manifests.pushes), pushes=())
-        self.cluster.create_app(pinned)
+        self.cluster.create_app(pinned, validate=manifests.validate)
         return _app_id(manifests.namespace, manifests.backend, manifests.app_id)
 
     def describe(self, app_id: str) -> Optional[DescribeAppResponse]:
@@ -301,7 +317,15 @@ def _options(cfg: Mapping[str, Any]) -> ManifestOptions:
         gpu_resource=cfg.get("gpu_resource") or None,
         image_pull_timeout_s=seconds_option(cfg, "image_pull_timeout", DEFAULT_PULL_TIMEOUT_S),
         cancel_grace_s=seconds_option(cfg, "cancel_grace", DEFAULT_CANCEL_GRACE_S),
+        reserved_millicpu=_or_default(cfg.get("reserved_millicpu"), DEFAULT_RESERVED_MILLICPU),
+        reserved_memmb=_or_default(cfg.get("reserved_memmb"), DEFAULT_RESERVED_MEMMB),
+        efa_device_count=cfg.get("efa_device_count"),
+        validate_spec=_or_default(cfg.get("validate_spec"), True),
     )
+
+
+def _or_default(value: Any, default: Any) -> Any:
+    return default if value is None else value
 
 
 def _context_namespace() -> str:

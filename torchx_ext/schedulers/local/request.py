@@ -41,13 +41,16 @@ def build_request(
     topology: Topology | None,
     prepend_cwd: bool = False,
     cancel_grace_s: float = 10.0,
+    gpus_to_split: int | None = None,
 ) -> LocalJobRequest:
-    """The processes to start for ``app``; ``topology`` None turns slicing off."""
+    """The processes to start for ``app``; ``topology`` None turns slicing off; ``gpus_to_split``:
+    the host's GPU count when ``auto_set_cuda_visible_devices`` asks for torchx's split of them."""
     total = sum(role.num_replicas for role in app.roles)
     slices = slice_host(topology, total) if topology is not None and total > 1 else []
     share_gpus = bool(slices) and "CUDA_VISIBLE_DEVICES" not in environ and any(
         "CUDA_VISIBLE_DEVICES" not in role.env and role.resource.gpu > 0 for role in app.roles
     )
+    split, split_warning = torchx_gpu_split(app, gpus_to_split) if gpus_to_split is not None else ({}, None)
     roles: list[RoleRequest] = []
     position = 0
     for role in app.roles:
@@ -75,6 +78,8 @@ def build_request(
                 cpus = sorted(piece.cpus)
                 if share_gpus and role.resource.gpu > 0 and "CUDA_VISIBLE_DEVICES" not in role.env:
                     env["CUDA_VISIBLE_DEVICES"] = piece.cuda_visible_devices
+            if (role.name, replica_id) in split:
+                env["CUDA_VISIBLE_DEVICES"] = split[role.name, replica_id]  # torchx's split wins, as in torchx
             position += 1
             replicas.append(
                 ReplicaRequest(role.name, replica_id, [entrypoint, *resolved.args], env, cwd, cpus, log_dir)
@@ -85,9 +90,31 @@ def build_request(
         app_dir=app_dir,
         roles=roles,
         slices=[piece.describe() for piece in slices],
-        warnings=sorted({warning for piece in slices for warning in piece.warnings}),
+        warnings=sorted({warning for piece in slices for warning in piece.warnings}
+                        | ({split_warning} if split_warning else set())),
         cancel_grace_s=cancel_grace_s,
     )
+
+
+def torchx_gpu_split(app: specs.AppDef, device_count: int) -> tuple[dict[tuple[str, int], str], str | None]:
+    """torchx's ``auto_set_cuda_visible_devices``: every GPU replica, in role order, gets the next
+    ``resource.gpu`` of the host's ``device_count`` GPUs (over its role's own CUDA_VISIBLE_DEVICES);
+    nothing is set, and a warning says why, when the app asks for more GPUs than the host has."""
+    wanted = sum(role.num_replicas * max(role.resource.gpu, 0) for role in app.roles)
+    if wanted == 0:
+        return {}, None
+    if wanted > device_count:
+        return {}, (f"auto_set_cuda_visible_devices: the app asks for {wanted} GPUs and this host has "
+                    f"{device_count}: CUDA_VISIBLE_DEVICES is not set")
+    split: dict[tuple[str, int], str] = {}
+    first = 0
+    for role in app.roles:
+        if role.resource.gpu <= 0:
+            continue
+        for replica_id in range(role.num_replicas):
+            split[role.name, replica_id] = ",".join(str(index) for index in range(first, first + role.resource.gpu))
+            first += role.resource.gpu
+    return split, None
 
 
 def describe_request(request: LocalJobRequest) -> str:

@@ -47,7 +47,7 @@ from torchx_ext.schedulers.local.records import (
 from torchx_ext.schedulers.common.role_spec import role_from_spec
 from torchx_ext.schedulers.local.targets import check_targets
 from torchx_ext.schedulers.local.request import build_request, describe_request
-from torchx_ext.schedulers.placement import host_topology
+from torchx_ext.schedulers.placement import gpu_count, host_topology
 
 logger = logging.getLogger("torchx_ext.local_cwd")
 # After its grace period the supervisor SIGKILLs; give it that long and a little more.
@@ -74,6 +74,10 @@ class LocalScheduler(SchedulerShell[LocalOpts]):
                  help="put the current directory before (not after) PATH's entries")
         add_host_slice_opts(opts, "replica", "CPUs")
         add_cancel_grace_opt(opts, 10, "a job is cancelled or fails")
+        opts.add("auto_set_cuda_visible_devices", type_=bool, default=False,
+                 help="torchx's split of this host's GPUs: each GPU replica, in role order, gets the next "
+                 "resource.gpu of them as CUDA_VISIBLE_DEVICES (over the role's own); false: slice_replicas "
+                 "gives each replica the GPUs near its CPUs")
         return opts
 
     def _submit_dryrun(self, app: AppDef, cfg: LocalOpts) -> AppDryRunInfo:
@@ -81,6 +85,8 @@ class LocalScheduler(SchedulerShell[LocalOpts]):
         log_dir = Path(cfg.get("log_dir") or state_root() / "logs")
         grace = seconds_option(cfg, "cancel_grace")
         check_targets(app, os.getcwd(), os.environ)
+        topology = host_topology(cfg.get("sysfs_root")) if cfg.get("slice_replicas") else None
+        split = cfg.get("auto_set_cuda_visible_devices")
         request = build_request(
             app,
             app_id=app_id,
@@ -88,9 +94,10 @@ class LocalScheduler(SchedulerShell[LocalOpts]):
             cwd=os.getcwd(),
             interpreter=sys.executable,
             environ=os.environ,
-            topology=host_topology(cfg.get("sysfs_root")) if cfg.get("slice_replicas") else None,
+            topology=topology,
             prepend_cwd=bool(cfg.get("prepend_cwd")),
             cancel_grace_s=float(grace),
+            gpus_to_split=gpu_count(topology or host_topology(cfg.get("sysfs_root"))) if split else None,
         )
         return AppDryRunInfo(request, describe_request)
 

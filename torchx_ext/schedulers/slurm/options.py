@@ -35,9 +35,12 @@ SBATCH_OPTION_OF = {
     "nodelist": "--nodelist",
     "exclude": "--exclude",
     "reservation": "--reservation",
-    "mail_user": "--mail-user",
-    "mail_type": "--mail-type",
+    "comment": "--comment",
+    "mail-user": "--mail-user",
+    "mail-type": "--mail-type",
 }
+# torchx spells these with a hyphen; ours were spelt with an underscore first. Either is read.
+ALIASES = {"mail-user": "mail_user", "mail-type": "mail_type"}
 
 
 class SlurmOpts(TypedDict, total=False):
@@ -49,12 +52,16 @@ class SlurmOpts(TypedDict, total=False):
     nodelist: Optional[str]
     exclude: Optional[str]
     reservation: Optional[str]
+    comment: Optional[str]
     mail_user: Optional[str]
     mail_type: Optional[str]
     exclusive: Optional[bool]
     gpu_type: Optional[str]
     job_dir: Optional[str]
     sbatch_args: Optional[List[str]]
+    workspace_type: Optional[str]
+    image_repo: Optional[str]
+    quiet: Optional[bool]
 
 
 def slurm_runopts(default_job_dir: str) -> runopts:
@@ -72,11 +79,19 @@ def slurm_runopts(default_job_dir: str) -> runopts:
     opts.add("nodelist", type_=str, default=None, help="nodes the job must include, e.g. node[1-4]")
     opts.add("exclude", type_=str, default=None, help="nodes the job must not use")
     opts.add("reservation", type_=str, default=None, help="reservation to run in")
-    opts.add("mail_user", type_=str, default=None, help="who gets Slurm's mail about the job")
-    opts.add("mail_type", type_=str, default=None, help=f"which mail: a list of {', '.join(MAIL_TYPES)}")
+    opts.add("comment", type_=str, default=None, help="comment on the job (sacct and squeue show it)")
+    opts.add("mail-user", type_=str, default=None, help="who gets Slurm's mail about the job")
+    opts.add("mail-type", type_=str, default=None, help=f"which mail: a list of {', '.join(MAIL_TYPES)}")
+    for torchx_name, alias in ALIASES.items():
+        opts.add(alias, type_=str, default=None, help=f"the same as {torchx_name}")
     opts.add("job_dir", type_=str, default=None,
              help=f"directory for the jobs' scripts, logs and records, seen by every node (default {default_job_dir}); "
              "each job writes {job_dir}/{app name}-{suffix}")
+    opts.add("workspace_type", type_=str, default="dir",
+             help="torchx's: dir (the workspace copied into the job's directory, where the steps run); docker "
+             "(an image run through srun --container-image) is refused: the steps run on the nodes' Python")
+    opts.add("image_repo", type_=str, default=None, help="torchx's, for workspace_type=docker: unused")
+    opts.add("quiet", type_=bool, default=False, help="torchx's, for workspace_type=docker: unused")
     opts.add("sbatch_args", type_=List[str], default=None,
              help="any other sbatch options, each --name=value or (on the command line, where = is taken) "
              "--name value, e.g. '--signal B:USR1@60;--requeue'")
@@ -88,18 +103,18 @@ def sbatch_options(cfg: Mapping[str, Any], whole_nodes: bool = False) -> list[st
     ``--exclusive`` also for ``whole_nodes``, before ``sbatch_args`` (which may say otherwise)."""
     options = []
     for key, option in SBATCH_OPTION_OF.items():
-        value = cfg.get(key)
-        if value is None or value == "":
+        value = _given(cfg, key)
+        if value is None:
             continue
         text = _one_line(key, value)
         if key == "time" and not _TIME.fullmatch(text):
             raise InvalidArgumentError(f"invalid time {text!r}: expected {TIME_FORMS}")
-        if key == "mail_type":
+        if key == "mail-type":
             unknown = [kind for kind in text.upper().split(",") if kind not in MAIL_TYPES]
             if unknown:
-                raise InvalidArgumentError(f"invalid mail_type {text!r} ({', '.join(unknown)}): expected a list of "
+                raise InvalidArgumentError(f"invalid mail-type {text!r} ({', '.join(unknown)}): expected a list of "
                                            f"{', '.join(MAIL_TYPES)}")
-        options.append(f"{option}={text}")
+        options.append(f"{option}={sbatch_word(text)}")
     if cfg.get("exclusive") or whole_nodes:
         options.append("--exclusive")
     for extra in cfg.get("sbatch_args") or []:
@@ -113,6 +128,38 @@ def sbatch_options(cfg: Mapping[str, Any], whole_nodes: bool = False) -> list[st
                 "change those instead")
         options.append(text)
     return options
+
+
+def check_workspace_type(cfg: Mapping[str, Any]) -> None:
+    """torchx-nightly's ``workspace_type``: only ``dir`` holds here."""
+    given = cfg.get("workspace_type") or "dir"
+    if given == "docker":
+        raise InvalidArgumentError(
+            "workspace_type=docker (replicas in an image, through srun --container-image) is not supported: "
+            "torchx_ext's slurm runs each step on the nodes' own Python; use workspace_type=dir (the default), "
+            "which copies the workspace into the job's directory")
+    if given != "dir":
+        raise InvalidArgumentError(f"invalid workspace_type {given!r}: expected dir or docker")
+
+
+def sbatch_word(text: str) -> str:
+    """``text`` as sbatch reads one argument of an ``#SBATCH`` line back: in double quotes, with
+    ``\\`` before ``\\`` and ``"``, when it holds a blank, a quote, a backslash or a ``#`` (which
+    would start a comment); as it is otherwise."""
+    if not re.search(r"[\s\"'\\#]", text):
+        return text
+    return '"' + re.sub(r'(["\\])', r"\\\1", text) + '"'
+
+
+def _given(cfg: Mapping[str, Any], key: str) -> Any:
+    """``cfg``'s value of ``key`` or of its alias (None when neither is given); both, differing: refused."""
+    value = None if cfg.get(key) in (None, "") else cfg[key]
+    alias = ALIASES.get(key)
+    if alias is None or cfg.get(alias) in (None, ""):
+        return value
+    if value is not None and value != cfg[alias]:
+        raise InvalidArgumentError(f"{key}={value!r} and {alias}={cfg[alias]!r} differ: give one of them")
+    return cfg[alias]
 
 
 def gpu_type_of(given: object, resource: Resource) -> str:

@@ -33,7 +33,8 @@ from torchx_ext.schedulers.common.states import State, app_state, restarts_messa
 from torchx_ext.schedulers.common.watch import EndingWindow, RecordWatch, directory_names
 from torchx_ext.schedulers.slurm.commands import JobStates, most_gpus_per_node, sbatch, scancel
 from torchx_ext.schedulers.slurm.job_view import SlurmJob, forgotten_job_state, replica_state
-from torchx_ext.schedulers.slurm.options import SlurmOpts, gpu_type_of, partition_of, sbatch_options, slurm_runopts
+from torchx_ext.schedulers.slurm.options import (SlurmOpts, check_workspace_type, gpu_type_of, partition_of,
+                                                 sbatch_options, slurm_runopts)
 from torchx_ext.schedulers.slurm.records import (
     JobDir,
     StepEnd,
@@ -109,6 +110,7 @@ class SlurmScheduler(WorkspaceMixin[None], SchedulerShell[SlurmOpts]):
     def build_workspace_and_update_role(self, role: Role, workspace: str, cfg: Mapping[str, Any]) -> None:
         """Nothing is built: the workspace is copied into the job's directory when it is submitted
         (``workspace.py``), and its steps run there."""
+        check_workspace_type(cfg)
         self._workspaces[id(role)] = (role, workspace_path(workspace, "slurm"))
 
     def caching_build_workspace_and_update_role(self, role: Role, cfg: Mapping[str, Any],
@@ -124,6 +126,7 @@ class SlurmScheduler(WorkspaceMixin[None], SchedulerShell[SlurmOpts]):
         self.build_workspace_and_update_role(role, str(workspace), cfg)
 
     def _submit_dryrun(self, app: AppDef, cfg: SlurmOpts) -> AppDryRunInfo:
+        check_workspace_type(cfg)
         workspace = workspace_of(app.roles, self._workspaces)
         for role in app.roles:
             self._workspaces.pop(id(role), None)
