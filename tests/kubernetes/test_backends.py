@@ -89,16 +89,13 @@ def test_a_queued_app_says_why_kueue_does_not_admit_it_and_runs_once_the_quota_a
     runner: Runner, kube_namespace: str, test_image: TestImage, kube_cluster: TestCluster, backend: str
 ) -> None:
     app = ddp(script=str(CONFORMANCE_JOBS / "echo.py"), j="2x1", cpu=1, image=test_image.name)
+    kube_cluster.add_local_queue(kube_namespace, "team-a", cpus=1.5)  # the app asks for 2 CPUs (less the kubelet's share)
     handle = runner.run(app, "kubernetes", cfg={"namespace": kube_namespace, "backend": backend, "queue": "team-a"})
 
-    status = status_until(runner, handle, lambda status: "Kueue says" in status.msg)
+    status = status_until(runner, handle, lambda status: "insufficient unused quota" in status.msg)
     assert status.state == AppState.PENDING
     assert "waiting for admission by Kueue's LocalQueue 'team-a'" in status.msg
-    assert "Kueue says Inadmissible: LocalQueue team-a doesn't exist" in status.msg
-
-    kube_cluster.kueue_queues["team-a"] = 1.5  # the app asks for 2 CPUs (2 pods of 1, less the kubelet's share)
-    status = status_until(runner, handle, lambda status: "insufficient unused quota" in status.msg)
-    assert status.state == AppState.PENDING and "Kueue says Pending: couldn't assign flavors" in status.msg
+    assert "Kueue says Pending: couldn't assign flavors" in status.msg
 
     kube_cluster.kueue_queues["team-a"] = 4
     assert wait(runner, handle, timeout_s=60) == AppState.SUCCEEDED
@@ -184,8 +181,7 @@ def test_a_cancelled_queued_app_stays_stopped_whenever_kueue_admits_it(
 ) -> None:
     from tests.conformance.conftest import kube_leftovers
 
-    if admitted_before_cancel:
-        kube_cluster.kueue_queues["team-a"] = 2
+    kube_cluster.add_local_queue(kube_namespace, "team-a", cpus=2 if admitted_before_cancel else 0)
     app = ddp(script=str(CONFORMANCE_JOBS / "sleeper.py"), j="1x1", cpu=1, image=test_image.name)
     handle = runner.run(app, "kubernetes", cfg={"namespace": kube_namespace, "backend": backend, "queue": "team-a",
                                                 "cancel_grace": 2})

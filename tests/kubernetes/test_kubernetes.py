@@ -216,8 +216,9 @@ def test_a_topology_rejection_fails_the_job_and_says_why(
 
 
 def test_a_queued_job_waits_for_kueue_and_runs_once_admitted(
-    runner: Runner, kube_namespace: str, test_image: TestImage, api: Any
+    runner: Runner, kube_namespace: str, test_image: TestImage, api: Any, kube_cluster: TestCluster
 ) -> None:
+    kube_cluster.add_local_queue(kube_namespace, "team-a")  # with no quota: Kueue admits nothing itself
     app = ddp(script=str(JOBS / "echo.py"), j="1x1", cpu=1, image=test_image.name)
     handle = runner.run(app, "kubernetes", cfg={"namespace": kube_namespace, "queue": "team-a"})
     status = runner.status(handle)
@@ -324,8 +325,9 @@ def _kueue_keeps_admitted(api: Any, namespace: str, seconds: float) -> None:
 @pytest.mark.parametrize("admitted_before_cancel", [True, False])
 def test_a_cancelled_queued_job_stays_stopped_when_kueue_admits_it(
     runner: Runner, kube_namespace: str, test_image: TestImage, api: Any, docker_client: Any,
-    admitted_before_cancel: bool
+    admitted_before_cancel: bool, kube_cluster: TestCluster
 ) -> None:
+    kube_cluster.add_local_queue(kube_namespace, "team-a")  # with no quota: Kueue admits nothing itself
     app = ddp(script=str(JOBS / "sleeper.py"), j="1x1", cpu=1, image=test_image.name)
     handle = runner.run(app, "kubernetes", cfg={"namespace": kube_namespace, "queue": "team-a", "cancel_grace": 2})
     if admitted_before_cancel:

@@ -70,6 +70,13 @@ def test_names_hostnames_and_the_rank0_host(machine_topology: TopologyOf) -> Non
     assert all(container.labels["torchx_ext.app_id"] == "train-abcd1234" for container in request.containers)
 
 
+def test_every_role_of_a_two_role_app_gets_the_first_roles_replica_0_as_rank0_as_in_torchx() -> None:
+    roles = [specs.Role(name, image="img:1", entrypoint="python", num_replicas=2) for name in ("trainer", "reader")]
+    request = request_for(specs.AppDef("two", roles=roles), None)
+
+    assert {container.env["TORCHX_RANK0_HOST"] for container in request.containers} == {"train-abcd1234-trainer-0"}
+
+
 def test_a_long_role_name_is_cut_to_a_63_character_hostname() -> None:
     app = ddp(script=f"{'Very_Long_' * 10}.py", j="2x1")
     request = build_request(app, app_id=f"{'a' * 31}-abcd1234", topology=None)

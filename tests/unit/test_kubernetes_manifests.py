@@ -80,7 +80,8 @@ def embedded_core_objects(obj: dict[str, Any]) -> list[dict[str, Any]]:
 
 def golden(name: str, manifests: AppManifests) -> None:
     path = GOLDEN / f"{name}.yaml"
-    text = manifests.to_yaml()
+    # The torchx line's version is a label value: the same file holds for either line.
+    text = re.sub(r"(torchx\.pytorch\.org/version: ).*", r"\1TORCHX_VERSION", manifests.to_yaml())
     if os.environ.get("UPDATE_GOLDEN"):
         path.write_text(text)
     assert text == path.read_text(), f"{path} differs: regenerate with UPDATE_GOLDEN=1 and read the diff"
@@ -291,6 +292,75 @@ def test_efa_device_count_overrides_the_named_resources_efa_as_torchx_does(count
 
     assert resources["limits"].get("vpc.amazonaws.com/efa") == resources["requests"].get("vpc.amazonaws.com/efa") == efa
     assert resources["limits"]["nvidia.com/gpu"] == "8"
+
+
+@pytest.mark.parametrize("backend", ["job", "jobset", "volcano"])
+def test_every_role_of_a_two_role_app_gets_the_first_roles_replica_0_as_rank0_as_in_torchx(backend: str) -> None:
+    roles = [specs.Role(name, image="img:1", entrypoint="python", num_replicas=2) for name in ("trainer", "reader")]
+    objects = check(build_manifests(specs.AppDef("two", roles=roles), app_id="two-abc12345",
+                                    options=ManifestOptions(backend=backend)))
+    text = yaml.safe_dump_all(objects)
+
+    rank0 = set(re.findall(r"name: TORCHX_RANK0_HOST\n\s+value: (\S+)", text))
+    assert len(re.findall(r"name: TORCHX_RANK0_HOST", text)) == 2 and len(rank0) == 1, text
+    assert rank0.pop().startswith("two-abc12345-trainer-")
+
+
+def first_pod(app: specs.AppDef, backend: str = "job") -> dict[str, Any]:
+    obj = check(build_manifests(app, app_id="train-abc12345", options=ManifestOptions(backend=backend)))[-1]
+    if backend == "volcano":
+        return dict(obj["spec"]["tasks"][0]["template"])
+    if backend == "jobset":
+        return dict(obj["spec"]["replicatedJobs"][0]["template"]["spec"]["template"])
+    return dict(obj["spec"]["template"])
+
+
+def test_pods_carry_torchx_labels_istio_opt_out_ports_image_and_field_refs_as_torchx_pods_do() -> None:
+    app = ddp(script="train.py", j="2x1", image="registry.example/train:1", env={"POD": "[FIELD_PATH]metadata.name"})
+    pod = first_pod(app)
+    container = pod["spec"]["containers"][0]
+    env = {item["name"]: item for item in container["env"]}
+
+    assert pod["metadata"]["labels"].items() >= {
+        "torchx.pytorch.org/app-name": "train", "torchx.pytorch.org/role-index": "0",
+        "torchx.pytorch.org/role-name": "train", "app.kubernetes.io/name": "train",
+        "app.kubernetes.io/managed-by": "torchx.pytorch.org", "app.kubernetes.io/instance": "train-abc12345"}.items()
+    assert pod["metadata"]["annotations"]["sidecar.istio.io/inject"] == "false"
+    assert container["ports"] == [{"name": "c10d", "containerPort": 29500}]
+    assert env["TORCHX_IMAGE"] == {"name": "TORCHX_IMAGE", "value": "registry.example/train:1"}
+    assert env["POD"] == {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
+
+
+OVERLAY = {"metadata": {"annotations": {"team": "ml"}},
+           "spec": {"nodeSelector": {"pool": "gpu"}, "tolerations": [{"key": "gpu", "operator": "Exists"}],
+                    "volumes": ({"name": "creds", "secret": {"secretName": "s3"}},)}}
+
+
+@pytest.mark.parametrize("backend", ["job", "jobset", "volcano"])
+def test_a_pod_overlay_merges_dicts_appends_lists_and_a_tuple_replaces(backend: str) -> None:
+    app = ddp(script="train.py", j="1x1", image="img:1")
+    app.roles[0].metadata["kubernetes"] = OVERLAY
+    pod = first_pod(app, backend)
+
+    assert pod["metadata"]["annotations"]["team"] == "ml" and "sidecar.istio.io/inject" in pod["metadata"]["annotations"]
+    assert pod["spec"]["nodeSelector"] == {"pool": "gpu"}
+    assert pod["spec"]["tolerations"][-1] == {"key": "gpu", "operator": "Exists"} and len(pod["spec"]["tolerations"]) > 1
+    assert pod["spec"]["volumes"] == [{"name": "creds", "secret": {"secretName": "s3"}}]
+
+
+def test_a_pod_overlay_file_given_as_metadata_on_the_component_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "overlay.yaml"
+    path.write_text("spec:\n  nodeSelector: {pool: gpu}\n  volumes: !!python/tuple\n  - {name: scratch, emptyDir: {}}\n")
+    pod = first_pod(ddp(script="train.py", j="1x1", image="img:1", metadata={"kubernetes": f"file://{path}"}))
+
+    assert pod["spec"]["nodeSelector"] == {"pool": "gpu"}
+    assert pod["spec"]["volumes"] == [{"name": "scratch", "emptyDir": {}}]
+
+
+def test_a_pod_overlay_that_cannot_be_read_is_one_line_naming_the_role(tmp_path: Path) -> None:
+    app = ddp(script="train.py", j="1x1", image="img:1", metadata={"kubernetes": f"file://{tmp_path}/missing.yaml"})
+    with pytest.raises(InvalidArgumentError, match=r"^role 'train': .*missing\.yaml[^\n]*$"):
+        build_manifests(app, app_id="train-abc12345", options=ManifestOptions())
 
 
 def test_roles_that_become_the_same_job_name_are_refused() -> None:

@@ -70,6 +70,7 @@ def ddp(
     numa_binding: str = "auto",
     numa_strict: bool = False,
     omp_threads: Optional[str] = "auto",
+    metadata: Optional[Dict[str, str]] = None,
 ) -> specs.AppDef:
     """
     Distributed data parallel job (one role, NODES replicas of PROCS processes each) run by
@@ -98,6 +99,7 @@ def ddp(
         numa_binding: none, auto, node, socket, exclusive or core-complex
         numa_strict: fail instead of taking a binding fallback
         omp_threads: OMP_NUM_THREADS per worker: auto (the rank's physical cores) or a number
+        metadata: metadata for the scheduler, as torchx's (e.g. kubernetes=file:///path/pod_overlay.yaml)
     """
     min_nodes, max_nodes, nproc = parse_j(j)
     resource = _resource(cpu, gpu, memMB, h)
@@ -106,6 +108,7 @@ def ddp(
         nodes=(min_nodes, max_nodes), nproc=nproc, env=env, max_retries=max_retries,
         rdzv_port=rdzv_port, rdzv_backend=rdzv_backend, rdzv_conf=rdzv_conf, mounts=mounts,
         debug=debug, tee=tee, numa_binding=numa_binding, numa_strict=numa_strict, omp_threads=omp_threads,
+        metadata=metadata,
     )
 
 
@@ -127,6 +130,7 @@ def spmd(
     numa_binding: str = "auto",
     numa_strict: bool = False,
     omp_threads: Optional[str] = "auto",
+    metadata: Optional[Dict[str, str]] = None,
 ) -> specs.AppDef:
     """
     Single-program-multiple-data job: NODES replicas of PROCS copies of the same program, bound
@@ -151,6 +155,7 @@ def spmd(
         numa_binding: none, auto, node, socket, exclusive or core-complex
         numa_strict: fail instead of taking a binding fallback
         omp_threads: OMP_NUM_THREADS per worker: auto (the rank's physical cores) or a number
+        metadata: metadata for the scheduler, as torchx's (e.g. kubernetes=file:///path/pod_overlay.yaml)
     """
     gpus = _resource(2, 0, 1024, h).gpu
     j = j.strip()
@@ -165,6 +170,7 @@ def spmd(
         *script_args, script=script, m=m, image=image, name=name, h=h, j=j, env=env,
         max_retries=max_retries, rdzv_port=rdzv_port, rdzv_backend=rdzv_backend, rdzv_conf=rdzv_conf,
         mounts=mounts, debug=debug, numa_binding=numa_binding, numa_strict=numa_strict, omp_threads=omp_threads,
+        metadata=metadata,
     )
 
 
@@ -235,6 +241,7 @@ def _app(
     numa_binding: str,
     numa_strict: bool,
     omp_threads: Optional[str],
+    metadata: Optional[Dict[str, str]] = None,
 ) -> specs.AppDef:
     if (script is None) == (m is None):
         raise InvalidArgumentError(
@@ -305,7 +312,7 @@ def _app(
                 port_map={"c10d": rdzv_port},
                 max_retries=max_retries,
                 mounts=_mounts(mounts),
-                metadata=target_metadata(script, m),
+                metadata={**target_metadata(script, m), **(metadata or {})},
             )
         ],
     )

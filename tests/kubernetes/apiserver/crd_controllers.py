@@ -32,7 +32,7 @@ from tests.kubernetes.apiserver import api, errors
 from tests.kubernetes.apiserver.conditions import condition, set_condition, true_condition
 from tests.kubernetes.apiserver.control_loop import ControlLoop
 from tests.kubernetes.apiserver.node import pod_requests
-from tests.kubernetes.apiserver.resources import (JOBS, JOBSETS, PODS, SERVICES, VOLCANO_COMMANDS, VOLCANO_JOBS,
+from tests.kubernetes.apiserver.resources import (JOBS, JOBSETS, LOCAL_QUEUES, PODS, SERVICES, VOLCANO_COMMANDS, VOLCANO_JOBS,
                                                   WORKLOADS, Obj, ResourceType)
 from tests.kubernetes.apiserver.store import Store, now_rfc3339
 
@@ -393,8 +393,8 @@ class CrdControllers(ControlLoop):
         elif suspended:
             queue = meta["labels"][QUEUE_LABEL]
             need = _cpus(rtype, obj)
-            quota = self.kueue_queues.get(queue)
-            if quota is None:
+            quota = self.kueue_queues.get(queue, 0)
+            if not any(local["metadata"]["name"] == queue for local in self._store.list(LOCAL_QUEUES, meta["namespace"])[0]):
                 set_condition(status, condition("QuotaReserved", False, "Inadmissible",
                                                 f"LocalQueue {queue} doesn't exist"))
             elif used.get(queue, Decimal(0)) + need > Decimal(str(quota)):

@@ -13,7 +13,8 @@ from urllib.parse import parse_qs, urlsplit
 
 from tests.kubernetes.apiserver import api, errors
 from tests.kubernetes.apiserver.logs import flag
-from tests.kubernetes.apiserver.resources import CUSTOM, JOBS, NAMESPACES, PODS, SERVICES, Obj, ResourceType
+from tests.kubernetes.apiserver.resources import (CUSTOM, JOBS, NAMESPACES, PODS, SERVICES, VOLCANO_QUEUES, Obj,
+                                                  ResourceType)
 
 if TYPE_CHECKING:
     from tests.kubernetes.apiserver.server import TestCluster
@@ -27,6 +28,8 @@ ROUTES: list[tuple[re.Pattern[str], ResourceType, bool]] = [
     (re.compile(rf"^/apis/batch/v1/namespaces/{_NAME}/jobs(?:/{_NAME})?(?:/(status))?$"), JOBS, True),
     *((re.compile(rf"^/apis/{re.escape(custom.group)}/{custom.version}/namespaces/{_NAME}/{custom.plural}"
                   rf"(?:/{_NAME})?(?:/(status))?$"), custom, True) for custom in CUSTOM),
+    (re.compile(rf"^/apis/{re.escape(VOLCANO_QUEUES.group)}/{VOLCANO_QUEUES.version}/queues(?:/{_NAME})?$"),
+     VOLCANO_QUEUES, False),
     (re.compile(r"^/api/v1/pods$"), PODS, False),
     (re.compile(r"^/api/v1/services$"), SERVICES, False),
     (re.compile(r"^/apis/batch/v1/jobs$"), JOBS, False),
@@ -82,7 +85,7 @@ class Handler(BaseHTTPRequestHandler):
                 break  # that CRD is not installed: the API answers as for any unknown path
             if match:
                 groups = match.groups()
-                if rtype is NAMESPACES:
+                if rtype is NAMESPACES or rtype is VOLCANO_QUEUES:
                     namespace, name, sub = "", groups[0], None
                 elif namespaced:
                     namespace, name, sub = groups[0], groups[1], groups[2]

@@ -133,6 +133,9 @@ VOLCANO_JOBS = ResourceType("jobs", "Job", "batch.volcano.sh", "v1alpha1", True,
                             _checked(crd_errors("Job")), _with_status)
 VOLCANO_COMMANDS = ResourceType("commands", "Command", "bus.volcano.sh", "v1alpha1", True, _custom_object, _no_defaults)
 WORKLOADS = ResourceType("workloads", "Workload", "kueue.x-k8s.io", "v1beta1", True, _custom_object, _with_status)
-CUSTOM = (JOBSETS, VOLCANO_JOBS, VOLCANO_COMMANDS, WORKLOADS)
+LOCAL_QUEUES = ResourceType("localqueues", "LocalQueue", "kueue.x-k8s.io", "v1beta1", True, _custom_object, _with_status)
+CUSTOM = (JOBSETS, VOLCANO_JOBS, VOLCANO_COMMANDS, WORKLOADS, LOCAL_QUEUES)
+# Volcano's queues are cluster-scoped; Volcano installs one named "default".
+VOLCANO_QUEUES = ResourceType("queues", "Queue", "scheduling.volcano.sh", "v1beta1", False, _custom_object, _with_status)
 
-BY_KEY = {t.key: t for t in (NAMESPACES, PODS, SERVICES, JOBS, *CUSTOM)}
+BY_KEY = {t.key: t for t in (NAMESPACES, PODS, SERVICES, JOBS, *CUSTOM, VOLCANO_QUEUES)}

@@ -17,7 +17,7 @@ from tests.kubernetes.apiserver.http import ApiHttpServer
 from tests.kubernetes.apiserver.job_controller import JobController
 from tests.kubernetes.apiserver.kubelet import Kubelet
 from tests.kubernetes.apiserver.node import Node
-from tests.kubernetes.apiserver.resources import PODS
+from tests.kubernetes.apiserver.resources import LOCAL_QUEUES, PODS, VOLCANO_QUEUES
 from tests.kubernetes.apiserver.store import Store
 
 
@@ -32,6 +32,7 @@ class TestCluster:
         ``paths``); ``work_dir``: where termination-log files and emptyDirs live (a temp dir by default)."""
         self.id = uuid.uuid4().hex[:12]
         self.store = Store(tuple(namespaces))
+        self.store.create(VOLCANO_QUEUES, "", {"metadata": {"name": "default"}})  # as Volcano installs it
         self.forbidden_namespaces: set[str] = set()
         self.missing_apis: set[str] = set()
         """API groups whose CRDs are "not installed" (404 on their paths), e.g. jobset.x-k8s.io."""
@@ -106,8 +107,13 @@ class TestCluster:
 
     @property
     def kueue_queues(self) -> dict[str, float]:
-        """Kueue LocalQueues the cluster has: name -> CPUs admitted at once (none by default)."""
+        """The quota behind each Kueue LocalQueue, by its name: CPUs admitted at once (0 when not given)."""
         return self.crd_controllers.kueue_queues
+
+    def add_local_queue(self, namespace: str, name: str, cpus: float = 0) -> None:
+        """A Kueue LocalQueue in ``namespace``, as a cluster admin makes one, admitting ``cpus`` CPUs at once."""
+        self.store.create(LOCAL_QUEUES, namespace, {"metadata": {"name": name}, "spec": {"clusterQueue": name}})
+        self.kueue_queues[name] = cpus
 
     @property
     def labels(self) -> dict[str, str]:

@@ -144,7 +144,7 @@ def build_request(
                     command=(resolved.entrypoint, *resolved.args),
                     env={
                         **given_env,
-                        RANK0_HOST_ENV: names[(role.name, 0)],
+                        RANK0_HOST_ENV: names[(app.roles[0].name, 0)],  # torchx's rank 0, for every role
                         ERROR_FILE_ENV: ERROR_FILE,
                         REPLICA_ENV: f"{role.name}/{replica_id}",
                         **({LIVENESS_FILE_ENV: LIVENESS_FILE} if runs_our_launcher(resolved.entrypoint, resolved.args) else {}),

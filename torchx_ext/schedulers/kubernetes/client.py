@@ -38,6 +38,9 @@ VOLCANO_JOB = CustomKind("Volcano Job", "batch.volcano.sh", "v1alpha1", "jobs",
                          "install Volcano (https://volcano.sh) or use -cfg backend=job")
 VOLCANO_COMMAND = CustomKind("Command", "bus.volcano.sh", "v1alpha1", "commands", "install Volcano (https://volcano.sh)")
 KUEUE_WORKLOAD = CustomKind("Workload", "kueue.x-k8s.io", "v1beta1", "workloads", "install Kueue (https://kueue.sigs.k8s.io)")
+KUEUE_LOCAL_QUEUE = CustomKind("LocalQueue", "kueue.x-k8s.io", "v1beta1", "localqueues",
+                               "install Kueue (https://kueue.sigs.k8s.io)")
+VOLCANO_QUEUE = CustomKind("Volcano Queue", "scheduling.volcano.sh", "v1beta1", "queues", "install Volcano (https://volcano.sh)")
 CUSTOM_KINDS = {(f"{custom.group}/{custom.version}", "Job" if custom is VOLCANO_JOB else custom.kind): custom
                 for custom in (JOBSET, VOLCANO_JOB, VOLCANO_COMMAND, KUEUE_WORKLOAD)}
 
@@ -159,6 +162,23 @@ class Cluster:
             if error.status == 404 and "namespaces" not in str(error):
                 return []
             raise
+
+    def names_of(self, custom: CustomKind, namespace: str | None) -> list[str] | None:
+        """The names of the ``custom`` objects in ``namespace`` (None: cluster-scoped ones), or None
+        when the cluster lacks that API."""
+        if namespace is None:
+            call = lambda: self.custom.list_cluster_custom_object(  # noqa: E731
+                custom.group, custom.version, custom.plural, _preload_content=False)
+        else:
+            call = lambda: self.custom.list_namespaced_custom_object(  # noqa: E731
+                custom.group, custom.version, namespace, custom.plural, _preload_content=False)
+        try:
+            items = self._items("list", custom.kind, namespace or "", call)
+        except KubernetesError as error:
+            if error.status == 404:
+                return None
+            raise
+        return sorted(str(item["metadata"]["name"]) for item in items)
 
     def patch_custom(self, custom: CustomKind, name: str, namespace: str, patch: dict[str, Any]) -> None:
         self._call("update", custom.kind, name, namespace, lambda: self.custom.patch_namespaced_custom_object(

@@ -26,10 +26,11 @@ JOB_INDEX_REFERENCE = "$(JOB_COMPLETION_INDEX)"
 def job_objects(app: specs.AppDef, app_id: str, options: ManifestOptions) -> tuple[dict[str, Any], ...]:
     """The Service, then each role's Indexed Job."""
     job_names = names.job_names(app_id, [(role.name, role.num_replicas) for role in app.roles])
+    # torchx's rank 0, for every role: the first role's replica 0.
+    rank0_host = f"{names.pod_hostname(job_names[app.roles[0].name], 0)}.{app_id}"
     jobs = tuple(
         indexed_job(app, role, job_names[role.name], app_id, options,
-                    PodAddressing(f"{names.pod_hostname(job_names[role.name], 0)}.{app_id}", JOB_INDEX_REFERENCE,
-                                  app_id))
+                    PodAddressing(rank0_host, JOB_INDEX_REFERENCE, app_id))
         for role in app.roles
     )
     return (headless_service(app, app_id, options.namespace), *jobs)

@@ -35,6 +35,8 @@ class AppManifests:
     """Workspace images, pushed at submission; the objects then name their digests."""
     validate: bool = True
     """``validate_spec``: the API server's dry run of every object before any is created."""
+    queue: str | None = None
+    """``-cfg queue``: Kueue's LocalQueue (job, jobset) or Volcano's queue, checked at submission."""
 
     def to_yaml(self) -> str:
         import yaml
@@ -63,7 +65,8 @@ def build_manifests(app: specs.AppDef, *, app_id: str, options: ManifestOptions,
         objects = (volcano_job(app, app_id, options),)
     else:
         objects = job_objects(app, app_id, options)
-    return AppManifests(app_id, options.namespace, options.backend, objects, pushes, options.validate_spec)
+    return AppManifests(app_id, options.namespace, options.backend, objects, pushes, options.validate_spec,
+                        options.queue)
 
 
 def check_role(role: specs.Role) -> None:

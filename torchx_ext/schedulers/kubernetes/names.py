@@ -34,6 +34,15 @@ LABEL_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 LABEL_KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
 # On the Workload Kueue makes for a queued Job or JobSet: that object's uid.
 LABEL_KUEUE_JOB_UID = "kueue.x-k8s.io/job-uid"
+# torchx's own labels, which dashboards and users' tools select torchx pods on.
+TORCHX_LABEL_VERSION = "torchx.pytorch.org/version"
+TORCHX_LABEL_APP_NAME = "torchx.pytorch.org/app-name"
+TORCHX_LABEL_ROLE_INDEX = "torchx.pytorch.org/role-index"
+TORCHX_LABEL_ROLE_NAME = "torchx.pytorch.org/role-name"
+KUBE_LABEL_NAME = "app.kubernetes.io/name"
+KUBE_LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+KUBE_LABEL_INSTANCE = "app.kubernetes.io/instance"
+ANNOTATION_ISTIO_SIDECAR = "sidecar.istio.io/inject"
 
 
 def label_value(text: str) -> str:
@@ -86,7 +95,22 @@ def app_labels(app: specs.AppDef, app_id: str) -> dict[str, str]:
 
 
 def role_labels(app: specs.AppDef, role: specs.Role, app_id: str) -> dict[str, str]:
-    return {**app_labels(app, app_id), LABEL_ROLE: label_value(role.name) or "role"}
+    """Ours, and torchx's pod labels but its replica id (a role's pods share one template here:
+    ``batch.kubernetes.io/job-completion-index`` or Volcano's task index tells them apart)."""
+    import torchx
+
+    index = next(position for position, candidate in enumerate(app.roles) if candidate is role)
+    return {
+        **app_labels(app, app_id),
+        LABEL_ROLE: label_value(role.name) or "role",
+        TORCHX_LABEL_VERSION: label_value(str(torchx.__version__)),
+        TORCHX_LABEL_APP_NAME: label_value(app.name),
+        TORCHX_LABEL_ROLE_INDEX: str(index),
+        TORCHX_LABEL_ROLE_NAME: label_value(role.name),
+        KUBE_LABEL_NAME: label_value(app.name),
+        KUBE_LABEL_MANAGED_BY: "torchx.pytorch.org",
+        KUBE_LABEL_INSTANCE: app_id,
+    }
 
 
 def min_replicas(role: specs.Role) -> int:

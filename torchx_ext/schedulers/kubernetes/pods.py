@@ -23,11 +23,15 @@ from torchx_ext.replica_env import ERROR_FILE_ENV, LIVENESS_FILE_ENV, RANK0_HOST
 from torchx_ext.schedulers.common.checks import shm_mb
 from torchx_ext.schedulers.kubernetes import names
 from torchx_ext.schedulers.kubernetes.options import ManifestOptions, parse_quantity_mb, parse_toleration
+from torchx_ext.schedulers.kubernetes.overlay import apply_pod_overlay
 
 # The kubelet keeps what a container writes here as its termination message (at most 4 KiB),
 # readable through the API after the pod ended: the launcher's error report goes there.
 TERMINATION_LOG = "/dev/termination-log"
 EFA_DEVICE = "vpc.amazonaws.com/efa"
+FIELD_PATH = "[FIELD_PATH]"
+TORCHX_IMAGE_ENV = "TORCHX_IMAGE"
+"""torchx's: the image the pod runs (by digest once a workspace image is pushed)."""
 _INDEX_MARK = "\x00torchx-ext-index\x00"
 LIVENESS_FILE = "/tmp/torchx_ext_liveness"
 # The launcher touches its liveness file every second from its start; the probe fails once the
@@ -52,10 +56,14 @@ class PodAddressing:
 def pod_template(app: specs.AppDef, role: specs.Role, app_id: str, addressing: PodAddressing,
                  options: ManifestOptions, labels: dict[str, str]) -> dict[str, Any]:
     """``{"metadata": ..., "spec": ...}`` of the role's pods; InvalidArgumentError names bad input."""
-    return {
-        "metadata": {"labels": labels, "annotations": {names.ANNOTATION_ROLE_NAME: role.name}},
+    # An injected istio sidecar never exits, so a Job's pod would never complete (torchx's reason too).
+    template = {
+        "metadata": {"labels": labels, "annotations": {names.ANNOTATION_ROLE_NAME: role.name,
+                                                       names.ANNOTATION_ISTIO_SIDECAR: "false"}},
         "spec": _pod_spec(app, role, app_id, addressing, options),
     }
+    apply_pod_overlay(template, role)
+    return template
 
 
 def _pod_spec(app: specs.AppDef, role: specs.Role, app_id: str, addressing: PodAddressing,
@@ -72,6 +80,7 @@ def _pod_spec(app: specs.AppDef, role: specs.Role, app_id: str, addressing: PodA
         # No REPLICA_ENV: the index's variable is defined after ours, so $(...) would stay literal;
         # the pod's host name names the replica.
         **({LIVENESS_FILE_ENV: LIVENESS_FILE} if ours else {}),
+        TORCHX_IMAGE_ENV: role.image,
         **resolved.env,
     }
     for key in env:
@@ -89,9 +98,11 @@ def _pod_spec(app: specs.AppDef, role: specs.Role, app_id: str, addressing: PodA
         "image": role.image,
         "command": [_literal(resolved.entrypoint, addressing)],
         "args": [_literal(arg, addressing) for arg in resolved.args],
-        "env": [{"name": key, "value": _literal(value, addressing)} for key, value in env.items()],
+        "env": [_env_var(key, value, addressing) for key, value in env.items()],
         "resources": _resources(role, aligned, memory_mb, options),
         "volumeMounts": mounts,
+        **({"ports": [{"name": name, "containerPort": port} for name, port in role.port_map.items()]}
+           if role.port_map else {}),
         # The launcher's report when it wrote one, else the end of the output.
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
@@ -129,6 +140,13 @@ def _pod_spec(app: specs.AppDef, role: specs.Role, app_id: str, addressing: PodA
     if options.image_pull_secrets:
         pod["imagePullSecrets"] = [{"name": secret} for secret in options.image_pull_secrets]
     return pod
+
+
+def _env_var(name: str, value: str, addressing: PodAddressing) -> dict[str, Any]:
+    # torchx's placeholder: "[FIELD_PATH]metadata.name" is the pod's own field, read by the kubelet.
+    if value.startswith(FIELD_PATH):
+        return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": value[len(FIELD_PATH):]}}}
+    return {"name": name, "value": _literal(value, addressing)}
 
 
 def _literal(value: str, addressing: PodAddressing) -> str:

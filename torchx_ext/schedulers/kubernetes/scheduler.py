@@ -32,6 +32,7 @@ from torchx_ext.schedulers.common.watch import EndingWindow
 from torchx_ext.schedulers.kubernetes.backends import BACKEND_BY_NAME, Backend, app_selector
 from torchx_ext.schedulers.kubernetes.client import Cluster, WatchLost, connect
 from torchx_ext.schedulers.kubernetes.manifests import AppManifests, build_manifests, check_role
+from torchx_ext.schedulers.kubernetes.queues import check_queue
 from torchx_ext.schedulers.kubernetes.options import (
     DEFAULT_CANCEL_GRACE_S,
     DEFAULT_RESERVED_MEMMB,
@@ -159,6 +160,7 @@ class KubernetesScheduler(WorkspaceMixin[None], SchedulerShell[KubernetesOpts]):
 
     def schedule(self, dryrun_info: AppDryRunInfo[Any]) -> str:
         manifests: AppManifests = dryrun_info.request
+        check_queue(self.cluster, manifests.backend, manifests.namespace, manifests.queue)
         # Pushed first: a push that fails leaves nothing on the cluster.
         pinned = dataclasses.replace(manifests, objects=push_and_pin(manifests.objects, manifests.pushes), pushes=())
         self.cluster.create_app(pinned, validate=manifests.validate)

@@ -23,6 +23,7 @@ from torchx_ext.errors import EngineError, InvalidArgumentError
 from torchx_ext.schedulers.common.workspace_files import workspace_path
 from torchx_ext.schedulers.docker.image_progress import StatusLine
 from torchx_ext.schedulers.docker.registry import REPOSITORY_FORMS, check_repository, publish
+from torchx_ext.schedulers.kubernetes.pods import TORCHX_IMAGE_ENV
 
 WORKSPACE_KEPT = 3
 """Local workspace images kept per workspace directory (the registry keeps what was pushed)."""
@@ -94,6 +95,8 @@ def _local_engine(doing: str) -> Any:
 
 
 def _replace_images(value: Any, pinned: Mapping[str, str]) -> Any:
+    if isinstance(value, dict) and value.get("name") == TORCHX_IMAGE_ENV and value.get("value") in pinned:
+        return {**value, "value": pinned[value["value"]]}
     if isinstance(value, dict):
         return {key: (pinned.get(item, item) if key == "image" and isinstance(item, str) else
                       _replace_images(item, pinned)) for key, item in value.items()}

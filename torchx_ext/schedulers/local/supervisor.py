@@ -161,9 +161,9 @@ class Supervisor:
             err_read, err_write = os.pipe()
             descriptors += [err_read, err_write]
             with bound_thread(request.cpus) if request.cpus is not None else nullcontext():
-                # Our store process hosts the rendezvous store, else replica 0 (all replicas share
-                # one host name, so torch cannot tell).
-                host = self.store is None and request.replica_id == 0
+                # Our store process hosts the rendezvous store, else rank 0 as torchx defines it, the
+                # first role's replica 0 (all replicas share one host name, so torch cannot tell).
+                host = self.store is None and request.replica_id == 0 and request.role == self.request.roles[0].name
                 rendezvous = {RDZV_PORT_ENV: str(self.port), RDZV_IS_HOST_ENV: "1" if host else "0",
                               LIVENESS_FILE_ENV: str(replica.liveness_file)}
                 process = subprocess.Popen(

@@ -75,19 +75,24 @@ def main(argv: list[str] | None = None) -> int:
         logs["stderr"].write(data, now)
         logs["combined"].write(data, now)
 
-    rank0_host, own_address = node_addresses(os.environ.get("SLURM_STEP_NODELIST", node), node, say)
-    argv_, env = replica_command(role, job, replica_id, rank0_host)
+    # torchx's rank 0: the first role's replica 0, for every role (its het group 0's first node).
+    first_role = job.read_request().roles[0].name
+    hosts = first_role == role.name and replica_id == 0
+    rank0_nodes = os.environ.get("SLURM_STEP_NODELIST", node) if first_role == role.name else (
+        os.environ.get("SLURM_JOB_NODELIST_HET_GROUP_0") or os.environ.get("SLURM_JOB_NODELIST", node))
+    rank0_host, own_address = node_addresses(rank0_nodes, node, say)
+    argv_, env = replica_command(role, job, replica_id, rank0_host, hosts)
     # The address rank 0's workers are reached at (MASTER_ADDR): the node's own, not its name.
     env.setdefault("PET_LOCAL_ADDR", own_address)
     say(f"{role.name}/{replica_id} on {node} ({own_address}): rendezvous at {rank0_host} (node rank 0 hosts it); "
         f"{cpus_given()}")
-    port = rendezvous_port(job, role.name, replica_id, say)
+    port = rendezvous_port(job, first_role, hosts, say)
     if port is not None:
         env[RDZV_PORT_ENV] = port
 
     def started() -> None:
         write_atomically(job.started(role.name, replica_id), json.dumps({"node": node, "at": time.time()}))
-        if replica_id == 0 and port is not None:
+        if hosts and port is not None:
             # Published once node rank 0's agent has its pid: see rendezvous_port.
             write_atomically(job.rendezvous_port(role.name), port)
 
@@ -161,8 +166,10 @@ def _failure(job: JobDir, role_name: str) -> str:
     return f"replica {role.name}/{failed[1]} ({end.node}) {step_ended(end, report.message if report else '')}"
 
 
-def replica_command(role: RoleRequest, job: JobDir, replica_id: int, rank0_host: str) -> tuple[list[str], dict[str, str]]:
-    """The replica's argv and environment, macros applied as torchx's schedulers apply them."""
+def replica_command(role: RoleRequest, job: JobDir, replica_id: int, rank0_host: str,
+                    hosts: bool) -> tuple[list[str], dict[str, str]]:
+    """The replica's argv and environment, macros applied as torchx's schedulers apply them;
+    ``hosts``: whether it is rank 0 (the first role's replica 0), which hosts the rendezvous store."""
     from torchx import specs
 
     values = specs.macros.Values(img_root="", app_id=os.environ.get("SLURM_JOB_ID", ""), replica_id=str(replica_id),
@@ -172,7 +179,7 @@ def replica_command(role: RoleRequest, job: JobDir, replica_id: int, rank0_host:
     env = {
         **os.environ,
         RANK0_HOST_ENV: rank0_host,
-        RDZV_IS_HOST_ENV: "1" if replica_id == 0 else "0",
+        RDZV_IS_HOST_ENV: "1" if hosts else "0",
         ERROR_FILE_ENV: str(job.error_file(role.name, replica_id)),
         REPLICA_ENV: f"{role.name}/{replica_id}",
         **resolved.env,
@@ -197,17 +204,18 @@ def node_addresses(nodelist: str, node: str, say: Callable[[str], None]) -> tupl
     return addresses.get(names[0], names[0]), addresses.get(node, node)
 
 
-def rendezvous_port(job: JobDir, role: str, replica_id: int, say: Callable[[str], None]) -> str | None:
-    """The job's rendezvous port: picked free by node rank 0, which publishes it in the job
-    directory once its agent runs (``main``); the other nodes wait for it (and so start after node
-    rank 0). None: node rank 0 said nothing in time (the launcher's ``--rdzv-port`` then holds)."""
+def rendezvous_port(job: JobDir, first_role: str, hosts: bool, say: Callable[[str], None]) -> str | None:
+    """The job's rendezvous port: picked free by node rank 0 (``hosts``: the first role's replica
+    0), which publishes it in the job directory once its agent runs (``main``); the other nodes, of
+    every role, wait for it (and so start after node rank 0). None: node rank 0 said nothing in time
+    (the launcher's ``--rdzv-port`` then holds)."""
     # A fixed port (torchx's 29500) is taken by the first job on a node that several jobs share.
     # The wait also orders the agents: torchelastic numbers them by (host address, pid), so on
     # nodes that share a host, as on a test cluster of several slurmd on one machine, starting
     # after node rank 0's agent has started gives this agent the later pid and replica k the
     # ranks k*nproc... (published before node rank 0 started, either could start first).
-    published = job.rendezvous_port(role)
-    if replica_id == 0:
+    published = job.rendezvous_port(first_role)
+    if hosts:
         published.unlink(missing_ok=True)  # a requeued job picks a new one
         with socket.socket() as probe:
             probe.bind(("", 0))
