@@ -60,6 +60,14 @@ def test_multi_node_job_takes_the_rendezvous_host_from_the_schedulers_rank0_env(
     assert role.port_map == {"c10d": 29999}
 
 
+def test_dist_roles_ask_for_replica_retries_and_take_torchx_metadata() -> None:
+    for component in (ddp(script="train.py", j="2x1", metadata={"kubernetes": "file:///o.yaml"}),
+                      spmd(script="train.py", j="2x1", metadata={"kubernetes": "file:///o.yaml"})):
+        role = role_of(component)
+        assert role.retry_policy == specs.RetryPolicy.REPLICA  # the launcher re-rendezvouses with a new replica
+        assert role.metadata["kubernetes"] == "file:///o.yaml"
+
+
 def test_static_rendezvous_passes_the_node_rank_and_rdzv_conf() -> None:
     role = role_of(ddp(script="train.py", j="2x2", rdzv_backend="static", rdzv_conf="join_timeout=60"))
     assert flag(role.args, "--rdzv-backend") == "static"

@@ -311,6 +311,8 @@ def _app(
                 num_replicas=max_nodes,
                 port_map={"c10d": rdzv_port},
                 max_retries=max_retries,
+                # Our launcher re-rendezvouses with a replaced replica: only the lost one is started again.
+                retry_policy=specs.RetryPolicy.REPLICA,
                 mounts=_mounts(mounts),
                 metadata={**target_metadata(script, m), **(metadata or {})},
             )

@@ -19,6 +19,7 @@ def role_from_spec(spec: Mapping[str, Any]) -> specs.Role:
         max_retries=spec["max_retries"],
         resource=specs.Resource(cpu=resource["cpu"], gpu=resource["gpu"], memMB=resource["memMB"]),
         port_map=dict(spec["port_map"]),
+        retry_policy=specs.RetryPolicy(spec.get("retry_policy", specs.RetryPolicy.APPLICATION.value)),
     )
 
 
@@ -33,4 +34,10 @@ def role_spec(role: specs.Role) -> dict[str, Any]:
         "max_retries": role.max_retries,
         "resource": {"cpu": role.resource.cpu, "gpu": role.resource.gpu, "memMB": role.resource.memMB},
         "port_map": dict(role.port_map),
+        "retry_policy": retry_policy_of(role),
     }
+
+
+def retry_policy_of(role: specs.Role) -> str:
+    """``REPLICA``, ``APPLICATION`` or ``HOT_SPARE``, however the role spells it."""
+    return str(specs.RetryPolicy(role.retry_policy).value)

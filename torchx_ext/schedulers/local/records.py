@@ -59,6 +59,8 @@ class RoleRequest:
     """The role as submitted (before macros), for describe."""
     min_replicas: int | None = None
     """An elastic role carries on while this many of its replicas have not failed for good."""
+    retry_policy: str = "REPLICA"
+    """torchx's: ``REPLICA`` starts a failed replica again, ``APPLICATION`` the whole job."""
 
     @property
     def needed(self) -> int:

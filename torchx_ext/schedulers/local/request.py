@@ -25,7 +25,7 @@ from torchx_ext.schedulers.local.records import (
     ReplicaRequest,
     RoleRequest,
 )
-from torchx_ext.schedulers.common.role_spec import role_spec
+from torchx_ext.schedulers.common.role_spec import retry_policy_of, role_spec
 from torchx_ext.schedulers.placement import slice_host
 
 
@@ -84,7 +84,8 @@ def build_request(
             replicas.append(
                 ReplicaRequest(role.name, replica_id, [entrypoint, *resolved.args], env, cwd, cpus, log_dir)
             )
-        roles.append(RoleRequest(role.name, role.max_retries, replicas, role_spec(role), role.min_replicas))
+        roles.append(RoleRequest(role.name, role.max_retries, replicas, role_spec(role), role.min_replicas,
+                                 retry_policy_of(role)))
     return LocalJobRequest(
         app_id=app_id,
         app_dir=app_dir,

@@ -60,6 +60,8 @@ class _Replica:
     silent_s: float | None = None
     """How long its launcher had given no sign of life when we killed it as frozen."""
     liveness: FileWatch | None = None
+    restarting: bool = False
+    """Stopped for the whole job's restart (a role's retry_policy APPLICATION): started again with the rest."""
 
     @property
     def liveness_file(self) -> Path:
@@ -90,6 +92,10 @@ class Supervisor:
         self.store: subprocess.Popen[bytes] | None = None
         """The rendezvous store's process, where the job may restart a replica."""
         self.user_umask = 0o022
+        self.job_restarts = 0
+        """Restarts of the whole job (retry_policy APPLICATION)."""
+        self.restart_at_kill = float("inf")
+        """While the job restarts: when what is still running of it is SIGKILLed."""
 
     def run(self) -> None:
         _become_subreaper()
@@ -123,12 +129,15 @@ class Supervisor:
             else:  # an earlier replica could not start: the job is over
                 replica.state.state = replica_move(replica.state.state, State.CANCELLED)
         self._save()
-        while self._running() or self.pipes:
+        while self._running() or self.pipes or self._restarting():
             self._wait_for_events()
             self._reap()
             self._kill_frozen()
             if (self.cancel_requested or self.job.cancel.exists()) and self.ending is None:
                 self._end(State.CANCELLED, "cancelled by request")
+            if self._restarting():
+                self._go_on_restarting()
+                continue
             if self.ending is None and not self._running():
                 succeeded = all(r.state.state is State.SUCCEEDED or r.lost for r in self.replicas)
                 self._end(State.SUCCEEDED if succeeded else State.FAILED, "")
@@ -280,10 +289,17 @@ class Supervisor:
 
     def _on_exit(self, replica: _Replica, code: int) -> None:
         replica.state.exit_code = code
-        if code == 0:
+        if replica.restarting and self.ending is None:
+            pass  # stopped for the job's restart: started again with the others
+        elif code == 0:
             replica.state.state = replica_move(replica.state.state, State.SUCCEEDED)
         elif replica.stopped_by_us:
             replica.state.state = replica_move(replica.state.state, State.CANCELLED)
+        elif replica.role.retry_policy == "APPLICATION" and self.ending is None:
+            if self.job_restarts < replica.max_retries:
+                self._restart_job(replica, code)
+            else:
+                self._failed_for_good(replica, code)
         elif replica.state.restarts < replica.max_retries and self.ending is None:
             replica.state.restarts += 1
             _log(f"{_name(replica)} exited with code {code}: restart {replica.state.restarts} of {replica.max_retries}")
@@ -294,16 +310,54 @@ class Supervisor:
                 _signal(pid, signal.SIGKILL)
             self._start(replica)
         else:
-            replica.state.state = replica_move(replica.state.state, State.FAILED)
-            replica.state.error = _root_cause(replica)
-            if self.ending is None and self._carries_on_without(replica):
-                replica.lost = True
-                _log(f"{_name(replica)} exited with code {code} for good; its elastic role {replica.role.name!r} "
-                     f"carries on (it needs {replica.role.needed} replicas)")
-                for pid in marked_processes(self.request.app_id, _name(replica)):
-                    _signal(pid, signal.SIGKILL)
-            else:
-                self._on_failure(replica)
+            self._failed_for_good(replica, code)
+        self._save()
+
+    def _failed_for_good(self, replica: _Replica, code: int) -> None:
+        replica.state.state = replica_move(replica.state.state, State.FAILED)
+        replica.state.error = _root_cause(replica)
+        if self.ending is None and self._carries_on_without(replica):
+            replica.lost = True
+            _log(f"{_name(replica)} exited with code {code} for good; its elastic role {replica.role.name!r} "
+                 f"carries on (it needs {replica.role.needed} replicas)")
+            for pid in marked_processes(self.request.app_id, _name(replica)):
+                _signal(pid, signal.SIGKILL)
+        else:
+            self._on_failure(replica)
+
+    def _restart_job(self, failed: _Replica, code: int) -> None:
+        """torchx's APPLICATION policy: every replica is stopped, then the whole job starts again."""
+        self.job_restarts += 1
+        _log(f"{_name(failed)} exited with code {code}: restarting the whole job ({self.job_restarts} of "
+             f"{failed.max_retries}), as role {failed.role.name!r}'s retry_policy APPLICATION asks")
+        self.state.last_failure = f"replica {_name(failed)} {_how_it_ended(failed, code)}: {_root_cause(failed)}"
+        for replica in self.replicas:
+            replica.restarting = True
+        self._kill_all(signal.SIGTERM)
+        self.restart_at_kill = time.monotonic() + self.request.cancel_grace_s
+
+    def _restarting(self) -> bool:
+        return self.ending is None and any(replica.restarting for replica in self.replicas)
+
+    def _go_on_restarting(self) -> None:
+        """Once nothing of the job runs (SIGKILL after the grace period), its store and every
+        replica start again, each replica's restarts counting the job's."""
+        if time.monotonic() >= self.restart_at_kill:
+            self._kill_all(signal.SIGKILL)
+            self.restart_at_kill = float("inf")
+        if self._running() or marked_processes(self.request.app_id):
+            return
+        self._stop_store()
+        self.port = self._start_store() if any(_may_restart(role) for role in self.request.roles) else _free_port()
+        self.restart_at_kill = float("inf")
+        for replica in self.replicas:
+            fresh = ReplicaState(replica.request.role, replica.request.replica_id, restarts=replica.state.restarts + 1)
+            position = next(index for index, state in enumerate(self.state.replicas) if state is replica.state)
+            self.state.replicas[position] = fresh
+            replica.state, replica.restarting, replica.silent_s, replica.lost = fresh, False, None, False
+        for replica in self.replicas:
+            if self.ending is None:
+                self._start(replica)
         self._save()
 
     def _carries_on_without(self, replica: _Replica) -> bool:
