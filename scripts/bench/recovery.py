@@ -21,6 +21,11 @@ shows a change (the frozen replica restarted or failed). torchrun's agents: the 
 stopped, nothing started again (no scheduler). Targets: frozen non-host <= 30 s, frozen store
 host <= 45 s, frozen elastic <= 30 s, FAILED <= 60 s.
 
+``frozen starting`` (``max_retries=2``): the non-host replica is killed, and its replacement is stopped (SIGSTOP) as
+soon as its processes appear, before its launcher has imported torch: the time from that freeze to
+the next step (target <= 30 s). Measured where the bench can see a replica's processes (local_cwd,
+slurm); no torchrun baseline (its agents notice no freeze).
+
 ``partitioned non-host`` (as root): on local_cwd each replica on a host of its own (a network
 namespace, tests/fixtures/netns.py), the non-host replica's link taken down; it is started again
 on a replacement host. On slurm a cluster of the bench's own whose three nodes are network
@@ -58,17 +63,19 @@ sys.path.insert(0, str(REPO))
 # The suite's way to lose a replica on each scheduler.
 from tests.conformance.conftest import (_docker_cut, _docker_kill, _docker_pause, _kube_cut,  # noqa: E402
                                        _kube_delete_pod, _kube_freeze, _local_freeze, _local_kill, _slurm_freeze,
-                                       _slurm_kill)
+                                       _slurm_kill, _slurm_replica_processes)
+from torchx_ext.schedulers.local.processes import marked_processes  # noqa: E402
 
 JOB = REPO / "tests" / "conformance" / "jobs" / "checkpointed.py"
 STEPS, STEP_S = 60, 0.25
 CASES = {"non-host": ("2x1", 1, 1), "store host": ("2x1", 1, 0), "elastic shrink": ("1:2x1", 0, 1),
          "frozen non-host": ("2x1", 1, 1), "frozen store host": ("2x1", 1, 0), "frozen elastic": ("1:2x1", 0, 1),
-         "frozen no retries": ("2x1", 0, 1), "partitioned non-host": ("2x1", 1, 1)}
+         "frozen no retries": ("2x1", 0, 1), "partitioned non-host": ("2x1", 1, 1), "frozen starting": ("2x1", 2, 1)}
 TARGETS = {"non-host": 15.0, "store host": 30.0, "elastic shrink": 30.0, "frozen non-host": 30.0,
            "frozen store host": 45.0, "frozen elastic": 30.0, "frozen no retries": 60.0,
-           "partitioned non-host": 30.0}
+           "partitioned non-host": 30.0, "frozen starting": 30.0}
 PARTITIONED = {"partitioned non-host"}  # replicas or nodes on hosts of the bench's own
+NO_BASELINE = PARTITIONED | {"frozen starting"}
 FAILS = {"frozen no retries"}  # timed to FAILED, not to the next step
 
 
@@ -110,6 +117,8 @@ class Target:
     """Takes the replica's link down, where it has a network namespace of its own."""
     args: dict[str, Any] = field(default_factory=dict)
     mounts: Callable[[Path], list[str]] = lambda directory: []
+    processes: Callable[[str, str, int], list[int]] | None = None
+    """The replica's processes on this host, where the bench can see them (``frozen starting``)."""
 
 
 @contextmanager
@@ -118,9 +127,11 @@ def targets(names: list[str]) -> Iterator[dict[str, Target]]:
     found: dict[str, Target] = {}
     with ExitStack() as stack:
         if "local_cwd" in names:
-            found["local_cwd"] = Target("local_cwd", lambda d: {"log_dir": str(d / "logs")}, _local_kill, _local_freeze)
+            found["local_cwd"] = Target("local_cwd", lambda d: {"log_dir": str(d / "logs")}, _local_kill, _local_freeze,
+                                        processes=lambda app_id, role, replica: marked_processes(app_id, f"{role}/{replica}"))
         if "slurm" in names and slurm_answers():
-            found["slurm"] = Target("slurm", lambda d: {"job_dir": str(d / "jobs")}, _slurm_kill, _slurm_freeze)
+            found["slurm"] = Target("slurm", lambda d: {"job_dir": str(d / "jobs")}, _slurm_kill, _slurm_freeze,
+                                    processes=_slurm_replica_processes)
         docker = docker_client() if {"local_docker", "kubernetes"} & set(names) else None
         if docker is not None:
             from tests.fixtures.docker_engine import ensure_test_image
@@ -207,6 +218,10 @@ def ours(target: Target, case: str, timeout_s: float) -> Measured:
             if not wait_for_steps(directory, 4, timeout_s) or history(directory)[-1][1] != 2:
                 return Measured(None)  # never ran on two replicas
             app_id = parse_app_handle(handle).app_id
+            if case == "frozen starting":
+                assert target.processes is not None
+                frozen_at = freeze_replacement(target, app_id, victim, timeout_s)
+                return Measured(None if frozen_at is None else recovery_s(directory, frozen_at, timeout_s))
             if not case.startswith(("frozen", "partitioned")):
                 lost_at = time.time()
                 target.kill(app_id, "checkpointed", victim)
@@ -229,6 +244,34 @@ def ours(target: Target, case: str, timeout_s: float) -> Measured:
                 scheduler = get_scheduler_factories()[target.scheduler]("recovery")
                 scheduler.delete(parse_app_handle(handle).app_id)
                 scheduler.close()
+
+
+def freeze_replacement(target: Target, app_id: str, victim: int, timeout_s: float) -> float | None:
+    """Kill replica ``victim``, then stop its replacement as soon as its processes appear (its
+    launcher still importing): when it was stopped, None if no replacement came in time."""
+    assert target.processes is not None
+    killed = set(target.processes(app_id, "checkpointed", victim))
+    target.kill(app_id, "checkpointed", victim)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        new = [pid for pid in target.processes(app_id, "checkpointed", victim) if pid not in killed]
+        if new:
+            frozen_at = time.time()
+            for _ in range(5):  # and what it starts in the next moments
+                for pid in target.processes(app_id, "checkpointed", victim):
+                    if pid not in killed:
+                        _signal(pid, signal.SIGSTOP)
+                time.sleep(0.05)
+            return frozen_at
+        time.sleep(0.02)
+    return None
+
+
+def _signal(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        pass
 
 
 def partitioned(case: str, timeout_s: float) -> Measured:
@@ -423,16 +466,19 @@ def main() -> int:
     if unknown:
         parser.error(f"unknown --cases {', '.join(unknown)}: valid ones are {', '.join(CASES)}")
     print(f"recovery: time from the loss to the next completed step ({STEPS} steps of {STEP_S} s, 2 replicas x 1)")
-    baseline = {case: None if case in PARTITIONED else torchrun(case, args.timeout) for case in cases}
+    baseline = {case: None if case in NO_BASELINE else torchrun(case, args.timeout) for case in cases}
     missed = 0
     with targets(args.schedulers.split(",")) as found:
         for case in cases:
             what = "to FAILED" if case in FAILS else "to the next step"
-            before_ours = "not measured" if case in PARTITIONED else f"{shown(baseline[case])} {what}"
+            before_ours = "not measured" if case in NO_BASELINE else f"{shown(baseline[case])} {what}"
             print(f"{case:>18}: torchrun --max-restarts 3: {before_ours} (target <= {TARGETS[case]:.0f} s)", flush=True)
             for name, target in found.items():
                 if case in PARTITIONED and name in OWN_HOSTS:
                     measured = OWN_HOSTS[name](case, args.timeout)
+                elif case == "frozen starting" and target.processes is None:
+                    print(f"{'':>18}  {name:>18}: not measured (the bench cannot see its processes)", flush=True)
+                    continue
                 else:
                     measured = ours(target, case, args.timeout)
                 seconds = measured.recovered_s
@@ -440,7 +486,8 @@ def main() -> int:
                 missed += not ok
                 before = baseline[case]
                 ratio = "" if seconds is None or before is None else f", ratio {seconds / before:.2f}"
-                detected = "" if measured.detected_s is None and not case.startswith(("frozen", "partitioned")) \
+                detected = "" if measured.detected_s is None and (case == "frozen starting" or not case.startswith(
+                    ("frozen", "partitioned"))) \
                     else f"detected {shown(measured.detected_s)}, "
                 print(f"{'':>18}  {name:>18}: {detected}{what.split()[-1] if case in FAILS else 'next step'} "
                       f"{shown(seconds)}{ratio} {'ok' if ok else 'MISSED'}", flush=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -32,12 +33,26 @@ def test_a_file_that_stops_changing_is_frozen_after_ten_seconds_of_the_judges_cl
     assert watch.frozen_for(now=110.5) == 10.5
 
 
-def test_a_starting_launcher_may_be_silent_for_a_minute(tmp_path: Path) -> None:
+def test_a_starting_launcher_may_be_silent_for_a_minute_unless_its_start_is_watched(tmp_path: Path) -> None:
     path = tmp_path / "alive"
-    liveness.start_touching(str(path))
+    path.write_bytes(liveness.STARTING)
     assert max_age_s(str(path)) == liveness.STARTING_MAX_AGE_S
+    path.write_bytes(liveness.WATCHED)  # a process of its own beats while it imports
+    assert max_age_s(str(path)) == liveness.DEFAULT_MAX_AGE_S
     mark_running(str(path))
     assert max_age_s(str(path)) == liveness.DEFAULT_MAX_AGE_S
+
+
+def test_our_launcher_that_never_writes_its_file_froze_at_its_start(tmp_path: Path) -> None:
+    path = tmp_path / "alive"
+    before = time.monotonic()
+    ours, other = FileWatch(str(path), expected=True), FileWatch(str(path))
+    start = time.monotonic()
+
+    assert ours.frozen_for(now=before + liveness.FIRST_TOUCH_WITHIN_S) is None  # a slow interpreter start
+    frozen = ours.frozen_for(now=start + liveness.FIRST_TOUCH_WITHIN_S + 0.5)
+    assert frozen is not None and liveness.FIRST_TOUCH_WITHIN_S < frozen <= liveness.FIRST_TOUCH_WITHIN_S + 0.5 + start - before
+    assert other.frozen_for(now=start + 1000) is None  # not our launcher: nothing to judge
 
 
 def test_the_probe_says_why_a_replica_is_frozen(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -10,9 +10,12 @@ a Docker HEALTHCHECK or a Kubernetes livenessProbe runs
     python -m torchx_ext.launcher.liveness PATH MAX_AGE_S
 
 which exits 0 while the file is younger than MAX_AGE_S seconds and 1 otherwise (saying why).
-Until the launcher has imported what it needs, the file says ``starting`` and may be as old as
-``STARTING_MAX_AGE_S``: loading a large C extension (torch's, from a cold or network file system)
-holds the interpreter's lock and silences the touching thread meanwhile. Judges on the same host
+Loading a large C extension (torch's, from a cold or network file system) holds the interpreter's
+lock and silences the touching thread meanwhile. So until the launcher has imported what it needs, a
+process of its own, forked at its first moment, touches the file while the launcher lives and is not
+stopped, for up to ``STARTING_WATCH_S`` (the file says ``starting, watched``): a replica that freezes
+while it starts is told from a slow one within the usual 10 s. Where no such process can be made,
+the file says ``starting`` and may be as old as ``STARTING_MAX_AGE_S`` meanwhile. Judges on the same host
 as the launcher (local_cwd's supervisor, Slurm's step program) use ``FileWatch``, which times how
 long the file has not changed on the judge's own clock, not the file system's.
 Standard library only: probes run it every few seconds.
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import sys
 import threading
 import time
@@ -30,7 +34,13 @@ INTERVAL_S = 1.0
 DEFAULT_MAX_AGE_S = 10.0
 """A replica whose file is older than this is frozen: ten missed touches."""
 STARTING_MAX_AGE_S = 60.0
-STARTING, RUNNING = b"starting\n", b"running\n"
+"""How old the file may be while the launcher starts with no process beating for it."""
+STARTING_WATCH_S = 300.0
+"""How long the starting beat vouches for a launcher that has not finished importing: one still
+starting after five minutes is taken for hung."""
+STARTING, WATCHED, RUNNING = b"starting\n", b"starting, watched\n", b"running\n"
+_beat: int | None = None
+"""The pid of the process beating while the launcher starts (``start_touching``)."""
 
 
 def probe_command(path: str, max_age_s: float = DEFAULT_MAX_AGE_S, python: str = "python") -> list[str]:
@@ -47,9 +57,15 @@ def runs_our_launcher(entrypoint: str, args: list[str]) -> bool:
 
 
 def start_touching(path: str) -> None:
-    """Write ``starting`` to ``path`` now, then touch it every second, for as long as this
-    process lives."""
-    _write(path, STARTING)
+    """Start the starting beat (``starting, watched``; ``starting`` without one), then touch
+    ``path`` every second, for as long as this process lives. Once per process."""
+    global _beat
+    if _beat is not None or threading.current_thread() is not threading.main_thread():
+        return
+    _write(path, WATCHED)
+    _beat = _start_beat(path)
+    if _beat == 0:
+        _write(path, STARTING)
 
     def touch_forever() -> None:
         while True:
@@ -60,44 +76,119 @@ def start_touching(path: str) -> None:
 
 
 def mark_running(path: str) -> None:
-    """The launcher has imported what it needs: from now on the file may be DEFAULT_MAX_AGE_S old."""
+    """The launcher has imported what it needs: from now on the file may be DEFAULT_MAX_AGE_S old,
+    and its own thread is the only one to touch it."""
     _write(path, RUNNING)
+    if _beat:
+        try:
+            os.kill(_beat, signal.SIGKILL)
+            os.waitpid(_beat, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass  # gone and reaped already
+
+
+def _start_beat(path: str) -> int:
+    """Fork the starting beat (before any thread is started); its pid, 0 where it cannot be."""
+    launcher = os.getpid()
+    if not os.path.exists(f"/proc/{launcher}/stat"):
+        return 0
+    try:
+        pid = os.fork()
+    except OSError:
+        return 0
+    if pid:
+        return pid
+    try:
+        _close_all_descriptors()  # the replica's output pipes must close when the launcher ends
+        _beat_while_starting(launcher, path)
+    finally:
+        os._exit(0)
+
+
+def _beat_while_starting(launcher: int, path: str) -> None:
+    deadline = time.monotonic() + STARTING_WATCH_S
+    while time.monotonic() < deadline:
+        time.sleep(INTERVAL_S)
+        state = _process_state(launcher)
+        if state is None or state in "ZX" or _content(path) != WATCHED:
+            return  # gone, or running: its own thread touches the file now
+        if state not in "Tt":  # a stopped launcher (SIGSTOP, a frozen host) gets no beat
+            try:
+                os.utime(path)
+            except OSError:
+                return
+
+
+def _process_state(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as file:
+            stat = file.read().decode(errors="replace")
+    except OSError:
+        return None
+    return stat[stat.rindex(")") + 2:][:1] or None
+
+
+def _content(path: str) -> bytes:
+    try:
+        with open(path, "rb") as file:
+            return file.read(32)
+    except OSError:
+        return b""
+
+
+def _close_all_descriptors() -> None:
+    try:
+        descriptors = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:
+        descriptors = [0, 1, 2]
+    for descriptor in descriptors:
+        try:
+            os.close(descriptor)
+        except OSError:
+            pass  # the listing's own
 
 
 def max_age_s(path: str, limit_s: float = DEFAULT_MAX_AGE_S) -> float:
     """How old the file may be: ``limit_s``, or longer while the launcher is still starting."""
-    try:
-        with open(path, "rb") as file:
-            starting = file.read(16) == STARTING
-    except OSError:
-        starting = False
-    return max(limit_s, STARTING_MAX_AGE_S) if starting else limit_s
+    return max(limit_s, STARTING_MAX_AGE_S) if _content(path) == STARTING else limit_s
+
+
+FIRST_TOUCH_WITHIN_S = 15.0
+"""How long a replica known to run our launcher may take to write its file at all: longer, and it
+froze before its interpreter got to the launcher (the same allowance as a probe's start period)."""
 
 
 class FileWatch:
-    """How long a liveness file has not changed, on the caller's monotonic clock."""
+    """How long a liveness file has not changed, on the caller's monotonic clock. ``expected``:
+    the replica runs our launcher, so a file that never appears is a replica frozen at its start."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, expected: bool = False) -> None:
         self.path = path
+        self.expected = expected
         self._seen: tuple[int, int] | None = None
         self._changed_at = 0.0
+        self._since = time.monotonic()
 
     def silent_s(self, now: float | None = None) -> float | None:
-        """Seconds since the file last changed; None until it exists (not our launcher, or not
-        started yet: nothing to judge)."""
+        """Seconds since the file last changed (since the watch began, for an expected file not
+        there yet); None when there is nothing to judge (not our launcher, or not started yet)."""
         now = time.monotonic() if now is None else now
         try:
             stat = os.stat(self.path)
         except OSError:
-            return None
+            return now - self._since if self.expected and self._seen is None else None
         if (stat.st_mtime_ns, stat.st_size) != self._seen:
             self._seen, self._changed_at = (stat.st_mtime_ns, stat.st_size), now
         return now - self._changed_at
 
     def frozen_for(self, now: float | None = None) -> float | None:
-        """Seconds of silence once longer than the file allows (``max_age_s``), else None."""
+        """Seconds of silence once longer than the file allows (``max_age_s``; a file not written
+        yet, ``FIRST_TOUCH_WITHIN_S``), else None."""
         silent = self.silent_s(now)
-        return silent if silent is not None and silent > max_age_s(self.path) else None
+        if silent is None:
+            return None
+        limit = max_age_s(self.path) if self._seen is not None else FIRST_TOUCH_WITHIN_S
+        return silent if silent > limit else None
 
 
 def age_s(path: str, now: float | None = None) -> float | None:

@@ -32,7 +32,7 @@ from pathlib import Path
 from torchx_ext.error_file import read_error_file
 from torchx_ext.errors import TorchxExtError
 from torchx_ext.numa.bind import bound_thread
-from torchx_ext.launcher.liveness import FileWatch
+from torchx_ext.launcher.liveness import FileWatch, runs_our_launcher
 from torchx_ext.replica_env import LIVENESS_FILE_ENV, RDZV_IS_HOST_ENV, RDZV_PORT_ENV
 from torchx_ext.schedulers.common.states import State, how_it_ended, job_move, replica_move
 from torchx_ext.schedulers.local.processes import (JOB_MARKER_ENV, marked_processes, signal_process as _signal,
@@ -162,7 +162,9 @@ class Supervisor:
         request = replica.request
         Path(request.log_dir, ERROR_FILE_NAME).unlink(missing_ok=True)  # a root cause of an earlier attempt
         replica.liveness_file.unlink(missing_ok=True)
-        replica.silent_s, replica.liveness = None, FileWatch(str(replica.liveness_file))
+        replica.silent_s = None
+        ours = runs_our_launcher(request.argv[0], request.argv[1:])
+        replica.liveness = FileWatch(str(replica.liveness_file), expected=ours)
         descriptors: list[int] = []
         try:
             out_read, out_write = os.pipe()
@@ -235,7 +237,8 @@ class Supervisor:
     def _kill_frozen(self) -> None:
         """SIGKILL every replica whose launcher stopped touching its liveness file (a frozen or
         hung replica exits by itself never): its exit is then a lost replica's, within
-        max_retries. A replica that never touched it (not our launcher) is not judged."""
+        max_retries. A replica that is not our launcher is not judged; ours that never wrote the file
+        froze before its interpreter got to the launcher."""
         for replica in self.replicas:
             if (replica.state.pid not in self.by_pid or replica.silent_s is not None or replica.stopped_by_us
                     or replica.liveness is None):

@@ -34,7 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from torchx_ext.error_file import ErrorReport, read_error_file, write_error_file
-from torchx_ext.launcher.liveness import FileWatch
+from torchx_ext.launcher.liveness import FileWatch, runs_our_launcher
 from torchx_ext.numa.cpulist import format_cpulist
 from torchx_ext.replica_env import (ALLOCATED_NODES_ENV, ERROR_FILE_ENV, LIVENESS_FILE_ENV, RANK0_HOST_ENV,
                                     RDZV_IS_HOST_ENV, RDZV_PORT_ENV, REPLICA_ENV)
@@ -263,7 +263,7 @@ def run_replica(argv: list[str], env: dict[str, str], cwd: str, logs: dict[str, 
     selector.register(process.stdout, selectors.EVENT_READ, "stdout")
     selector.register(process.stderr, selectors.EVENT_READ, "stderr")
     killed = False
-    watch = FileWatch(liveness[0]) if liveness is not None else None
+    watch = FileWatch(liveness[0], expected=runs_our_launcher(argv[0], argv[1:])) if liveness is not None else None
     while selector.get_map():
         for key, _ in selector.select(timeout=1.0):
             data = os.read(key.fd, 1 << 16)
