@@ -160,14 +160,13 @@ def test_validate_spec_puts_every_object_through_the_servers_dry_run_so_a_refuse
 ) -> None:
     from torchx_ext.errors import KubernetesError
 
-    kube_cluster.missing_apis.add("batch.volcano.sh")  # its Service would be accepted, its Volcano Job not
+    kube_cluster.fail_next(422, path_contains="/jobs")  # the Service is accepted, the Job after it is not
     app = ddp(script=str(CONFORMANCE_JOBS / "echo.py"), j="1x1", cpu=1, image=test_image.name)
     deleted_before = kube_cluster.requests("DELETE", f"/namespaces/{kube_namespace}/services/")
 
-    with pytest.raises(KubernetesError, match="install Volcano"):
-        runner.run(app, "kubernetes", cfg={"namespace": kube_namespace, "backend": "volcano",
-                                           "validate_spec": validate_spec})
-    # Without the dry run the Service was created, then deleted again when the Volcano Job was refused.
+    with pytest.raises(KubernetesError, match=r"\(422\)"):
+        runner.run(app, "kubernetes", cfg={"namespace": kube_namespace, "validate_spec": validate_spec})
+    # Without the dry run the Service was created, then deleted again when the Job was refused.
     deleted = kube_cluster.requests("DELETE", f"/namespaces/{kube_namespace}/services/") - deleted_before
     assert deleted == (0 if validate_spec else 1)
     assert not kube_cluster.store.list(SERVICES, kube_namespace)[0]

@@ -66,7 +66,8 @@ def test_ranks_find_rank_0_by_its_dns_name_and_numa_aligned_pods_get_exclusive_c
     runner: Runner, kube_namespace: str, test_image: TestImage, docker_client: Any
 ) -> None:
     app = ddp(script=str(AFFINITY), j="2x1", cpu=1, memMB=512, image=test_image.name)
-    handle = runner.run(app, "kubernetes", cfg={"namespace": kube_namespace, "numa_aligned": True})
+    # reserved_memmb=0: 512 MiB per pod, none of it left out for the test node's kubelet.
+    handle = runner.run(app, "kubernetes", cfg={"namespace": kube_namespace, "numa_aligned": True, "reserved_memmb": 0})
 
     assert wait(runner, handle) == AppState.SUCCEEDED
     status = runner.status(handle)
@@ -205,7 +206,8 @@ def test_a_topology_rejection_fails_the_job_and_says_why(
     kube_cluster.numa_nodes, kube_cluster.topology_policy = [[0], [1]], "single-numa-node"
     try:
         app = ddp(script="train.py", j="1x1", cpu=3, memMB=512, image=test_image.name)  # 2 whole CPUs
-        handle = runner.run(app, "kubernetes", cfg={"namespace": kube_namespace, "numa_aligned": True})
+        handle = runner.run(app, "kubernetes", cfg={"namespace": kube_namespace, "numa_aligned": True,
+                                                    "reserved_memmb": 0})
 
         assert wait(runner, handle, timeout_s=60) == AppState.FAILED
     finally:

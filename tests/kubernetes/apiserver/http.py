@@ -56,7 +56,7 @@ class Handler(BaseHTTPRequestHandler):
         cluster.request_log.append((self.command, url.path))
         body = self._read_body()
         try:
-            injected = cluster.take_injected_failure()
+            injected = cluster.take_injected_failure(url.path)
             if injected is not None:
                 raise errors.injected(injected)
             self._route(url.path, query, body)

@@ -37,7 +37,7 @@ class TestCluster:
         self.missing_apis: set[str] = set()
         """API groups whose CRDs are "not installed" (404 on their paths), e.g. jobset.x-k8s.io."""
         self.request_log: list[tuple[str, str]] = []
-        self._failures: list[int] = []
+        self._failures: list[tuple[int, str]] = []
         self._failures_lock = threading.Lock()
         self.node = Node(labels, allocatable, numa_nodes, topology_policy)
         directory = Path(tempfile.mkdtemp(prefix="fake-kube-", dir=work_dir))
@@ -123,14 +123,24 @@ class TestCluster:
     def allocatable(self) -> dict[str, Any]:
         return self.node.allocatable
 
-    def fail_next(self, status: int, count: int = 1) -> None:
-        """The next ``count`` requests (any path) answer ``status`` with a Status body."""
+    def fail_next(self, status: int, count: int = 1, path_contains: str = "") -> None:
+        """The next ``count`` requests (whose path holds ``path_contains``) answer ``status`` with a
+        Status body."""
         with self._failures_lock:
-            self._failures.extend([status] * count)
+            self._failures.extend([(status, path_contains)] * count)
 
-    def take_injected_failure(self) -> int | None:
+    def take_injected_failure(self, path: str) -> int | None:
+        """The status a request to ``path`` is to answer instead, if one was asked for."""
         with self._failures_lock:
-            return self._failures.pop(0) if self._failures else None
+            for position, (status, part) in enumerate(self._failures):
+                if part in path:
+                    del self._failures[position]
+                    return status
+            return None
+
+    def clear_injected_failures(self) -> None:
+        with self._failures_lock:
+            self._failures.clear()
 
     def hold_pods(self, label_selector: str) -> None:
         """Pods matching stay Pending and unscheduled until ``release_pods``."""
