@@ -5,8 +5,13 @@ A leaf module below the launcher and the schedulers: the schedulers set these, t
 """
 
 RANK0_HOST_ENV = "TORCHX_RANK0_HOST"
-"""The host of rank 0's replica, whose agent hosts the rendezvous (torchx's ``rank0_env`` macro
-names it to the component, which passes its name to the launcher)."""
+"""The host of rank 0's replica as torchx defines it, the first role's replica 0, for every role
+(torchx's ``rank0_env`` macro names it to the component, which passes its name to the launcher)."""
+RDZV_HOST_ENV = "TORCHX_EXT_RDZV_HOST"
+"""The host of this role's replica 0, whose launcher hosts the role's rendezvous store: set by
+every scheduler, and preferred by the launcher to the variable ``--rdzv-endpoint-env`` names, so
+that each role of a several-role app rendezvouses on its own (``RANK0_HOST_ENV`` is the first
+role's, which may not even run our launcher)."""
 ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"
 """Where the launcher writes its replica's error report (``error_file.py``)."""
 RDZV_PORT_ENV = "TORCHX_EXT_RDZV_PORT"
@@ -14,7 +19,7 @@ RDZV_PORT_ENV = "TORCHX_EXT_RDZV_PORT"
 rendezvous port it picked for the job, which wins over the launcher's ``--rdzv-port``."""
 RDZV_IS_HOST_ENV = "TORCHX_EXT_RDZV_IS_HOST"
 """Set by a scheduler that decides which replica hosts the rendezvous store (local_cwd, slurm:
-replica 0): ``1`` on that replica, ``0`` on the others. Without it torch guesses from the host name, and
+a role's replica 0): ``1`` on that replica, ``0`` on the others. Without it torch guesses from the host name, and
 where several replicas share a name or address, whoever binds the port first hosts."""
 ALLOCATED_NODES_ENV = "TORCHX_EXT_ALLOCATED_NODES"
 """Set by a scheduler that allocates an elastic job's nodes up front (slurm: ``--nodes=MIN-MAX``):

@@ -75,6 +75,9 @@ def test_every_role_of_a_two_role_app_gets_the_first_roles_replica_0_as_rank0_as
     request = request_for(specs.AppDef("two", roles=roles), None)
 
     assert {container.env["TORCHX_RANK0_HOST"] for container in request.containers} == {"train-abcd1234-trainer-0"}
+    # Our launcher's rendezvous stays each role's own: its replica 0 hosts it.
+    assert {container.role: container.env["TORCHX_EXT_RDZV_HOST"] for container in request.containers} == {
+        "trainer": "train-abcd1234-trainer-0", "reader": "train-abcd1234-reader-0"}
 
 
 def test_a_long_role_name_is_cut_to_a_63_character_hostname() -> None:

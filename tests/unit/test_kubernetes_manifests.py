@@ -304,6 +304,9 @@ def test_every_role_of_a_two_role_app_gets_the_first_roles_replica_0_as_rank0_as
     rank0 = set(re.findall(r"name: TORCHX_RANK0_HOST\n\s+value: (\S+)", text))
     assert len(re.findall(r"name: TORCHX_RANK0_HOST", text)) == 2 and len(rank0) == 1, text
     assert rank0.pop().startswith("two-abc12345-trainer-")
+    # Our launcher's rendezvous stays each role's own: its replica 0 hosts it.
+    own = re.findall(r"name: TORCHX_EXT_RDZV_HOST\n\s+value: two-abc12345-(\w+)-", text)
+    assert sorted(own) == ["reader", "trainer"], text
 
 
 def first_pod(app: specs.AppDef, backend: str = "job") -> dict[str, Any]:

@@ -41,8 +41,8 @@ from torchx_ext.options import OMP_THREADS_FORMS, check_mode
 from torchx_ext.options import DEVICE_KINDS, MODES
 from torchx_ext.numa.topology import DEFAULT_SYSFS_ROOT
 from torchx_ext.error_file import ErrorReport, read_error_file, write_error_file
-from torchx_ext.replica_env import (ALLOCATED_NODES_ENV, ERROR_FILE_ENV, LIVENESS_FILE_ENV, RDZV_IS_HOST_ENV,
-                                    RDZV_PORT_ENV)
+from torchx_ext.replica_env import (ALLOCATED_NODES_ENV, ERROR_FILE_ENV, LIVENESS_FILE_ENV, RDZV_HOST_ENV,
+                                    RDZV_IS_HOST_ENV, RDZV_PORT_ENV)
 
 logger = logging.getLogger("torchx_ext.launcher")
 
@@ -383,7 +383,8 @@ def _set_store_host(rdzv_configs: dict[str, Any]) -> None:
 
 def _resolve_rendezvous(args: argparse.Namespace, max_nodes: int) -> None:
     if args.rdzv_endpoint_env:
-        host = os.environ.get(args.rdzv_endpoint_env) or "localhost"
+        # The scheduler's host for this role's rendezvous, else what the component named (torchx's rank 0).
+        host = os.environ.get(RDZV_HOST_ENV) or os.environ.get(args.rdzv_endpoint_env) or "localhost"
         port = os.environ.get(RDZV_PORT_ENV) or str(args.rdzv_port)
         if not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
             raise InvalidArgumentError(f"invalid ${RDZV_PORT_ENV} {port!r}: expected a port number 1-65535")

@@ -35,12 +35,14 @@ DEFAULT_MAX_AGE_S = 10.0
 """A replica whose file is older than this is frozen: ten missed touches."""
 STARTING_MAX_AGE_S = 60.0
 """How old the file may be while the launcher starts with no process beating for it."""
-STARTING_WATCH_S = 300.0
+STARTING_WATCH_S = 120.0
 """How long the starting beat vouches for a launcher that has not finished importing: one still
-starting after five minutes is taken for hung."""
+starting after two minutes (not stopped, but hung: a deadlock, a dead network file system) is
+taken for hung 10 s later."""
 STARTING, WATCHED, RUNNING = b"starting\n", b"starting, watched\n", b"running\n"
-_beat: int | None = None
-"""The pid of the process beating while the launcher starts (``start_touching``)."""
+_beat: tuple[int, int] | None = None
+"""(launcher pid, beating pid) of the process beating while the launcher starts (``start_touching``);
+the beating pid is 0 when there is none."""
 
 
 def probe_command(path: str, max_age_s: float = DEFAULT_MAX_AGE_S, python: str = "python") -> list[str]:
@@ -63,8 +65,8 @@ def start_touching(path: str) -> None:
     if _beat is not None or threading.current_thread() is not threading.main_thread():
         return
     _write(path, WATCHED)
-    _beat = _start_beat(path)
-    if _beat == 0:
+    _beat = (os.getpid(), _start_beat(path))
+    if not _beat[1]:
         _write(path, STARTING)
 
     def touch_forever() -> None:
@@ -78,13 +80,15 @@ def start_touching(path: str) -> None:
 def mark_running(path: str) -> None:
     """The launcher has imported what it needs: from now on the file may be DEFAULT_MAX_AGE_S old,
     and its own thread is the only one to touch it."""
+    global _beat
     _write(path, RUNNING)
-    if _beat:
+    if _beat is not None and _beat[0] == os.getpid() and _beat[1]:  # ours, not a forked child's record
         try:
-            os.kill(_beat, signal.SIGKILL)
-            os.waitpid(_beat, 0)
+            os.kill(_beat[1], signal.SIGKILL)
+            os.waitpid(_beat[1], 0)
         except (ProcessLookupError, ChildProcessError):
             pass  # gone and reaped already
+        _beat = (_beat[0], 0)
 
 
 def _start_beat(path: str) -> int:
@@ -153,42 +157,44 @@ def max_age_s(path: str, limit_s: float = DEFAULT_MAX_AGE_S) -> float:
     return max(limit_s, STARTING_MAX_AGE_S) if _content(path) == STARTING else limit_s
 
 
-FIRST_TOUCH_WITHIN_S = 15.0
-"""How long a replica known to run our launcher may take to write its file at all: longer, and it
-froze before its interpreter got to the launcher (the same allowance as a probe's start period)."""
-
-
 class FileWatch:
-    """How long a liveness file has not changed, on the caller's monotonic clock. ``expected``:
-    the replica runs our launcher, so a file that never appears is a replica frozen at its start."""
+    """How long a liveness file has not changed, on the caller's monotonic clock. ``pid``: the
+    replica's launcher, on the caller's host; before it has written the file, it is silent only
+    while it is stopped (SIGSTOP, a frozen cgroup): a slow interpreter start is not a frozen one."""
 
-    def __init__(self, path: str, expected: bool = False) -> None:
+    def __init__(self, path: str, pid: int | None = None) -> None:
         self.path = path
-        self.expected = expected
+        self.pid = pid
         self._seen: tuple[int, int] | None = None
         self._changed_at = 0.0
-        self._since = time.monotonic()
+        self._stopped_since: float | None = None
 
     def silent_s(self, now: float | None = None) -> float | None:
-        """Seconds since the file last changed (since the watch began, for an expected file not
-        there yet); None when there is nothing to judge (not our launcher, or not started yet)."""
+        """Seconds since the file last changed (before it exists: how long ``pid`` has been
+        stopped); None when there is nothing to judge."""
         now = time.monotonic() if now is None else now
         try:
             stat = os.stat(self.path)
         except OSError:
-            return now - self._since if self.expected and self._seen is None else None
+            return self._stopped_s(now) if self._seen is None else None
         if (stat.st_mtime_ns, stat.st_size) != self._seen:
             self._seen, self._changed_at = (stat.st_mtime_ns, stat.st_size), now
         return now - self._changed_at
 
     def frozen_for(self, now: float | None = None) -> float | None:
-        """Seconds of silence once longer than the file allows (``max_age_s``; a file not written
-        yet, ``FIRST_TOUCH_WITHIN_S``), else None."""
+        """Seconds of silence once longer than the file allows (``max_age_s``), else None."""
         silent = self.silent_s(now)
-        if silent is None:
+        limit = max_age_s(self.path) if self._seen is not None else DEFAULT_MAX_AGE_S
+        return silent if silent is not None and silent > limit else None
+
+    def _stopped_s(self, now: float) -> float | None:
+        state = _process_state(self.pid) if self.pid else None
+        if state is None or state not in "Tt":
+            self._stopped_since = None
             return None
-        limit = max_age_s(self.path) if self._seen is not None else FIRST_TOUCH_WITHIN_S
-        return silent if silent > limit else None
+        if self._stopped_since is None:
+            self._stopped_since = now
+        return now - self._stopped_since
 
 
 def age_s(path: str, now: float | None = None) -> float | None:
@@ -224,8 +230,11 @@ def main(argv: list[str] | None = None) -> int:
     limit = max_age_s(path, float(args[1]))
     age = age_s(path)
     if age is None:
-        print(f"{path} does not exist: the launcher has not started", file=sys.stderr)
-        return 1
+        # Not written yet: a slow start, unless the container's first process (the launcher) is stopped.
+        if (_process_state(1) or "") in ("T", "t"):
+            print(f"{path} does not exist and the launcher (pid 1) is stopped: frozen", file=sys.stderr)
+            return 1
+        return 0
     if age > limit:
         print(f"the launcher last touched {path} {age:.1f} s ago (more than {limit:g} s): frozen", file=sys.stderr)
         return 1

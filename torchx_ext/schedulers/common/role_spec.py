@@ -19,7 +19,8 @@ def role_from_spec(spec: Mapping[str, Any]) -> specs.Role:
         max_retries=spec["max_retries"],
         resource=specs.Resource(cpu=resource["cpu"], gpu=resource["gpu"], memMB=resource["memMB"]),
         port_map=dict(spec["port_map"]),
-        retry_policy=specs.RetryPolicy(spec.get("retry_policy", specs.RetryPolicy.APPLICATION.value)),
+        # A record from before retry policies were kept: its job restarted replicas one by one.
+        retry_policy=specs.RetryPolicy(spec.get("retry_policy", specs.RetryPolicy.REPLICA.value)),
     )
 
 

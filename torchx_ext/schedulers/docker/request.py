@@ -19,7 +19,7 @@ from torchx_ext.errors import InvalidArgumentError
 from torchx_ext.numa.cpulist import format_cpulist
 from torchx_ext.numa.topology import Topology
 from torchx_ext.launcher.liveness import probe_command, runs_our_launcher
-from torchx_ext.replica_env import ERROR_FILE_ENV, LIVENESS_FILE_ENV, RANK0_HOST_ENV, REPLICA_ENV
+from torchx_ext.replica_env import ERROR_FILE_ENV, LIVENESS_FILE_ENV, RANK0_HOST_ENV, RDZV_HOST_ENV, REPLICA_ENV
 from torchx_ext.schedulers.common.checks import shm_mb
 from torchx_ext.schedulers.placement import ReplicaSlice, slice_host
 
@@ -145,6 +145,7 @@ def build_request(
                     env={
                         **given_env,
                         RANK0_HOST_ENV: names[(app.roles[0].name, 0)],  # torchx's rank 0, for every role
+                        RDZV_HOST_ENV: names[(role.name, 0)],  # the role's own rendezvous
                         ERROR_FILE_ENV: ERROR_FILE,
                         REPLICA_ENV: f"{role.name}/{replica_id}",
                         **({LIVENESS_FILE_ENV: LIVENESS_FILE} if runs_our_launcher(resolved.entrypoint, resolved.args) else {}),

@@ -30,7 +30,8 @@ def job_objects(app: specs.AppDef, app_id: str, options: ManifestOptions) -> tup
     rank0_host = f"{names.pod_hostname(job_names[app.roles[0].name], 0)}.{app_id}"
     jobs = tuple(
         indexed_job(app, role, job_names[role.name], app_id, options,
-                    PodAddressing(rank0_host, JOB_INDEX_REFERENCE, app_id))
+                    PodAddressing(rank0_host, JOB_INDEX_REFERENCE, app_id,
+                                  f"{names.pod_hostname(job_names[role.name], 0)}.{app_id}"))
         for role in app.roles
     )
     return (headless_service(app, app_id, options.namespace), *jobs)

@@ -43,9 +43,10 @@ def jobset(app: specs.AppDef, app_id: str, options: ManifestOptions) -> dict[str
     replicated_jobs = []
     # torchx's rank 0, for every role: the first role's replica 0.
     rank0_job = child_job_name(app_id, replicated[app.roles[0].name])
-    addressing = PodAddressing(f"{names.pod_hostname(rank0_job, 0)}.{app_id}", JOB_INDEX_REFERENCE)
     for role in app.roles:
         job_name = child_job_name(app_id, replicated[role.name])
+        addressing = PodAddressing(f"{names.pod_hostname(rank0_job, 0)}.{app_id}", JOB_INDEX_REFERENCE,
+                                   rdzv_host=f"{names.pod_hostname(job_name, 0)}.{app_id}")
         job = indexed_job(app, role, job_name, app_id, options, addressing, gang=True)
         replicated_jobs.append({
             "name": replicated[role.name],

@@ -32,11 +32,13 @@ def apply_pod_overlay(template: dict[str, Any], role: specs.Role) -> None:
     except ImportError:
         _merge(template, _read(given, role.name))
         return
+    import yaml
+
     try:
         overlay = overlays.get_overlay(role, NAMESPACE, KIND)
         if overlay:
             overlays.apply_overlay(template, overlay)
-    except (OSError, ValueError, TypeError) as error:
+    except (OSError, ValueError, TypeError, yaml.YAMLError) as error:
         raise InvalidArgumentError(f"role {role.name!r}: its pod overlay (metadata {NAMESPACE}={given!r}) cannot be "
                                    f"applied: {error}") from None
 

@@ -19,7 +19,7 @@ from torchx import specs
 from torchx_ext.errors import InvalidArgumentError
 from torchx_ext.resources import GPU_VENDOR, K8S_INSTANCE_TYPE, NUMA_NODES
 from torchx_ext.launcher.liveness import probe_command, runs_our_launcher
-from torchx_ext.replica_env import ERROR_FILE_ENV, LIVENESS_FILE_ENV, RANK0_HOST_ENV
+from torchx_ext.replica_env import ERROR_FILE_ENV, LIVENESS_FILE_ENV, RANK0_HOST_ENV, RDZV_HOST_ENV
 from torchx_ext.schedulers.common.checks import shm_mb
 from torchx_ext.schedulers.kubernetes import names
 from torchx_ext.schedulers.kubernetes.options import ManifestOptions, parse_quantity_mb, parse_toleration
@@ -48,9 +48,12 @@ class PodAddressing:
     """Where a role's pods are found: rank 0's DNS name and the ``$(VAR)`` holding the replica id."""
 
     rank0_host: str
+    """torchx's rank 0: the first role's replica 0."""
     index_reference: str
     subdomain: str | None = None
     """Set on the pod when the backend does not set it itself."""
+    rdzv_host: str = ""
+    """The role's own replica 0, which hosts its rendezvous (``rank0_host`` when empty)."""
 
 
 def pod_template(app: specs.AppDef, role: specs.Role, app_id: str, addressing: PodAddressing,
@@ -76,6 +79,7 @@ def _pod_spec(app: specs.AppDef, role: specs.Role, app_id: str, addressing: PodA
     ours = runs_our_launcher(resolved.entrypoint, resolved.args)
     env = {
         RANK0_HOST_ENV: addressing.rank0_host,
+        RDZV_HOST_ENV: addressing.rdzv_host or addressing.rank0_host,
         ERROR_FILE_ENV: TERMINATION_LOG,
         # No REPLICA_ENV: the index's variable is defined after ours, so $(...) would stay literal;
         # the pod's host name names the replica.

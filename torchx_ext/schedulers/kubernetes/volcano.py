@@ -54,8 +54,8 @@ def volcano_job(app: specs.AppDef, app_id: str, options: ManifestOptions) -> dic
     task_of = task_names(app, app_id)
     rank0_host = f"{app_id}-{task_of[app.roles[0].name]}-0.{app_id}"
     for role in app.roles:
-        template = pod_template(app, role, app_id, PodAddressing(rank0_host, INDEX_REFERENCE), options,
-                                names.role_labels(app, role, app_id))
+        addressing = PodAddressing(rank0_host, INDEX_REFERENCE, rdzv_host=f"{app_id}-{task_of[role.name]}-0.{app_id}")
+        template = pod_template(app, role, app_id, addressing, options, names.role_labels(app, role, app_id))
         template["metadata"]["annotations"].update(names.role_annotations(app, role, options.image_pull_timeout_s))
         tasks.append({
             "name": task_of[role.name],

@@ -13,6 +13,7 @@ import logging
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Iterable, Mapping
@@ -47,11 +48,26 @@ from torchx_ext.schedulers.local.records import (
 from torchx_ext.schedulers.common.role_spec import role_from_spec
 from torchx_ext.schedulers.local.targets import check_targets
 from torchx_ext.schedulers.local.request import build_request, describe_request
+from torchx_ext.numa.topology import DEFAULT_SYSFS_ROOT, Topology
 from torchx_ext.schedulers.placement import gpu_count, host_topology
 
 logger = logging.getLogger("torchx_ext.local_cwd")
 # After its grace period the supervisor SIGKILLs; give it that long and a little more.
 CANCEL_MARGIN_S = 5.0
+
+
+def _gpus_to_split(sysfs_root: str | None, topology: Topology | None) -> int:
+    """The GPUs auto_set_cuda_visible_devices divides: as torchx counts them (``nvidia-smi -L``:
+    those this process may use, a device cgroup's limit included) on this host; a sysfs tree's
+    GPUs where one is given, or where nvidia-smi does not answer."""
+    if not sysfs_root or sysfs_root == DEFAULT_SYSFS_ROOT:
+        try:
+            listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.SubprocessError):
+            listed = None
+        if listed is not None and listed.returncode == 0:
+            return len([line for line in listed.stdout.splitlines() if line.strip()])
+    return gpu_count(topology or host_topology(sysfs_root))
 
 
 class LocalOpts(HostSliceOpts, total=False):
@@ -97,7 +113,7 @@ class LocalScheduler(SchedulerShell[LocalOpts]):
             topology=topology,
             prepend_cwd=bool(cfg.get("prepend_cwd")),
             cancel_grace_s=float(grace),
-            gpus_to_split=gpu_count(topology or host_topology(cfg.get("sysfs_root"))) if split else None,
+            gpus_to_split=_gpus_to_split(cfg.get("sysfs_root"), topology) if split else None,
         )
         return AppDryRunInfo(request, describe_request)
 

@@ -163,8 +163,7 @@ class Supervisor:
         Path(request.log_dir, ERROR_FILE_NAME).unlink(missing_ok=True)  # a root cause of an earlier attempt
         replica.liveness_file.unlink(missing_ok=True)
         replica.silent_s = None
-        ours = runs_our_launcher(request.argv[0], request.argv[1:])
-        replica.liveness = FileWatch(str(replica.liveness_file), expected=ours)
+        replica.liveness = FileWatch(str(replica.liveness_file))
         descriptors: list[int] = []
         try:
             out_read, out_write = os.pipe()
@@ -172,9 +171,9 @@ class Supervisor:
             err_read, err_write = os.pipe()
             descriptors += [err_read, err_write]
             with bound_thread(request.cpus) if request.cpus is not None else nullcontext():
-                # Our store process hosts the rendezvous store, else rank 0 as torchx defines it, the
-                # first role's replica 0 (all replicas share one host name, so torch cannot tell).
-                host = self.store is None and request.replica_id == 0 and request.role == self.request.roles[0].name
+                # Our store process hosts the rendezvous store, else replica 0 of the first role that
+                # runs our launcher (all replicas share one host name, so torch cannot tell).
+                host = self.store is None and request.replica_id == 0 and request.role == self._hosting_role
                 rendezvous = {RDZV_PORT_ENV: str(self.port), RDZV_IS_HOST_ENV: "1" if host else "0",
                               LIVENESS_FILE_ENV: str(replica.liveness_file)}
                 process = subprocess.Popen(
@@ -197,8 +196,16 @@ class Supervisor:
             self.pipes[descriptor] = (replica, stream)
         replica.state.state = replica_move(replica.state.state, State.RUNNING)
         replica.state.pid, replica.state.exit_code = process.pid, None
+        replica.liveness.pid = process.pid  # stopped before it wrote its file: frozen too
         self.by_pid[process.pid] = replica
         self.processes[process.pid] = process
+
+    @property
+    def _hosting_role(self) -> str:
+        roles = self.request.roles
+        ours = [role.name for role in roles if role.replicas and runs_our_launcher(role.replicas[0].argv[0],
+                                                                                   role.replicas[0].argv[1:])]
+        return (ours or [role.name for role in roles])[0]
 
     def _start_store(self) -> int:
         """The port of a store process started for the job; else a free port for replica 0's."""
@@ -237,8 +244,7 @@ class Supervisor:
     def _kill_frozen(self) -> None:
         """SIGKILL every replica whose launcher stopped touching its liveness file (a frozen or
         hung replica exits by itself never): its exit is then a lost replica's, within
-        max_retries. A replica that is not our launcher is not judged; ours that never wrote the file
-        froze before its interpreter got to the launcher."""
+        max_retries. A replica that is not our launcher writes no file: it is judged only while stopped."""
         for replica in self.replicas:
             if (replica.state.pid not in self.by_pid or replica.silent_s is not None or replica.stopped_by_us
                     or replica.liveness is None):
@@ -346,8 +352,7 @@ class Supervisor:
         """Once nothing of the job runs (SIGKILL after the grace period), its store and every
         replica start again, each replica's restarts counting the job's."""
         if time.monotonic() >= self.restart_at_kill:
-            self._kill_all(signal.SIGKILL)
-            self.restart_at_kill = float("inf")
+            self._kill_all(signal.SIGKILL)  # on every pass: what started meanwhile goes too
         if self._running() or marked_processes(self.request.app_id):
             return
         self._stop_store()
@@ -361,6 +366,8 @@ class Supervisor:
         for replica in self.replicas:
             if self.ending is None:
                 self._start(replica)
+            else:  # one could not start: the job is over
+                replica.state.state = replica_move(replica.state.state, State.CANCELLED)
         self._save()
 
     def _carries_on_without(self, replica: _Replica) -> bool:
@@ -379,6 +386,10 @@ class Supervisor:
         for replica in self.replicas:
             if replica.state.pid in self.by_pid:
                 replica.stopped_by_us = True
+            elif replica.restarting and not replica.state.state.terminal:
+                # Stopped for the job's restart, which will not come now.
+                replica.state.state = replica_move(replica.state.state, State.CANCELLED)
+            replica.restarting = False
         self._kill_all(signal.SIGTERM)
         self.kill_at = time.monotonic() + self.request.cancel_grace_s
 

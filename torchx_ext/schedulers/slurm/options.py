@@ -193,4 +193,8 @@ def _one_line(key: str, value: object) -> str:
     text = str(value).strip()
     if not text or "\n" in text or "\r" in text:
         raise InvalidArgumentError(f"invalid {key} {value!r}: expected one line of text")
+    # sbatch starts a new heterogeneous component at these words anywhere on an #SBATCH line.
+    if re.search(r"hetjob|packjob", text, re.IGNORECASE):
+        raise InvalidArgumentError(f"invalid {key} {value!r}: an #SBATCH line holding 'hetjob' or 'packjob' starts a "
+                                   "new part of the job in sbatch: word it otherwise")
     return text

@@ -34,10 +34,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from torchx_ext.error_file import ErrorReport, read_error_file, write_error_file
-from torchx_ext.launcher.liveness import FileWatch, runs_our_launcher
+from torchx_ext.launcher.liveness import FileWatch
 from torchx_ext.numa.cpulist import format_cpulist
 from torchx_ext.replica_env import (ALLOCATED_NODES_ENV, ERROR_FILE_ENV, LIVENESS_FILE_ENV, RANK0_HOST_ENV,
-                                    RDZV_IS_HOST_ENV, RDZV_PORT_ENV, REPLICA_ENV)
+                                    RDZV_HOST_ENV, RDZV_IS_HOST_ENV, RDZV_PORT_ENV, REPLICA_ENV)
 from torchx_ext.schedulers.common.files import write_atomically
 from torchx_ext.schedulers.common.log_files import IndexedLog
 from torchx_ext.schedulers.slurm.records import JobDir, RoleRequest, first_failure, step_ended
@@ -75,24 +75,22 @@ def main(argv: list[str] | None = None) -> int:
         logs["stderr"].write(data, now)
         logs["combined"].write(data, now)
 
-    # torchx's rank 0: the first role's replica 0, for every role (its het group 0's first node).
-    first_role = job.read_request().roles[0].name
-    hosts = first_role == role.name and replica_id == 0
-    rank0_nodes = os.environ.get("SLURM_STEP_NODELIST", node) if first_role == role.name else (
-        os.environ.get("SLURM_JOB_NODELIST_HET_GROUP_0") or os.environ.get("SLURM_JOB_NODELIST", node))
-    rank0_host, own_address = node_addresses(rank0_nodes, node, say)
-    argv_, env = replica_command(role, job, replica_id, rank0_host, hosts)
+    rdzv_host, own_address = node_addresses(os.environ.get("SLURM_STEP_NODELIST", node), node, say)
+    # torchx's rank 0 is the first role's replica 0, for every role: its het group 0's first node.
+    rank0_host = rdzv_host if job.read_request().roles[0].name == role.name else node_addresses(
+        os.environ.get("SLURM_JOB_NODELIST_HET_GROUP_0") or os.environ.get("SLURM_JOB_NODELIST", node), node, say)[0]
+    argv_, env = replica_command(role, job, replica_id, rank0_host, rdzv_host)
     # The address rank 0's workers are reached at (MASTER_ADDR): the node's own, not its name.
     env.setdefault("PET_LOCAL_ADDR", own_address)
-    say(f"{role.name}/{replica_id} on {node} ({own_address}): rendezvous at {rank0_host} (node rank 0 hosts it); "
+    say(f"{role.name}/{replica_id} on {node} ({own_address}): rendezvous at {rdzv_host} (node rank 0 hosts it); "
         f"{cpus_given()}")
-    port = rendezvous_port(job, first_role, hosts, say)
+    port = rendezvous_port(job, role.name, replica_id, say)
     if port is not None:
         env[RDZV_PORT_ENV] = port
 
     def started() -> None:
         write_atomically(job.started(role.name, replica_id), json.dumps({"node": node, "at": time.time()}))
-        if hosts and port is not None:
+        if replica_id == 0 and port is not None:
             # Published once node rank 0's agent has its pid: see rendezvous_port.
             write_atomically(job.rendezvous_port(role.name), port)
 
@@ -167,9 +165,10 @@ def _failure(job: JobDir, role_name: str) -> str:
 
 
 def replica_command(role: RoleRequest, job: JobDir, replica_id: int, rank0_host: str,
-                    hosts: bool) -> tuple[list[str], dict[str, str]]:
+                    rdzv_host: str) -> tuple[list[str], dict[str, str]]:
     """The replica's argv and environment, macros applied as torchx's schedulers apply them;
-    ``hosts``: whether it is rank 0 (the first role's replica 0), which hosts the rendezvous store."""
+    ``rank0_host``: torchx's rank 0 (the first role's replica 0), ``rdzv_host``: the role's own
+    replica 0, which hosts the role's rendezvous store."""
     from torchx import specs
 
     values = specs.macros.Values(img_root="", app_id=os.environ.get("SLURM_JOB_ID", ""), replica_id=str(replica_id),
@@ -179,7 +178,8 @@ def replica_command(role: RoleRequest, job: JobDir, replica_id: int, rank0_host:
     env = {
         **os.environ,
         RANK0_HOST_ENV: rank0_host,
-        RDZV_IS_HOST_ENV: "1" if hosts else "0",
+        RDZV_HOST_ENV: rdzv_host,
+        RDZV_IS_HOST_ENV: "1" if replica_id == 0 else "0",
         ERROR_FILE_ENV: str(job.error_file(role.name, replica_id)),
         REPLICA_ENV: f"{role.name}/{replica_id}",
         **resolved.env,
@@ -204,18 +204,17 @@ def node_addresses(nodelist: str, node: str, say: Callable[[str], None]) -> tupl
     return addresses.get(names[0], names[0]), addresses.get(node, node)
 
 
-def rendezvous_port(job: JobDir, first_role: str, hosts: bool, say: Callable[[str], None]) -> str | None:
-    """The job's rendezvous port: picked free by node rank 0 (``hosts``: the first role's replica
-    0), which publishes it in the job directory once its agent runs (``main``); the other nodes, of
-    every role, wait for it (and so start after node rank 0). None: node rank 0 said nothing in time
-    (the launcher's ``--rdzv-port`` then holds)."""
+def rendezvous_port(job: JobDir, role: str, replica_id: int, say: Callable[[str], None]) -> str | None:
+    """The role's rendezvous port: picked free by its node rank 0, which publishes it in the job
+    directory once its agent runs (``main``); the other nodes wait for it (and so start after node
+    rank 0). None: node rank 0 said nothing in time (the launcher's ``--rdzv-port`` then holds)."""
     # A fixed port (torchx's 29500) is taken by the first job on a node that several jobs share.
     # The wait also orders the agents: torchelastic numbers them by (host address, pid), so on
     # nodes that share a host, as on a test cluster of several slurmd on one machine, starting
     # after node rank 0's agent has started gives this agent the later pid and replica k the
     # ranks k*nproc... (published before node rank 0 started, either could start first).
-    published = job.rendezvous_port(first_role)
-    if hosts:
+    published = job.rendezvous_port(role)
+    if replica_id == 0:
         published.unlink(missing_ok=True)  # a requeued job picks a new one
         with socket.socket() as probe:
             probe.bind(("", 0))
@@ -263,7 +262,7 @@ def run_replica(argv: list[str], env: dict[str, str], cwd: str, logs: dict[str, 
     selector.register(process.stdout, selectors.EVENT_READ, "stdout")
     selector.register(process.stderr, selectors.EVENT_READ, "stderr")
     killed = False
-    watch = FileWatch(liveness[0], expected=runs_our_launcher(argv[0], argv[1:])) if liveness is not None else None
+    watch = FileWatch(liveness[0], pid=process.pid) if liveness is not None else None
     while selector.get_map():
         for key, _ in selector.select(timeout=1.0):
             data = os.read(key.fd, 1 << 16)
