@@ -342,7 +342,7 @@ OVERLAY = {"metadata": {"annotations": {"team": "ml"}},
 @pytest.mark.parametrize("backend", ["job", "jobset", "volcano"])
 def test_a_pod_overlay_merges_dicts_appends_lists_and_a_tuple_replaces(backend: str) -> None:
     app = ddp(script="train.py", j="1x1", image="img:1")
-    app.roles[0].metadata["kubernetes"] = OVERLAY
+    app.roles[0].metadata["kubernetes"] = {"V1Pod": OVERLAY}  # as torchx's set_overlay(role, "kubernetes", "V1Pod", ...)
     pod = first_pod(app, backend)
 
     assert pod["metadata"]["annotations"]["team"] == "ml" and "sidecar.istio.io/inject" in pod["metadata"]["annotations"]

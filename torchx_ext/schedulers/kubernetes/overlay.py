@@ -50,8 +50,14 @@ def _read(given: object, role: str) -> dict[str, Any]:
     if not isinstance(overlay, dict):
         raise InvalidArgumentError(f"role {role!r}: pod overlay {given!r}: expected a dict of pod fields or a file "
                                    "holding one")
+    # As torchx-nightly reads metadata["kubernetes"]: {"V1Pod": {...}}, else one flat overlay such
+    # as {"spec": {...}}; several dicts side by side are other kinds' overlays, not this one.
     nested = overlay.get(KIND)
-    return nested if isinstance(nested, dict) else overlay
+    if isinstance(nested, dict):
+        return nested
+    if len(overlay) > 1 and all(isinstance(value, dict) for value in overlay.values()):
+        return {}
+    return overlay
 
 
 def _load(uri: str, role: str) -> Any:
