@@ -366,6 +366,25 @@ def test_a_pod_overlay_that_cannot_be_read_is_one_line_naming_the_role(tmp_path:
         build_manifests(app, app_id="train-abc12345", options=ManifestOptions())
 
 
+@pytest.mark.parametrize("policy, replicas, refused", [
+    (specs.RetryPolicy.APPLICATION, 2, True), (specs.RetryPolicy.REPLICA, 2, False),
+    (specs.RetryPolicy.APPLICATION, 1, False),  # one replica in all: restarting it is restarting the app
+])
+def test_the_job_backend_refuses_whole_app_retries_it_cannot_give_naming_the_backends_that_can(
+    policy: specs.RetryPolicy, replicas: int, refused: bool
+) -> None:
+    role = specs.Role("worker", image="img:1", entrypoint="python", num_replicas=replicas, max_retries=2,
+                      retry_policy=policy)
+    app = specs.AppDef("mine", roles=[role])
+    if not refused:
+        check(build_manifests(app, app_id="mine-abc12345", options=ManifestOptions()))
+        return
+    with pytest.raises(InvalidArgumentError, match=r"^role 'worker': retry_policy APPLICATION .* backend=jobset or "
+                                                   r"backend=volcano, or the role retry_policy REPLICA$"):
+        build_manifests(app, app_id="mine-abc12345", options=ManifestOptions())
+    check(build_manifests(app, app_id="mine-abc12345", options=ManifestOptions(backend="jobset")))
+
+
 def test_roles_that_become_the_same_job_name_are_refused() -> None:
     roles = [specs.Role(name, image="img:1", entrypoint="python") for name in ("Trainer", "trainer!")]
     with pytest.raises(InvalidArgumentError, match="both become Job name 'a-abc12345-trainer'"):

@@ -16,6 +16,7 @@ from typing import Any
 from torchx import specs
 
 from torchx_ext.errors import InvalidArgumentError
+from torchx_ext.schedulers.common.role_spec import retry_policy_of
 from torchx_ext.schedulers.common.checks import check_image
 from torchx_ext.schedulers.kubernetes import names
 from torchx_ext.schedulers.kubernetes.indexed_job import job_objects
@@ -59,6 +60,8 @@ def build_manifests(app: specs.AppDef, *, app_id: str, options: ManifestOptions,
     options.check()
     for role in app.roles:
         check_role(role)
+    if options.backend == "job":
+        check_job_backend_retries(app)
     if options.backend == "jobset":
         objects: tuple[dict[str, Any], ...] = (jobset(app, app_id, options),)
     elif options.backend == "volcano":
@@ -67,6 +70,20 @@ def build_manifests(app: specs.AppDef, *, app_id: str, options: ManifestOptions,
         objects = job_objects(app, app_id, options)
     return AppManifests(app_id, options.namespace, options.backend, objects, pushes, options.validate_spec,
                         options.queue)
+
+
+def check_job_backend_retries(app: specs.AppDef) -> None:
+    """Indexed Jobs start a failed pod again, alone: a role whose retries must restart the whole
+    app (torchx's APPLICATION, its default) needs a backend that restarts it. With one replica in
+    all, the two are the same."""
+    if sum(role.num_replicas for role in app.roles) <= 1:
+        return
+    for role in app.roles:
+        if role.max_retries > 0 and retry_policy_of(role) == "APPLICATION":
+            raise InvalidArgumentError(
+                f"role {role.name!r}: retry_policy APPLICATION (torchx's default) with max_retries {role.max_retries} "
+                "restarts the whole app, and the job backend starts a failed replica again alone: give -cfg "
+                "backend=jobset or backend=volcano, or the role retry_policy REPLICA")
 
 
 def check_role(role: specs.Role) -> None:
