@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from torchx_ext.launcher import liveness
 from torchx_ext.launcher.liveness import FileWatch
 
@@ -60,32 +62,21 @@ def test_an_import_longer_than_the_limit_is_a_slow_start_not_a_frozen_one(tmp_pa
         launcher.wait()
 
 
-def test_a_launcher_stopped_while_it_starts_is_frozen_within_the_usual_limit(tmp_path: Path) -> None:
+@pytest.mark.parametrize("whole_replica", [True, False], ids=["every process stopped", "only the launcher stopped"])
+def test_a_launcher_stopped_while_it_starts_is_frozen_within_the_usual_limit(tmp_path: Path, whole_replica: bool) -> None:
     path = tmp_path / "alive"
     launcher = start(path, import_s=60)
     try:
-        os.killpg(launcher.pid, signal.SIGSTOP)  # a frozen host: every process of the replica
+        if whole_replica:
+            os.killpg(launcher.pid, signal.SIGSTOP)  # a frozen host: every process of the replica
+        else:
+            os.kill(launcher.pid, signal.SIGSTOP)  # its beating process runs on, and sees it stopped
         stopped = time.monotonic()
         watch = FileWatch(str(path))
         while watch.frozen_for() is None and time.monotonic() - stopped < 30:
             time.sleep(0.2)
         assert time.monotonic() - stopped < liveness.DEFAULT_MAX_AGE_S + 3
         assert liveness.main([str(path), "10"]) == 1
-    finally:
-        os.killpg(launcher.pid, signal.SIGKILL)
-        launcher.wait()
-
-
-def test_only_the_launcher_stopped_still_gets_no_beat(tmp_path: Path) -> None:
-    path = tmp_path / "alive"
-    launcher = start(path, import_s=60)
-    try:
-        os.kill(launcher.pid, signal.SIGSTOP)  # its beating process runs on, and sees it stopped
-        stopped = time.monotonic()
-        watch = FileWatch(str(path))
-        while watch.frozen_for() is None and time.monotonic() - stopped < 30:
-            time.sleep(0.2)
-        assert time.monotonic() - stopped < liveness.DEFAULT_MAX_AGE_S + 3
     finally:
         os.killpg(launcher.pid, signal.SIGKILL)
         launcher.wait()
