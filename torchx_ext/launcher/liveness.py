@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import signal
 import sys
 import threading
@@ -103,7 +104,7 @@ def _start_beat(path: str) -> int:
     if pid:
         return pid
     try:
-        _close_all_descriptors()  # the replica's output pipes must close when the launcher ends
+        close_descriptors_except(set())  # the replica's output pipes must close when the launcher ends
         _beat_while_starting(launcher, path)
     finally:
         os._exit(0)
@@ -140,16 +141,19 @@ def _content(path: str) -> bytes:
         return b""
 
 
-def _close_all_descriptors() -> None:
+def close_descriptors_except(keep: set[int]) -> None:
+    """Close every descriptor of this process but ``keep``: those open are listed, not every
+    number up to the limit (which may be a million, closed one by one where close_range is missing)."""
     try:
-        descriptors = [int(name) for name in os.listdir("/proc/self/fd")]
+        open_now = [int(name) for name in os.listdir("/proc/self/fd")]
     except OSError:
-        descriptors = [0, 1, 2]
-    for descriptor in descriptors:
-        try:
-            os.close(descriptor)
-        except OSError:
-            pass  # the listing's own
+        open_now = list(range(min(resource.getrlimit(resource.RLIMIT_NOFILE)[0], 1 << 16)))
+    for descriptor in open_now:
+        if descriptor not in keep:
+            try:
+                os.close(descriptor)
+            except OSError:
+                pass  # the listing's own, already closed
 
 
 def max_age_s(path: str, limit_s: float = DEFAULT_MAX_AGE_S) -> float:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import importlib
 import logging
 import os
-import resource
 import signal
 import socket
 import sys
@@ -32,6 +31,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, NoReturn
 from multiprocessing import forkserver
+
+from torchx_ext.launcher.liveness import close_descriptors_except
 
 logger = logging.getLogger("torchx_ext.launcher")
 
@@ -83,7 +84,7 @@ def _serve_in_fork(listener_fd: int, alive_r: int, alive_w: int) -> NoReturn:
         # The launcher's record of its server (and that record's lock, held at the fork) is not
         # this process's: a worker that starts a forkserver of its own must find none, unlocked.
         _reset(_server())
-        _close_descriptors_except({0, 1, 2, listener_fd, alive_r})
+        close_descriptors_except({0, 1, 2, listener_fd, alive_r})
         sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__  # not the launcher's locked wrappers
         forkserver.main(listener_fd, alive_r, list(PRELOAD_MODULES))
     except SystemExit:
@@ -92,22 +93,6 @@ def _serve_in_fork(listener_fd: int, alive_r: int, alive_w: int) -> NoReturn:
         traceback.print_exc()
     finally:
         os._exit(code)
-
-
-def _close_descriptors_except(keep: set[int]) -> None:
-    """Nothing of the launcher's but ``keep``: its other descriptors (pipes, log files) must not
-    be held open by the server and every worker. Those open are listed, not every number up to
-    the limit (which may be a million, closed one by one where close_range is missing)."""
-    try:
-        open_now = [int(name) for name in os.listdir("/proc/self/fd")]
-    except OSError:
-        open_now = list(range(min(resource.getrlimit(resource.RLIMIT_NOFILE)[0], 1 << 16)))
-    for descriptor in open_now:
-        if descriptor not in keep:
-            try:
-                os.close(descriptor)
-            except OSError:
-                pass  # the listing's own, already closed
 
 
 def is_running() -> bool:
