@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from torchx.runner import Runner
 from torchx.specs import AppState, parse_app_handle
 
 from tests.conformance.conftest import JOBS, SchedulerUnderTest
-from tests.conformance.jobs_api import status_until, wait
+from tests.conformance.jobs_api import status_until, wait, wait_for_line
 from torchx_ext.components.dist import ddp
 
 STEPS = 24
@@ -45,24 +46,24 @@ def _wait_for_step(directory: Path, step: int, timeout_s: float = 120) -> float:
 
 
 def _training(runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path, j: str,
-              max_retries: int) -> tuple[str, str, Path]:
+              max_retries: int, spares: int = 0, steps: int = STEPS) -> tuple[str, str, Path]:
     """(handle, app id, checkpoint directory) of the checkpointing job, once 3 steps are done."""
     directory = tmp_path / "checkpoints"
     directory.mkdir()
     args = dict(scheduler.component_args)
     args["mounts"] = [*args.get("mounts", []), *scheduler.shared_dir_mounts(directory)]
-    app = ddp(str(directory), str(STEPS), str(STEP_S), script=str(JOBS / "checkpointed.py"), j=j,
-              max_retries=max_retries, **args)
+    app = ddp(str(directory), str(steps), str(STEP_S), script=str(JOBS / "checkpointed.py"), j=j,
+              max_retries=max_retries, spares=spares, **args)
     handle: str = runner.run(app, scheduler.name, cfg=scheduler.cfg)
     _wait_for_step(directory, 3)
     return handle, parse_app_handle(handle).app_id, directory
 
 
-def _every_step_once(runner: Runner, handle: str, directory: Path) -> list[list[Any]]:
+def _every_step_once(runner: Runner, handle: str, directory: Path, steps: int = STEPS) -> list[list[Any]]:
     """The checkpoint's history once the job SUCCEEDED, every step in it once, none skipped."""
     assert wait(runner, handle, timeout_s=240) == AppState.SUCCEEDED
     history = _history(directory)
-    assert [entry[0] for entry in history] == list(range(STEPS)), history
+    assert [entry[0] for entry in history] == list(range(steps)), history
     return history
 
 
@@ -199,4 +200,31 @@ def test_a_fixed_job_without_retries_fails_within_60_s_of_a_freeze(
     assert failed.state == AppState.FAILED and time.monotonic() - frozen_at <= 60, failed
     # Whoever noticed first: the scheduler (the frozen replica) or the survivor's watchdog.
     assert any(why in failed.msg for why in ("gave no sign of life", "lost node", "lost the rendezvous store")), failed.msg
+    assert scheduler.leftovers(app_id) == []
+
+
+# Hot spares (dist.ddp --spares): where the scheduler starts a lost replica again on its own (not
+# the whole gang), the replacement waits as the new spare.
+SPARES = ["local_cwd"]
+SPARE_STEPS = 160
+
+
+@pytest.mark.parametrize("scheduler", SPARES, indirect=True)
+def test_a_hot_spare_takes_a_frozen_replicas_place_and_the_replacement_waits_as_the_next_spare(
+    runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path
+) -> None:
+    # Long enough for the frozen replica's replacement to come while the others train.
+    handle, app_id, directory = _training(runner, scheduler, tmp_path, "2x1", max_retries=1, spares=1, steps=SPARE_STEPS)
+    waiting = status_until(runner, handle, lambda status: "1 hot spare waiting: checkpointed[" in status.msg)
+    spare = int(re.search(r"waiting: checkpointed\[(\d)\]", waiting.msg).group(1))  # type: ignore[union-attr]
+    victim = 2 if spare == 1 else 1  # a training replica, not replica 0 (where the store may live)
+
+    _freeze(scheduler, app_id, victim)
+
+    wait_for_line(runner, handle, "checkpointed", spare, r"step \d+ world 2$", timeout_s=120)  # the spare trains
+    replaced = status_until(runner, handle, lambda status: f"hot spare waiting: checkpointed[{victim}]" in status.msg,
+                            timeout_s=120)
+    assert replaced.num_restarts == 1, replaced
+    history = _every_step_once(runner, handle, directory, SPARE_STEPS)
+    assert {world for _, world, _ in history} == {2}, history
     assert scheduler.leftovers(app_id) == []

@@ -66,3 +66,11 @@ def test_across_hosts_with_restarts_the_workers_store_is_found_on_group_rank_0s_
     assert {rank: (report["group_rank"], report["node_tag"]) for rank, report in reports.items()} == {
         0: (0, "started-1"), 1: (1, "started-0")}
     assert all(report["sum"] == 3.0 for report in reports.values())
+
+
+def test_a_hot_spares_node_rank_takes_its_place_among_the_rounds_ranks(tmp_path: Path) -> None:
+    # A spare (node rank N or above) that replaced node k: the round's node ranks are distinct, not 0 to N-1.
+    reports = _run_two(tmp_path, ("3", "1"))
+
+    assert {rank: (report["group_rank"], report["node_tag"]) for rank, report in reports.items()} == {
+        0: (0, "started-1"), 1: (1, "started-0")}

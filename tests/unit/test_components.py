@@ -187,6 +187,9 @@ def test_arguments_and_env_survive_torchx_macro_substitution() -> None:
         ({"script": "t.py", "mounts": ["type=bind", "src=/a"]}, "malformed --mounts 'type=bind,src=/a'"),
         ({"script": "t.py", "mounts": ["nonsense"]}, "expected type=bind,src=HOST_PATH"),
         ({"script": "t.py", "h": "dgx_h100", "j": "1x9"}, "9 processes per node but the host has 8 GPUs"),
+        ({"script": "t.py", "j": "1:2x1", "spares": 1}, "--spares 1 needs a fixed node count: -j 1:2x... is elastic"),
+        ({"script": "t.py", "j": "2x1", "spares": -1}, "invalid --spares -1: expected 0 or more hot spares"),
+        ({"script": "t.py", "j": "2x1", "spares": 1, "rdzv_backend": "static"}, "--spares 1 needs --rdzv_backend c10d"),
     ],
 )
 def test_bad_input_is_a_clear_error(kwargs: dict[str, object], message: str) -> None:
@@ -236,3 +239,28 @@ def test_the_users_rdzv_conf_wins_over_the_liveness_defaults() -> None:
     args = ddp(script="train.py", j="2x1", max_retries=1, rdzv_conf="last_call_timeout=20,join_timeout=60").roles[0].args
 
     assert _flag(args, "--rdzv-conf") == "last_call_timeout=20,join_timeout=60,keep_alive_interval=2,keep_alive_max_attempt=3"
+
+
+@pytest.mark.parametrize("j, spares, max_retries, nnodes, restarts", [
+    ("2x4", 1, 0, "2", "1"),  # the survivors restart in place once, when the spare takes a lost replica's place
+    ("2x4", 2, 1, "2", "6"),  # and once for each restart of any of the four replicas
+    ("1x4", 1, 0, "1", "1"),  # one node and its spare: a rendezvous through rank 0's host, not a free local port
+])
+def test_spares_are_hot_spare_replicas_beyond_the_rendezvous_nodes(j: str, spares: int, max_retries: int, nnodes: str,
+                                                                    restarts: str) -> None:
+    role = ddp(script="train.py", j=j, spares=spares, max_retries=max_retries).roles[0]
+
+    nodes = int(nnodes)
+    assert (role.num_replicas, role.min_replicas) == (nodes + spares, nodes)
+    assert role.retry_policy == specs.RetryPolicy.HOT_SPARE
+    assert _flag(role.args, "--nnodes") == nnodes
+    assert _flag(role.args, "--node-rank") == specs.macros.replica_id
+    assert _flag(role.args, "--rdzv-endpoint-env") == specs.macros.rank0_env
+    assert _flag(role.args, "--max-restarts") == restarts
+    assert _flag(role.args, "--hot-spares") == str(spares)
+
+
+def test_spmd_takes_spares_too() -> None:
+    role = spmd(script="train.py", j="2", h="dgx_h100", spares=1).roles[0]
+
+    assert (role.num_replicas, role.min_replicas, role.retry_policy) == (3, 2, specs.RetryPolicy.HOT_SPARE)

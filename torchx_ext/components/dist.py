@@ -59,6 +59,7 @@ def ddp(
     gpu: int = 0,
     memMB: int = 1024,
     j: str = "1x2",
+    spares: int = 0,
     env: Optional[Dict[str, str]] = None,
     max_retries: int = 0,
     rdzv_port: int = 29500,
@@ -88,6 +89,7 @@ def ddp(
         gpu: GPUs per replica
         memMB: memory per replica in MB
         j: [MIN:]NODESxPROCS or PROCS (one node), e.g. 2x4 or 2:5x8
+        spares: hot spares: replicas beyond NODES that start with the job and wait to take a lost one's place (fixed -j NODESxPROCS)
         env: environment variables for the workers (e.g. ENV1=v1,ENV2=v2)
         max_retries: times a failed replica is started again (its survivors restart their workers in place)
         rdzv_port: rendezvous port on rank 0's host (multi-node jobs; single-node jobs use a free port)
@@ -105,7 +107,7 @@ def ddp(
     resource = _resource(cpu, gpu, memMB, h)
     return _app(
         script_args, script=script, m=m, image=image, name=name, resource=resource,
-        nodes=(min_nodes, max_nodes), nproc=nproc, env=env, max_retries=max_retries,
+        nodes=(min_nodes, max_nodes), nproc=nproc, spares=spares, env=env, max_retries=max_retries,
         rdzv_port=rdzv_port, rdzv_backend=rdzv_backend, rdzv_conf=rdzv_conf, mounts=mounts,
         debug=debug, tee=tee, numa_binding=numa_binding, numa_strict=numa_strict, omp_threads=omp_threads,
         metadata=metadata,
@@ -120,6 +122,7 @@ def spmd(
     name: str = "/",
     h: str = "gpu.small",
     j: str = "1x1",
+    spares: int = 0,
     env: Optional[Dict[str, str]] = None,
     max_retries: int = 0,
     rdzv_port: int = 29500,
@@ -145,6 +148,7 @@ def spmd(
         name: {experiment}/{run}, {experiment}/, /{run} or {run}; run defaults to the script or module name
         h: a named resource, e.g. aws_p5.48xlarge
         j: [MIN:]NODESxPROCS, or NODES (PROCS = the host's GPU count), e.g. 2x8, 2:5x8 or 2
+        spares: hot spares: replicas beyond NODES that start with the job and wait to take a lost one's place (fixed -j NODESxPROCS)
         env: environment variables for the workers (e.g. ENV1=v1,ENV2=v2)
         max_retries: times a failed replica is started again (its survivors restart their workers in place)
         rdzv_port: rendezvous port on rank 0's host (multi-node jobs; single-node jobs use a free port)
@@ -167,7 +171,7 @@ def spmd(
             )
         j = f"{j}x{gpus}"
     return ddp(
-        *script_args, script=script, m=m, image=image, name=name, h=h, j=j, env=env,
+        *script_args, script=script, m=m, image=image, name=name, h=h, j=j, spares=spares, env=env,
         max_retries=max_retries, rdzv_port=rdzv_port, rdzv_backend=rdzv_backend, rdzv_conf=rdzv_conf,
         mounts=mounts, debug=debug, numa_binding=numa_binding, numa_strict=numa_strict, omp_threads=omp_threads,
         metadata=metadata,
@@ -230,6 +234,7 @@ def _app(
     resource: specs.Resource,
     nodes: Tuple[int, int],
     nproc: int,
+    spares: int,
     env: Optional[Dict[str, str]],
     max_retries: int,
     rdzv_port: int,
@@ -256,6 +261,8 @@ def _app(
             f"use at most {resource.gpu} (e.g. -j {nodes[1]}x{resource.gpu})"
         )
     min_nodes, max_nodes = nodes
+    check_spares(spares, min_nodes, max_nodes, rdzv_backend)
+    replicas = max_nodes + spares
     names = StructuredNameArgument.parse_from(name=name, m=m, script=script)
     worker_env = dict(env or {})
     worker_env["TORCHX_TRACKING_EXPERIMENT_NAME"] = names.experiment_name
@@ -273,17 +280,20 @@ def _app(
         "--role", "",
         "--numa-binding", numa_binding,
     ]
-    if max_nodes == 1:
+    if replicas == 1:
         if rdzv_backend != "static":
             args += ["--rdzv-endpoint", "localhost:0"]  # one agent: any free port will do
         # static on one node with no endpoint: the launcher, like torchrun, takes a free port
         # (static at localhost:0 would wait forever for a store nobody can reach)
     else:
         args += ["--rdzv-endpoint-env", macros.rank0_env, "--rdzv-port", str(rdzv_port)]
-    if rdzv_backend == "static" or (min_nodes == max_nodes > 1):
-        # c10d: replica k runs group rank k (the launcher's order; torch's would go by address).
+    if rdzv_backend == "static" or (min_nodes == max_nodes and replicas > 1):
+        # c10d: replica k runs group rank k (the launcher's order; torch's would go by address);
+        # a spare takes the place of the replica it replaced.
         args += ["--node-rank", macros.replica_id]
-    restarts = max_restarts(max_retries, min_nodes, max_nodes)
+    if spares:
+        args += ["--hot-spares", str(spares)]
+    restarts = max_restarts(max_retries, min_nodes, max_nodes, spares)
     if restarts:
         args += ["--max-restarts", str(restarts)]
     conf = rdzv_conf_with_liveness(rdzv_conf) if restarts and rdzv_backend == "c10d" else rdzv_conf
@@ -308,11 +318,12 @@ def _app(
                 env={key: escape_template(value) for key, value in worker_env.items()},
                 resource=resource,
                 min_replicas=min_nodes,
-                num_replicas=max_nodes,
+                num_replicas=replicas,
                 port_map={"c10d": rdzv_port},
                 max_retries=max_retries,
-                # Our launcher re-rendezvouses with a replaced replica: only the lost one is started again.
-                retry_policy=specs.RetryPolicy.REPLICA,
+                # Our launcher re-rendezvouses with a replaced replica: only the lost one is started again
+                # (with spares: as a new spare).
+                retry_policy=specs.RetryPolicy.HOT_SPARE if spares else specs.RetryPolicy.REPLICA,
                 mounts=_mounts(mounts),
                 metadata={**target_metadata(script, m), **(metadata or {})},
             )
@@ -320,14 +331,33 @@ def _app(
     )
 
 
-def max_restarts(max_retries: int, min_nodes: int, max_nodes: int) -> int:
+def max_restarts(max_retries: int, min_nodes: int, max_nodes: int, spares: int = 0) -> int:
     """The launcher's ``--max-restarts`` for a role of ``max_retries``: enough for a survivor to
-    restart its workers in place once for every restart of every replica, plus once for each
-    replica an elastic job may lose for good. None on one node: the scheduler restarts the replica
-    (and counts it in ``num_restarts``)."""
-    if max_nodes == 1:
+    restart its workers in place once for every restart of every replica (spares included), plus
+    once for each replica an elastic job may lose for good and each spare that may take a lost
+    one's place. None on one node without spares: the scheduler restarts the replica (and counts it in
+    ``num_restarts``)."""
+    if max_nodes + spares == 1:
         return 0
-    return max_retries * max_nodes + (max_nodes - min_nodes)
+    return max_retries * (max_nodes + spares) + (max_nodes - min_nodes) + spares
+
+
+def check_spares(spares: int, min_nodes: int, max_nodes: int, rdzv_backend: str) -> None:
+    """Hot spares wait in c10d's redundancy list beyond a fixed node count: refused elsewhere, in one line."""
+    if spares < 0:
+        raise InvalidArgumentError(f"invalid --spares {spares}: expected 0 or more hot spares")
+    if not spares:
+        return
+    if min_nodes != max_nodes:
+        raise InvalidArgumentError(
+            f"--spares {spares} needs a fixed node count: -j {min_nodes}:{max_nodes}x... is elastic, "
+            f"and takes extra replicas as nodes up to {max_nodes}; give -j {max_nodes}xPROCS --spares {spares}, "
+            f"or -j {min_nodes}:{max_nodes + spares}xPROCS"
+        )
+    if rdzv_backend != "c10d":
+        raise InvalidArgumentError(
+            f"--spares {spares} needs --rdzv_backend c10d (got {rdzv_backend!r}): spares wait in its rendezvous"
+        )
 
 
 RDZV_LIVENESS: Dict[str, str] = {

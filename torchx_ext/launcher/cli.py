@@ -30,6 +30,7 @@ from torchx_ext.launcher.caller_state import caller_state_kept
 from torchx_ext.launcher.scratch import log_dir_of_launch
 from torchx_ext.launcher.streams import lock_standard_streams
 from torchx_ext.launcher.rendezvous_store import use_fresh_store_per_attempt_if_needed
+from torchx_ext.launcher.spare import SpareReleased
 from torchx_ext.launcher.watched_rendezvous import BACKEND as WATCHED_BACKEND
 from torchx_ext.launcher.watched_rendezvous import PeerLostError, exit_for_store_loss, peer_timeout, watch_rendezvous
 from torchx_ext.launcher.watchdog import DEFAULT_TIMEOUT_S, Loss
@@ -104,6 +105,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="while workers run, a peer node (or the rendezvous store) silent this long is lost: the "
         "workers stop and rendezvous again within --max-restarts, or the launcher exits naming it "
         f"(c10d, 2 nodes or more; default {DEFAULT_TIMEOUT_S:g}, or the --rdzv-conf key peer_timeout; 0: off)",
+    )
+    parser.add_argument(
+        "--hot-spares", "--hot_spares", default=0, type=_spares, metavar="N",
+        help="the job runs N launchers beyond --nnodes (c10d): those a full round leaves out wait as hot "
+        "spares and take a lost node's place; one whose first join finds the rendezvous closed (the job's "
+        "nodes are done) exits 0. Default 0",
     )
     parser.add_argument(
         "--omp-threads", "--omp_threads", metavar="auto|N",
@@ -210,7 +217,8 @@ def prepare(args: argparse.Namespace) -> tuple[Any, Callable[..., Any] | str, li
         if omp_decided_here:
             os.environ.pop("OMP_NUM_THREADS", None)
     _set_store_host(config.rdzv_configs)
-    watch_rendezvous(config, peer_timeout(args.peer_timeout, config.rdzv_configs), _leave_for_store_loss, args.node_rank)
+    watch_rendezvous(config, peer_timeout(args.peer_timeout, config.rdzv_configs), _leave_for_store_loss, args.node_rank,
+                     args.hot_spares)
     # LaunchConfig may still pick torch's default numa_options on CUDA hosts: clear them.
     config.numa_options = None
     if getattr(args, "shutdown_timeout", None) is None and "TORCH_ELASTIC_SHUTDOWN_TIMEOUT" not in os.environ:
@@ -266,6 +274,9 @@ def run(config: Any, entrypoint: Callable[..., Any] | str, entry_args: list[str]
         mark_running(liveness_file)  # torch is imported: the short limit holds from now on
     try:
         elastic_launch(config=config, entrypoint=entrypoint)(*entry_args)
+    except SpareReleased as error:
+        print(f"[torchx_ext.launcher] {error}; nothing to replace", file=sys.stderr)
+        return OK
     except PeerLostError as error:
         _report_launcher_failure(str(error))
         print(f"[torchx_ext.launcher] error: {error}; workers stopped", file=sys.stderr)
@@ -292,6 +303,12 @@ def run(config: Any, entrypoint: Callable[..., Any] | str, entry_args: list[str]
         )
         return FAILED
     return OK
+
+
+def _spares(text: str) -> int:
+    if not text.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"invalid --hot-spares {text!r}: expected a number of launchers, 0 or more")
+    return int(text)
 
 
 def _backend_name(backend: str) -> str:

@@ -36,11 +36,15 @@ DEFAULT_MAX_AGE_S = 10.0
 """A replica whose file is older than this is frozen: ten missed touches."""
 STARTING_MAX_AGE_S = 60.0
 """How old the file may be while the launcher starts with no process beating for it."""
+SPARE_WORD = "spare"
+"""What a probe prints for a launcher waiting as a hot spare."""
 STARTING_WATCH_S = 120.0
 """How long the starting beat vouches for a launcher that has not finished importing: one still
 starting after two minutes (not stopped, but hung: a deadlock, a dead network file system) is
 taken for hung 10 s later."""
 STARTING, WATCHED, RUNNING = b"starting\n", b"starting, watched\n", b"running\n"
+SPARE = b"spare\n"
+"""A running launcher waiting as a hot spare (``launcher/spare.py``): as young as a running one."""
 _beat: tuple[int, int] | None = None
 """(launcher pid, beating pid) of the process beating while the launcher starts (``start_touching``);
 the beating pid is 0 when there is none."""
@@ -210,6 +214,16 @@ def age_s(path: str, now: float | None = None) -> float | None:
     return max(0.0, (time.time() if now is None else now) - touched)
 
 
+def write_state(path: str, content: bytes) -> None:
+    """Say ``content`` (RUNNING or SPARE) in the file; touching it goes on as before."""
+    _write(path, content)
+
+
+def is_spare(path: str) -> bool:
+    """Whether the launcher of ``path`` says it waits as a hot spare."""
+    return _content(path) == SPARE
+
+
 def _touch(path: str) -> None:
     try:
         os.utime(path)
@@ -242,6 +256,8 @@ def main(argv: list[str] | None = None) -> int:
     if age > limit:
         print(f"the launcher last touched {path} {age:.1f} s ago (more than {limit:g} s): frozen", file=sys.stderr)
         return 1
+    if is_spare(path):
+        print(SPARE_WORD)  # Docker keeps a probe's output in the container's health log: describe reads it
     return 0
 
 

@@ -23,7 +23,9 @@ from typing import Any
 
 from torchx_ext.errors import InvalidArgumentError, TorchxExtError
 from torchx_ext.launcher.rendezvous_pauses import prompt_pauses
+from torchx_ext.launcher.spare import marked_while_spare
 from torchx_ext.launcher.watchdog import DEFAULT_TIMEOUT_S, Loss, RoundWatch
+from torchx_ext.replica_env import LIVENESS_FILE_ENV
 
 logger = logging.getLogger("torchx_ext.launcher")
 
@@ -33,6 +35,7 @@ TIMEOUT_KEY = "peer_timeout"
 ``heartbeat_timeout``, which bounds one keep-alive write."""
 _RESTARTS_KEY = "torchx_ext_max_restarts"
 _NODE_RANK_KEY = "torchx_ext_node_rank"
+_SPARES_KEY = "torchx_ext_hot_spares"
 _NODE_RANK_PREFIX = "torchx_ext.node_rank."
 
 
@@ -57,20 +60,23 @@ def peer_timeout(flag: str | float | None, rdzv_configs: dict[str, Any]) -> floa
     return value
 
 
-def watch_rendezvous(config: Any, timeout_s: float, on_store_loss: Callable[[Loss], None], node_rank: int = 0) -> None:
+def watch_rendezvous(config: Any, timeout_s: float, on_store_loss: Callable[[Loss], None], node_rank: int = 0,
+                     spares: int = 0) -> None:
     """Switch ``config`` (torch's ``LaunchConfig``) from c10d to the watched c10d; leaves every
     other backend as it is. The watchdog runs for runs of more than one node, with a timeout (not
-    0). A run of a fixed number of nodes makes ``node_rank`` (``--node-rank``, which torch's c10d
-    ignores) this node's group rank whenever the nodes' ranks are 0 to N-1, each given once. Every
+    0). A run of a fixed number of nodes orders its group ranks by the nodes' ``--node-rank`` (which
+    torch's c10d ignores) whenever those are distinct (``in_node_rank_order``). Every
     run gets the rendezvous without torch's fixed pauses (``rendezvous_pauses``)."""
     config.rdzv_configs.pop(TIMEOUT_KEY, None)
     if config.rdzv_backend != "c10d":
         return
     several = config.max_nodes >= 2
+    # One node of a run with hot spares has no peer to watch, but still its place among the spares' ranks.
     _register(on_store_loss)
     config.rdzv_backend = BACKEND
     config.rdzv_configs[TIMEOUT_KEY] = timeout_s if several else 0
     config.rdzv_configs[_RESTARTS_KEY] = config.max_restarts
+    config.rdzv_configs[_SPARES_KEY] = spares
     config.rdzv_configs[_NODE_RANK_KEY] = node_rank if several and config.min_nodes == config.max_nodes else -1
 
 
@@ -91,6 +97,7 @@ def _create_handler(params: Any) -> Any:
     timeout = float(config.pop(TIMEOUT_KEY))
     restarts = int(config.pop(_RESTARTS_KEY))
     node_rank = int(config.pop(_NODE_RANK_KEY))
+    spares = int(config.pop(_SPARES_KEY))
     inner = rendezvous_handler_registry.create_handler(
         RendezvousParameters(
             backend="c10d",
@@ -103,7 +110,7 @@ def _create_handler(params: Any) -> Any:
         )
     )
     return _watched_handler_class()(inner, timeout, restarts, params.endpoint, _store_loss_handler[0], node_rank,
-                                    params.local_addr)
+                                    params.local_addr, spares)
 
 
 def _watched_handler_class() -> type:
@@ -111,8 +118,11 @@ def _watched_handler_class() -> type:
 
     class WatchedRendezvousHandler(RendezvousHandler):  # type: ignore[misc]  # torch is untyped here
         def __init__(self, inner: Any, timeout_s: float, restarts: int, endpoint: str,
-                     on_store_loss: Callable[[Loss], None], node_rank: int, local_addr: str | None) -> None:
+                     on_store_loss: Callable[[Loss], None], node_rank: int, local_addr: str | None,
+                     spares: int) -> None:
             self._inner = inner
+            self._spares = spares
+            self._joined = False
             self._node_rank = node_rank
             self._local_addr = local_addr
             self._timeout_s = timeout_s
@@ -134,8 +144,10 @@ def _watched_handler_class() -> type:
             if previous is not None:
                 previous.judge_store_only()
             try:
-                with prompt_pauses(self._inner):
+                with prompt_pauses(self._inner), marked_while_spare(
+                        self._inner, os.environ.get(LIVENESS_FILE_ENV), closed_releases=self._spares > 0 and not self._joined):
                     info = self._inner.next_rendezvous()
+                self._joined = True
             finally:
                 if previous is not None:
                     previous.stop()
@@ -192,8 +204,10 @@ def _watched_handler_class() -> type:
 
 
 def in_node_rank_order(info: Any, node_rank: int, local_addr: str | None, shared_store: bool) -> Any:
-    """``info`` (torch's RendezvousInfo) with ``node_rank`` as its rank when every node of the round
-    gave a distinct one of 0 to N-1; else as it is, in torch's order (by host name or --local-addr, then pid).
+    """``info`` (torch's RendezvousInfo) with the place of ``node_rank`` among the round's nodes'
+    ``--node-rank`` values as its rank, when every node gave a distinct one; else as it is, in
+    torch's order (by host name or --local-addr, then pid). Ranks 0 to N-1 keep their own; a hot
+    spare (``spare.py``, node rank N or above) that replaced node k of a round takes that place.
 
     torch's c10d ranks agents by host name, so replica k of a scheduler need not run group rank
     k: the first replica's log is then not rank 0's, nor rank r on the node a user expects. Every
@@ -210,14 +224,14 @@ def in_node_rank_order(info: Any, node_rank: int, local_addr: str | None, shared
     store = info.store
     store.set(f"{_NODE_RANK_PREFIX}{info.rank}", str(node_rank))
     given = [int(value) for value in store.multi_get([f"{_NODE_RANK_PREFIX}{rank}" for rank in range(info.world_size)])]
-    if sorted(given) != list(range(info.world_size)):
-        logger.info("group ranks in torch's order: the nodes' --node-rank values %s are not 0 to %d, each once",
-                    given, info.world_size - 1)
+    if len(set(given)) != len(given):
+        logger.info("group ranks in torch's order: the nodes' --node-rank values %s are not distinct", given)
         return info
+    rank = sorted(given).index(node_rank)
     bootstrap = info.bootstrap_store_info
     if not shared_store:
-        bootstrap = RendezvousStoreInfo.build(node_rank, PrefixStore("torchx_ext.bootstrap/", store), local_addr=local_addr)
-    return RendezvousInfo(store, node_rank, info.world_size, bootstrap)
+        bootstrap = RendezvousStoreInfo.build(rank, PrefixStore("torchx_ext.bootstrap/", store), local_addr=local_addr)
+    return RendezvousInfo(store, rank, info.world_size, bootstrap)
 
 
 def exit_for_store_loss(loss: Loss, exit_code: int, write_report: Callable[[str], None]) -> None:

@@ -16,6 +16,8 @@ Standard library only; torchx's AppState is imported when asked for.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import signal
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -111,6 +113,20 @@ def restarts_message(restarts: int, last_failure: str) -> str:
         return ""
     count = f"{restarts} restart{'' if restarts == 1 else 's'}"
     return f"{count}, the last after {last_failure}" if last_failure else count
+
+
+def spares_message(spares: Sequence[tuple[str, int]]) -> str:
+    """What a job says of its replicas waiting as hot spares (``launcher/spare.py``), by torchx's
+    ``role[id]`` names."""
+    if not spares:
+        return ""
+    names = ", ".join(f"{role}[{replica_id}]" for role, replica_id in spares)
+    return f"{len(spares)} hot spare{'' if len(spares) == 1 else 's'} waiting: {names}"
+
+
+def joined_message(*parts: str) -> str:
+    """The parts of a job's message that say something, in one line."""
+    return "; ".join(part for part in parts if part)
 
 
 def how_it_ended(code: int) -> str:

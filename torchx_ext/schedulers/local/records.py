@@ -31,6 +31,8 @@ STATE_ROOT_ENV = "TORCHX_EXT_LOCAL_STATE"
 FORMAT_VERSION = 1
 ERROR_FILE_NAME = "error.json"
 """A replica's torchelastic error file, in its log directory."""
+LIVENESS_FILE_NAME = "liveness"
+"""In a replica's log directory: its launcher's sign of life (``launcher/liveness.py``), touched or saying ``spare``."""
 FORMAT_KEY = "format"
 
 

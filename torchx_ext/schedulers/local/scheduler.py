@@ -31,10 +31,12 @@ from torchx_ext.schedulers.common.job_dir import submitted_request
 from torchx_ext.schedulers.common.logs import LogQuery
 from torchx_ext.schedulers.common.scheduler import HostSliceOpts, ReplicaReport, SchedulerShell
 from torchx_ext.schedulers.common.scheduler import add_cancel_grace_opt, add_host_slice_opts, describe_response
-from torchx_ext.schedulers.common.states import State, app_state, restarts_message
+from torchx_ext.schedulers.common.states import State, app_state, joined_message, restarts_message, spares_message
+from torchx_ext.launcher.liveness import is_spare
 from torchx_ext.schedulers.common.watch import RecordWatch, file_signature
 from torchx_ext.schedulers.local.processes import marked_processes, signal_process, stop_processes
 from torchx_ext.schedulers.local.records import (
+    LIVENESS_FILE_NAME,
     JobDir,
     JobState,
     ReplicaState,
@@ -161,6 +163,9 @@ class LocalScheduler(SchedulerShell[LocalOpts]):
         # A replica not started yet is SUBMITTED with its job, else not reported (UNKNOWN).
         not_started = State.SUBMITTED if state.state is State.SUBMITTED else None
         failed = next((replica for replica in state.replicas if replica.state is State.FAILED), None)
+        spares = [(replica.role, replica.replica_id) for replica in request.replicas()
+                  if states.get((replica.role, replica.replica_id)) is State.RUNNING
+                  and is_spare(str(Path(replica.log_dir, LIVENESS_FILE_NAME)))]
         return describe_response(
             app_id,
             state.state,
@@ -172,7 +177,8 @@ class LocalScheduler(SchedulerShell[LocalOpts]):
             ],
             error=errors[(failed.role, failed.replica_id)] if failed is not None else None,
             num_restarts=state.num_restarts,
-            msg=state.msg or restarts_message(state.num_restarts, state.last_failure),
+            msg=state.msg or joined_message(restarts_message(state.num_restarts, state.last_failure),
+                                            spares_message(spares)),
             ui_url=f"file://{job.path}",
         )
 

@@ -37,8 +37,8 @@ from torchx_ext.replica_env import LIVENESS_FILE_ENV, RDZV_IS_HOST_ENV, RDZV_POR
 from torchx_ext.schedulers.common.states import State, how_it_ended, job_move, replica_move
 from torchx_ext.schedulers.local.processes import (JOB_MARKER_ENV, marked_processes, signal_process as _signal,
                                                    stop_processes)
-from torchx_ext.schedulers.local.records import (ERROR_FILE_NAME, JobDir, JobState, LocalJobRequest, ReplicaRequest,
-                                                 ReplicaState, RoleRequest)
+from torchx_ext.schedulers.local.records import (ERROR_FILE_NAME, LIVENESS_FILE_NAME, JobDir, JobState, LocalJobRequest,
+                                                 ReplicaRequest, ReplicaState, RoleRequest)
 from torchx_ext.schedulers.common.log_files import ReplicaLogWriter
 
 _PR_SET_CHILD_SUBREAPER = 36
@@ -65,7 +65,7 @@ class _Replica:
 
     @property
     def liveness_file(self) -> Path:
-        return Path(self.request.log_dir, "liveness")
+        return Path(self.request.log_dir, LIVENESS_FILE_NAME)
 
     @property
     def max_retries(self) -> int:

@@ -1,0 +1,73 @@
+"""Hot spares: launchers beyond the rendezvous' node count, waiting to take a lost node's place.
+
+torch's c10d rendezvous already keeps a node that arrives when a round is full in its
+redundancy list: the node keeps its keep-alive beating, trains nothing and counts in no
+``num_nodes_waiting`` (so it restarts nobody). Once a member is gone (it left to re-rendezvous
+after a failure, or its keep-alives stopped), the spare moves to the wait list and joins the
+next round, with the survivors. So a replica started beyond ``--nnodes`` is a hot spare, with
+torch's own rounds; this module adds what a user and a scheduler need around them:
+
+- the liveness file says ``spare`` while this launcher waits in the redundancy list, so its
+  scheduler can show it as one (``torchx status``);
+- a spare whose rendezvous is closed (the job's nodes finished or gave up) leaves with exit 0:
+  torch's agent would fail on it (it returns no result from ``run``). So does a launcher of a job
+  with spares whose first join finds the rendezvous closed: a replacement that came when the
+  job's nodes were done has nothing to replace (torch: RendezvousClosedError, a failure).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from torchx_ext.errors import TorchxExtError
+from torchx_ext.launcher.liveness import RUNNING, SPARE, write_state
+
+POLL_S = 0.5
+
+
+class SpareReleased(TorchxExtError):
+    """The rendezvous closed while this launcher waited as a hot spare: nothing left to replace."""
+
+
+@contextmanager
+def marked_while_spare(handler: Any, liveness_file: str | None, closed_releases: bool = False) -> Iterator[None]:
+    """While the block runs (a ``next_rendezvous`` of torch's c10d ``handler``), ``liveness_file``
+    says ``spare`` whenever this node is in the redundancy list, ``running`` otherwise. A closed
+    rendezvous that finds this node a spare raises ``SpareReleased``; so does any closed one with
+    ``closed_releases`` (a first join, in a job with spares). A handler of another kind, or no
+    file: nothing is marked."""
+    from torch.distributed.elastic.rendezvous import RendezvousClosedError, RendezvousGracefulExitError
+
+    holder: Any = getattr(handler, "_state_holder", None)
+    node: Any = getattr(handler, "_this_node", None)
+    done = threading.Event()
+    watcher = None
+    if liveness_file and holder is not None and node is not None:
+
+        def mark() -> None:
+            spare = False
+            while not done.wait(POLL_S):
+                now = node in getattr(getattr(holder, "state", None), "redundancy_list", ())
+                if now != spare:
+                    spare = now
+                    write_state(liveness_file, SPARE if spare else RUNNING)
+            if spare:
+                write_state(liveness_file, RUNNING)
+
+        watcher = threading.Thread(target=mark, name="torchx_ext: spare mark", daemon=True)
+        watcher.start()
+    try:
+        yield
+    except RendezvousGracefulExitError as error:
+        raise SpareReleased(f"hot spare released: the rendezvous closed while it waited ({error})") from None
+    except RendezvousClosedError:
+        if not closed_releases:
+            raise
+        raise SpareReleased("hot spare released: the rendezvous was closed when it came (the job's nodes are done)") from None
+    finally:
+        done.set()
+        if watcher is not None:
+            watcher.join()
