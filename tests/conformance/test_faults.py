@@ -46,7 +46,8 @@ def _wait_for_step(directory: Path, step: int, timeout_s: float = 120) -> float:
 
 
 def _training(runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path, j: str,
-              max_retries: int, spares: int = 0, steps: int = STEPS) -> tuple[str, str, Path]:
+              max_retries: int, spares: int = 0, steps: int = STEPS,
+              cfg: dict[str, Any] | None = None) -> tuple[str, str, Path]:
     """(handle, app id, checkpoint directory) of the checkpointing job, once 3 steps are done."""
     directory = tmp_path / "checkpoints"
     directory.mkdir()
@@ -54,7 +55,7 @@ def _training(runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path, j: 
     args["mounts"] = [*args.get("mounts", []), *scheduler.shared_dir_mounts(directory)]
     app = ddp(str(directory), str(steps), str(STEP_S), script=str(JOBS / "checkpointed.py"), j=j,
               max_retries=max_retries, spares=spares, **args)
-    handle: str = runner.run(app, scheduler.name, cfg=scheduler.cfg)
+    handle: str = runner.run(app, scheduler.name, cfg={**scheduler.cfg, **(cfg or {})})
     _wait_for_step(directory, 3)
     return handle, parse_app_handle(handle).app_id, directory
 
@@ -205,7 +206,7 @@ def test_a_fixed_job_without_retries_fails_within_60_s_of_a_freeze(
 
 # Hot spares (dist.ddp --spares): where the scheduler starts a lost replica again on its own (not
 # the whole gang), the replacement waits as the new spare.
-SPARES = ["local_cwd"]
+SPARES = ["local_cwd", "local_docker", "kubernetes"]
 SPARE_STEPS = 160
 
 
@@ -214,7 +215,10 @@ def test_a_hot_spare_takes_a_frozen_replicas_place_and_the_replacement_waits_as_
     runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path
 ) -> None:
     # Long enough for the frozen replica's replacement to come while the others train.
-    handle, app_id, directory = _training(runner, scheduler, tmp_path, "2x1", max_retries=1, spares=1, steps=SPARE_STEPS)
+    # Three pods of a CPU each do not fit the test cluster's 2-CPU node: each asks for 0.6.
+    cfg = {"reserved_millicpu": 400} if scheduler.name == "kubernetes" else {}
+    handle, app_id, directory = _training(runner, scheduler, tmp_path, "2x1", max_retries=1, spares=1,
+                                          steps=SPARE_STEPS, cfg=cfg)
     waiting = status_until(runner, handle, lambda status: "1 hot spare waiting: checkpointed[" in status.msg)
     spare = int(re.search(r"waiting: checkpointed\[(\d)\]", waiting.msg).group(1))  # type: ignore[union-attr]
     victim = 2 if spare == 1 else 1  # a training replica, not replica 0 (where the store may live)

@@ -222,3 +222,16 @@ def test_a_replaced_pod_still_counts_once_a_succeeded_job_has_deleted_its_replac
     failed = read_app(APP, [job([("Failed", "PodFailurePolicy")])], [pod(0, "Failed", exit_code=1), pod(1, "Succeeded", exit_code=0)])
     waiting = read_app(APP, [job(ready=1)], [pod(0, "Failed", exit_code=1), pod(1, "Running")])
     assert (failed.state, failed.restarts, waiting.state, waiting.restarts) == (State.FAILED, 0, State.RUNNING, 0)
+
+
+def test_a_running_pod_that_our_spare_probe_calls_not_ready_is_a_hot_spare() -> None:
+    spare, training = pod(1, "Running"), pod(0, "Running")
+    for each, ready in ((spare, False), (training, True)):
+        each["spec"] = {"containers": [{"readinessProbe": {"exec": {"command": ["python", "-m", "x", "--training", "f"]}}}]}
+        each["status"]["containerStatuses"][0]["ready"] = ready
+    unprobed = pod(2, "Running")
+    unprobed["status"]["containerStatuses"][0]["ready"] = False
+
+    view = read_app(APP, [job([], replicas=3)], [training, spare, unprobed])
+
+    assert view.spares == [("train", 1)]

@@ -499,3 +499,15 @@ def test_a_bad_gpu_resource_is_one_line_naming_it(gpu_resource: str) -> None:
     app = ddp(script="train.py", j="1x2", gpu=2, image="img:1")
     with pytest.raises(InvalidArgumentError, match=f"invalid gpu_resource {gpu_resource!r}: expected an extended"):
         build_manifests(app, app_id="g-abc12345", options=ManifestOptions(gpu_resource=gpu_resource))
+
+
+def test_hot_spares_get_a_readiness_probe_that_fails_while_they_wait_on_the_job_backend_only() -> None:
+    app = ddp(script="train.py", j="2x1", image="registry.example/train:1", spares=1)
+    container = first_pod(app)["spec"]["containers"][0]
+
+    assert container["readinessProbe"]["exec"]["command"][-2:] == ["--training", "/tmp/torchx_ext_liveness"]
+    assert "readinessProbe" not in first_pod(ddp(script="train.py", j="2x1", image="registry.example/train:1"))[
+        "spec"]["containers"][0]
+    for backend in ("jobset", "volcano"):
+        with pytest.raises(InvalidArgumentError, match=f"HOT_SPARE .* backend={backend} restarts every pod: give -cfg backend=job"):
+            build_manifests(app, app_id="train-abc12345", options=ManifestOptions(backend=backend))

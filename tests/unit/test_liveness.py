@@ -85,3 +85,17 @@ def test_the_probe_says_why_a_replica_is_frozen(tmp_path: Path, capsys: pytest.C
 )
 def test_only_our_launcher_under_a_plain_python_gets_a_probe(entrypoint: str, args: list[str], probed: bool) -> None:
     assert runs_our_launcher(entrypoint, args) is probed
+
+
+def test_the_training_probe_fails_only_while_the_launcher_waits_as_a_spare(tmp_path: Path,
+                                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "alive"
+    assert liveness.main(["--training", str(path)]) == 0  # not written yet: starting, no spare
+    liveness.write_state(str(path), liveness.RUNNING)
+    assert liveness.main(["--training", str(path)]) == 0
+    assert liveness.main([str(path), "10"]) == 0 and capsys.readouterr().out == ""
+
+    liveness.write_state(str(path), liveness.SPARE)
+
+    assert liveness.main(["--training", str(path)]) == 1
+    assert liveness.main([str(path), "10"]) == 0 and capsys.readouterr().out == "spare\n"  # Docker's health log shows it

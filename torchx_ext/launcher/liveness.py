@@ -36,6 +36,7 @@ DEFAULT_MAX_AGE_S = 10.0
 """A replica whose file is older than this is frozen: ten missed touches."""
 STARTING_MAX_AGE_S = 60.0
 """How old the file may be while the launcher starts with no process beating for it."""
+TRAINING_FLAG = "--training"
 SPARE_WORD = "spare"
 """What a probe prints for a launcher waiting as a hot spare."""
 STARTING_WATCH_S = 120.0
@@ -241,8 +242,10 @@ def _write(path: str, content: bytes) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    if len(args) == 2 and args[0] == TRAINING_FLAG:
+        return 1 if _says_spare(args[1]) else 0
     if len(args) != 2:
-        print("usage: python -m torchx_ext.launcher.liveness PATH MAX_AGE_S", file=sys.stderr)
+        print(f"usage: python -m torchx_ext.launcher.liveness PATH MAX_AGE_S | {TRAINING_FLAG} PATH", file=sys.stderr)
         return 2
     path = args[0]
     limit = max_age_s(path, float(args[1]))
@@ -259,6 +262,19 @@ def main(argv: list[str] | None = None) -> int:
     if is_spare(path):
         print(SPARE_WORD)  # Docker keeps a probe's output in the container's health log: describe reads it
     return 0
+
+
+def training_probe_command(path: str, python: str = "python") -> list[str]:
+    """The argv of a readiness probe: it fails while the launcher of ``path`` waits as a hot spare,
+    so Kubernetes shows a spare's pod running and not ready."""
+    return [python, "-m", "torchx_ext.launcher.liveness", TRAINING_FLAG, path]
+
+
+def _says_spare(path: str) -> bool:
+    if is_spare(path):
+        print(f"the launcher waits as a hot spare ({path} says {SPARE_WORD})", file=sys.stderr)
+        return True
+    return False
 
 
 if __name__ == "__main__":

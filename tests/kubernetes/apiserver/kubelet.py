@@ -57,11 +57,18 @@ class Runtime:
     started_at: float = 0.0  # monotonic, for the liveness probes' initial delay
     probe_due: dict[str, float] = field(default_factory=dict)  # container -> next liveness probe
     probe_failures: dict[str, int] = field(default_factory=dict)  # container -> failures in a row
+    ready_due: dict[str, float] = field(default_factory=dict)  # container -> next readiness probe
 
 
 def _docker_time(text: str) -> str:
     """Docker's nanosecond timestamps as the API's second-precision RFC 3339."""
     return text[:19] + "Z" if text and not text.startswith("0001") else now_rfc3339()
+
+
+def _set_ready_conditions(status: dict[str, Any]) -> None:
+    ready = all(entry.get("ready") for entry in status.get("containerStatuses") or [])
+    for kind in ("Ready", "ContainersReady"):
+        set_condition(status, condition(kind, ready, None if ready else "ContainersNotReady"))
 
 
 def _ours_to_schedule(pod: Obj) -> bool:
@@ -160,6 +167,7 @@ class Kubelet(ControlLoop):
                 elif runtime.started:
                     self._check_exits(pod, runtime, states)
                     self._probe_liveness(pod, runtime, states)
+                    self._probe_readiness(pod, runtime, states)
         # Pods removed without going through a graceful deletion (or containers of earlier runs).
         for uid in [uid for uid in list(self._runtimes) if uid not in live]:  # the pool pops from it
             self._submit(uid, partial(self._cleanup, uid))
@@ -345,12 +353,15 @@ class Kubelet(ControlLoop):
         def running(status: dict[str, Any]) -> None:
             status.update(phase="Running", hostIP="127.0.0.1", podIP=address, podIPs=[{"ip": address}])
             status.setdefault("startTime", started)
+            # A container with a readinessProbe is not ready until the probe passes.
             status["containerStatuses"] = [
                 {"name": c["name"], "image": c["image"], "imageID": f"docker-pullable://{c['image']}",
-                 "containerID": f"docker://{runtime.container_ids[c['name']]}", "ready": True, "started": True,
-                 "restartCount": 0, "state": {"running": {"startedAt": started}}} for c in spec["containers"]]
-            for kind in ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady"):
+                 "containerID": f"docker://{runtime.container_ids[c['name']]}", "ready": "readinessProbe" not in c,
+                 "started": True, "restartCount": 0, "state": {"running": {"startedAt": started}}}
+                for c in spec["containers"]]
+            for kind in ("PodReadyToStartContainers", "Initialized"):
                 set_condition(status, condition(kind, True))
+            _set_ready_conditions(status)
         self._write_status(pod, running)
         runtime.started_at = time.monotonic()
         runtime.started = True
@@ -430,6 +441,40 @@ class Kubelet(ControlLoop):
         finally:
             with self._lock:
                 self._probing.discard((pod["metadata"]["uid"], name))
+
+    def _probe_readiness(self, pod: Obj, runtime: Runtime, states: dict[str, str]) -> None:
+        """Run each container's exec readinessProbe every periodSeconds (after initialDelaySeconds):
+        its result is the container's ``ready``, and the pod is Ready when all of them are."""
+        now, uid = time.monotonic(), pod["metadata"]["uid"]
+        for container in pod["spec"]["containers"]:
+            name, probe = container["name"], container.get("readinessProbe")
+            container_id = runtime.container_ids.get(name)
+            if (not probe or "exec" not in probe or container_id is None or name in runtime.finished
+                    or states.get(container_id) != "running" or (uid, f"ready:{name}") in self._probing):
+                continue
+            due = runtime.ready_due.get(name, runtime.started_at + int(probe.get("initialDelaySeconds", 0)))
+            if now < due:
+                continue
+            runtime.ready_due[name] = now + int(probe.get("periodSeconds", 10))
+            with self._lock:
+                self._probing.add((uid, f"ready:{name}"))
+            self._probes.submit(self._run_readiness_probe, pod, name, container_id, probe)
+
+    def _run_readiness_probe(self, pod: Obj, name: str, container_id: str, probe: dict[str, Any]) -> None:
+        try:
+            passed, _ = self._exec_probe(container_id, probe)
+
+            def set_ready(status: dict[str, Any]) -> None:
+                for entry in status.get("containerStatuses") or []:
+                    if entry["name"] == name and "running" in (entry.get("state") or {}):
+                        entry["ready"] = passed
+                _set_ready_conditions(status)
+            self._write_status(pod, set_ready)
+        except Exception:
+            log.exception("fake kubelet readiness probe failed to run")
+        finally:
+            with self._lock:
+                self._probing.discard((pod["metadata"]["uid"], f"ready:{name}"))
 
     def _exec_probe(self, container_id: str, probe: dict[str, Any]) -> tuple[bool, str]:
         timeout = int(probe.get("timeoutSeconds", 1))

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from torchx_ext.launcher.liveness import SPARE_WORD
 from torchx_ext.schedulers.common.states import JobEnd, State
 from torchx_ext.schedulers.docker.request import (
     LABEL_MAX_RETRIES, LABEL_MIN_REPLICAS, LABEL_REPLICA, LABEL_ROLE, LABEL_ROLE_REPLICAS,
@@ -50,6 +51,8 @@ class ContainerView:
     health: str = ""
     """The HEALTHCHECK's verdict (starting, healthy, unhealthy), for a replica that has one. The
     engine calls a paused container unhealthy at once."""
+    spare: bool = False
+    """Its last probe found the launcher waiting as a hot spare (``launcher/spare.py``)."""
 
     @property
     def key(self) -> str:
@@ -77,7 +80,16 @@ class ContainerView:
             role_replicas=int(labels.get(LABEL_ROLE_REPLICAS, "1")),
             min_replicas=int(labels.get(LABEL_MIN_REPLICAS) or labels.get(LABEL_ROLE_REPLICAS, "1")),
             health=str((state.get("Health") or {}).get("Status") or ""),
+            spare=_last_probe_says_spare(state.get("Health") or {}),
         )
+
+
+def _last_probe_says_spare(health: Mapping[str, Any]) -> bool:
+    """The engine keeps the last probes' output (``State.Health.Log``): the probe prints
+    ``SPARE_WORD`` for a launcher waiting as a hot spare."""
+    probes = health.get("Log") or []
+    last = probes[-1] if probes and isinstance(probes[-1], Mapping) else {}
+    return last.get("ExitCode") == 0 and str(last.get("Output") or "").strip() == SPARE_WORD
 
 
 def end_labels(end: JobEnd) -> dict[str, str]:

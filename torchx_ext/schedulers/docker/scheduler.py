@@ -27,7 +27,7 @@ from torchx_ext.schedulers.common.checks import seconds_option
 from torchx_ext.schedulers.common.logs import LogQuery
 from torchx_ext.schedulers.common.scheduler import HostSliceOpts, ReplicaReport, SchedulerShell
 from torchx_ext.schedulers.common.scheduler import add_cancel_grace_opt, add_host_slice_opts, describe_response
-from torchx_ext.schedulers.common.states import JobEnd, State, app_state, restarts_message
+from torchx_ext.schedulers.common.states import JobEnd, State, app_state, joined_message, restarts_message, spares_message
 from torchx_ext.schedulers.docker.engine import Engine, connect
 from torchx_ext.schedulers.docker.job_view import read_job
 from torchx_ext.schedulers.docker.request import (
@@ -227,6 +227,8 @@ def _response(current: Snapshot) -> DescribeAppResponse:
                                       container_view.name, error if failing is container_view else None))
     # Every replica's restarts, summed: num_restarts means that on every scheduler.
     restarts = sum(container_view.restarts for container_view, _ in current.containers)
+    spares = sorted((replica.role, replica.replica_id) for replica, _ in current.containers
+                    if replica.spare and view.replicas[(replica.role, replica.replica_id)] is State.RUNNING)
     return describe_response(
         current.app_id,
         view.state,
@@ -234,7 +236,8 @@ def _response(current: Snapshot) -> DescribeAppResponse:
         replicas=replicas,
         error=error,
         num_restarts=restarts,
-        msg=end.message if end else restarts_message(restarts, current.last_restart_cause),
+        msg=end.message if end else joined_message(restarts_message(restarts, current.last_restart_cause),
+                                                   spares_message(spares)),
     )
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from torchx_ext.error_file import parse_error_report
+from torchx_ext.launcher.liveness import TRAINING_FLAG
 from torchx_ext.schedulers.common.states import JobEnd, State
 from torchx_ext.schedulers.kubernetes import names
 
@@ -58,6 +59,8 @@ class ReplicaView:
     termination_message: str = ""
     restarts: int = 0
     """Pods of this replica that were replaced."""
+    spare: bool = False
+    """Running and not ready by our readiness probe: its launcher waits as a hot spare."""
 
     @property
     def key(self) -> str:
@@ -113,6 +116,10 @@ class AppView:
     @property
     def restarts(self) -> int:
         return self.gang_restarts + max(sum(replica.restarts for replica in self.replicas), self.replaced_pods)
+
+    @property
+    def spares(self) -> list[tuple[str, int]]:
+        return [(replica.role, replica.replica_id) for replica in self.replicas if replica.spare]
 
     @property
     def elastic_summary(self) -> str:
@@ -306,7 +313,18 @@ def _replica(role: RoleView, index: int, pod: dict[str, Any] | None) -> ReplicaV
         state = State.RUNNING
     else:
         state = State.PENDING
-    return ReplicaView(role.name, index, state, name, hostname, exit_code, finished, reason, message)
+    return ReplicaView(role.name, index, state, name, hostname, exit_code, finished, reason, message,
+                       spare=state is State.RUNNING and _waits_as_spare(pod))
+
+
+def _waits_as_spare(pod: dict[str, Any]) -> bool:
+    """Whether the pod's container has our spare readiness probe (``pods.py``) and is not ready."""
+    containers = (pod.get("spec") or {}).get("containers") or []
+    probe = ((containers[0].get("readinessProbe") or {}).get("exec") or {}).get("command") or [] if containers else []
+    if TRAINING_FLAG not in probe:
+        return False
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return bool(statuses) and statuses[0].get("ready") is False
 
 
 def _index_set(text: str) -> set[int]:

@@ -62,6 +62,8 @@ def build_manifests(app: specs.AppDef, *, app_id: str, options: ManifestOptions,
         check_role(role)
     if options.backend == "job":
         check_job_backend_retries(app)
+    else:
+        check_no_spares(app, options.backend)
     if options.backend == "jobset":
         objects: tuple[dict[str, Any], ...] = (jobset(app, app_id, options),)
     elif options.backend == "volcano":
@@ -84,6 +86,16 @@ def check_job_backend_retries(app: specs.AppDef) -> None:
                 f"role {role.name!r}: retry_policy APPLICATION (torchx's default) with max_retries {role.max_retries} "
                 "restarts the whole app, and the job backend starts a failed replica again alone: give -cfg "
                 "backend=jobset or backend=volcano, or the role retry_policy REPLICA")
+
+
+def check_no_spares(app: specs.AppDef, backend: str) -> None:
+    """JobSet and Volcano restart every pod when one fails: a spare would be restarted with the
+    rest, never take the lost one's place."""
+    for role in app.roles:
+        if retry_policy_of(role) == "HOT_SPARE":
+            raise InvalidArgumentError(
+                f"role {role.name!r}: retry_policy HOT_SPARE (hot spares, e.g. dist.ddp --spares) needs a failed "
+                f"replica started again alone, and backend={backend} restarts every pod: give -cfg backend=job")
 
 
 def check_role(role: specs.Role) -> None:

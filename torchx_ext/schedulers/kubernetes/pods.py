@@ -18,9 +18,10 @@ from torchx import specs
 
 from torchx_ext.errors import InvalidArgumentError
 from torchx_ext.resources import GPU_VENDOR, K8S_INSTANCE_TYPE, NUMA_NODES
-from torchx_ext.launcher.liveness import probe_command, runs_our_launcher
+from torchx_ext.launcher.liveness import probe_command, runs_our_launcher, training_probe_command
 from torchx_ext.replica_env import ERROR_FILE_ENV, LIVENESS_FILE_ENV, RANK0_HOST_ENV, RDZV_HOST_ENV
 from torchx_ext.schedulers.common.checks import shm_mb
+from torchx_ext.schedulers.common.role_spec import retry_policy_of
 from torchx_ext.schedulers.kubernetes import names
 from torchx_ext.schedulers.kubernetes.options import ManifestOptions, parse_quantity_mb, parse_toleration
 from torchx_ext.schedulers.kubernetes.overlay import apply_pod_overlay
@@ -37,6 +38,7 @@ LIVENESS_FILE = "/tmp/torchx_ext_liveness"
 # The launcher touches its liveness file every second from its start; the probe fails once the
 # file is 10 s old. Two failures 2 s apart: one slow probe on a loaded node is not a frozen replica.
 LIVENESS_PROBE = {"initialDelaySeconds": 15, "periodSeconds": 2, "timeoutSeconds": 10, "failureThreshold": 2}
+SPARE_PROBE = {"periodSeconds": 2, "timeoutSeconds": 10, "failureThreshold": 1}
 UNREACHABLE_TAINTS = ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready")
 UNREACHABLE_TOLERATION_S = 10
 """How long a pod stays bound to a node that stopped answering once the node controller has
@@ -115,6 +117,10 @@ def _pod_spec(app: specs.AppDef, role: specs.Role, app_id: str, addressing: PodA
         # Never) fails and is replaced as a lost replica is.
         container["livenessProbe"] = {"exec": {"command": probe_command(LIVENESS_FILE, python=resolved.entrypoint)},
                                       **LIVENESS_PROBE}
+        if retry_policy_of(role) == "HOT_SPARE":
+            # A hot spare's pod runs and is not ready (the Service publishes not-ready pods anyway).
+            container["readinessProbe"] = {
+                "exec": {"command": training_probe_command(LIVENESS_FILE, python=resolved.entrypoint)}, **SPARE_PROBE}
     if options.image_pull_policy:
         container["imagePullPolicy"] = options.image_pull_policy
     pod: dict[str, Any] = {

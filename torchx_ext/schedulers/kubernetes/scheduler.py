@@ -27,7 +27,8 @@ from torchx_ext.schedulers.common.checks import seconds_option
 from torchx_ext.schedulers.common.logs import LogQuery
 from torchx_ext.schedulers.common.scheduler import CancelGraceOpts, ReplicaReport
 from torchx_ext.schedulers.common.scheduler import SchedulerShell, add_cancel_grace_opt, describe_response
-from torchx_ext.schedulers.common.states import JobEnd, State, app_state, restarts_message
+from torchx_ext.schedulers.common.states import (JobEnd, State, app_state, joined_message, restarts_message,
+                                                 spares_message)
 from torchx_ext.schedulers.common.watch import EndingWindow
 from torchx_ext.schedulers.kubernetes.backends import BACKEND_BY_NAME, Backend, app_selector
 from torchx_ext.schedulers.kubernetes.client import Cluster, WatchLost, connect
@@ -357,8 +358,8 @@ def _response(app_id: str, view: AppView) -> DescribeAppResponse:
                   for replica in view.replicas],
         error=error,
         num_restarts=view.restarts,
-        msg="; ".join(text for text in (view.message or restarts_message(view.restarts, view.last_failure),
-                                        view.elastic_summary) if text),
+        msg=joined_message(view.message or restarts_message(view.restarts, view.last_failure), view.elastic_summary,
+                           spares_message(view.spares if view.state is State.RUNNING else [])),
     )
 
 
