@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import time
 from pathlib import Path
 from typing import Any
@@ -219,9 +218,9 @@ def test_a_hot_spare_takes_a_frozen_replicas_place_and_the_replacement_waits_as_
     cfg = {"reserved_millicpu": 400} if scheduler.name == "kubernetes" else {}
     handle, app_id, directory = _training(runner, scheduler, tmp_path, "2x1", max_retries=1, spares=1,
                                           steps=SPARE_STEPS, cfg=cfg)
-    waiting = status_until(runner, handle, lambda status: "1 hot spare waiting: checkpointed[" in status.msg)
-    spare = int(re.search(r"waiting: checkpointed\[(\d)\]", waiting.msg).group(1))  # type: ignore[union-attr]
-    victim = 2 if spare == 1 else 1  # a training replica, not replica 0 (where the store may live)
+    # The spare is the last replica: replica 0 (where the store may live) trains.
+    status_until(runner, handle, lambda status: "1 hot spare waiting: checkpointed[2]" in status.msg)
+    spare, victim = 2, 1
 
     _freeze(scheduler, app_id, victim)
 

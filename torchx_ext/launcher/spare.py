@@ -7,6 +7,8 @@ after a failure, or its keep-alives stopped), the spare moves to the wait list a
 next round, with the survivors. So a replica started beyond ``--nnodes`` is a hot spare, with
 torch's own rounds; this module adds what a user and a scheduler need around them:
 
+- a launcher of node rank N or above (N = ``--nnodes``) lets the first round form before it
+  joins, so the spares are the last replicas, as a user reading ``--spares`` expects;
 - the liveness file says ``spare`` while this launcher waits in the redundancy list, so its
   scheduler can show it as one (``torchx status``);
 - a spare whose rendezvous is closed (the job's nodes finished or gave up) leaves with exit 0:
@@ -18,6 +20,7 @@ torch's own rounds; this module adds what a user and a scheduler need around the
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -26,10 +29,29 @@ from torchx_ext.errors import TorchxExtError
 from torchx_ext.launcher.liveness import RUNNING, SPARE, write_state
 
 POLL_S = 0.5
+FIRST_ROUND_WAIT_S = 30.0
+"""How long a launcher of node rank ``--nnodes`` or above lets the others form the first round
+before it joins: then it is a spare from the start (replicas 0 to N-1 train, replica 0 included,
+which hosts the store on most schedulers), and it still fills the place of one that never came."""
 
 
 class SpareReleased(TorchxExtError):
     """The rendezvous closed while this launcher waited as a hot spare: nothing left to replace."""
+
+
+def let_the_first_round_form(handler: Any, limit_s: float = FIRST_ROUND_WAIT_S) -> None:
+    """Wait until torch's c10d ``handler`` sees its first round complete (or closed), at most
+    ``limit_s``; at once for a handler of another kind."""
+    holder: Any = getattr(handler, "_state_holder", None)
+    if holder is None or not callable(getattr(holder, "sync", None)):
+        return
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        holder.sync()
+        state = getattr(holder, "state", None)
+        if getattr(state, "complete", True) or getattr(state, "closed", True) or getattr(state, "round", 1) > 0:
+            return
+        time.sleep(POLL_S / 5)
 
 
 @contextmanager

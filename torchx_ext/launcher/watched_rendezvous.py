@@ -23,7 +23,7 @@ from typing import Any
 
 from torchx_ext.errors import InvalidArgumentError, TorchxExtError
 from torchx_ext.launcher.rendezvous_pauses import prompt_pauses
-from torchx_ext.launcher.spare import marked_while_spare
+from torchx_ext.launcher.spare import let_the_first_round_form, marked_while_spare
 from torchx_ext.launcher.watchdog import DEFAULT_TIMEOUT_S, Loss, RoundWatch
 from torchx_ext.replica_env import LIVENESS_FILE_ENV
 
@@ -77,7 +77,8 @@ def watch_rendezvous(config: Any, timeout_s: float, on_store_loss: Callable[[Los
     config.rdzv_configs[TIMEOUT_KEY] = timeout_s if several else 0
     config.rdzv_configs[_RESTARTS_KEY] = config.max_restarts
     config.rdzv_configs[_SPARES_KEY] = spares
-    config.rdzv_configs[_NODE_RANK_KEY] = node_rank if several and config.min_nodes == config.max_nodes else -1
+    fixed = config.min_nodes == config.max_nodes
+    config.rdzv_configs[_NODE_RANK_KEY] = node_rank if fixed and (several or spares) else -1
 
 
 _store_loss_handler: list[Callable[[Loss], None]] = []
@@ -110,7 +111,7 @@ def _create_handler(params: Any) -> Any:
         )
     )
     return _watched_handler_class()(inner, timeout, restarts, params.endpoint, _store_loss_handler[0], node_rank,
-                                    params.local_addr, spares)
+                                    params.local_addr, spares, params.max_nodes)
 
 
 def _watched_handler_class() -> type:
@@ -119,8 +120,9 @@ def _watched_handler_class() -> type:
     class WatchedRendezvousHandler(RendezvousHandler):  # type: ignore[misc]  # torch is untyped here
         def __init__(self, inner: Any, timeout_s: float, restarts: int, endpoint: str,
                      on_store_loss: Callable[[Loss], None], node_rank: int, local_addr: str | None,
-                     spares: int) -> None:
+                     spares: int, max_nodes: int) -> None:
             self._inner = inner
+            self._max_nodes = max_nodes
             self._spares = spares
             self._joined = False
             self._node_rank = node_rank
@@ -143,6 +145,8 @@ def _watched_handler_class() -> type:
             previous, self._watch = self._watch, None
             if previous is not None:
                 previous.judge_store_only()
+            if self._spares and not self._joined and self._node_rank >= self._max_nodes:
+                let_the_first_round_form(self._inner)
             try:
                 with prompt_pauses(self._inner), marked_while_spare(
                         self._inner, os.environ.get(LIVENESS_FILE_ENV), closed_releases=self._spares > 0 and not self._joined):
