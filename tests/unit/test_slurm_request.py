@@ -90,6 +90,14 @@ def test_one_role_is_one_plain_job_with_one_step_told_its_resources_again() -> N
     assert step.endswith("-m torchx_ext.schedulers.slurm.step /shared/jobs/train-x train")
 
 
+def test_hot_spares_get_nodes_of_their_own_and_a_step_that_outlives_a_lost_replica() -> None:
+    script = request_for(ddp(script="train.py", j="2x1", spares=1))
+
+    assert "#SBATCH --nodes=3" in script
+    step = next(line.strip() for line in script.splitlines() if line.strip().startswith("srun "))
+    assert "--kill-on-bad-exit=0" in step
+
+
 def test_a_fixed_role_without_retries_is_one_step_that_ends_with_its_first_failed_task() -> None:
     script = request_for(ddp(script="train.py", j="2x1"))
 

@@ -122,6 +122,22 @@ class JobDir(JobDirectory):
         except (OSError, ValueError):
             return 0
 
+    def replica_restarts(self, role: str, replica_id: int) -> Path:
+        """How many times the replica's step program started a hot-spare role's replica again in
+        place (absent: none)."""
+        return self.path / f"{role}-{replica_id}.restarts"
+
+    def read_replica_restarts(self, role: str, replica_id: int) -> int:
+        try:
+            return int(self.replica_restarts(role, replica_id).read_text().strip() or 0)
+        except (OSError, ValueError):
+            return 0
+
+    def spare(self, role: str, replica_id: int) -> Path:
+        """Present while the replica's launcher waits as a hot spare (its step program mirrors the
+        liveness file, which is on the node's own disk)."""
+        return self.path / f"{role}-{replica_id}.spare"
+
     def last_failure(self, role: str) -> Path:
         """What made the batch script run the role's step again last (absent: nothing yet)."""
         return self.path / f"{role}.last_failure"

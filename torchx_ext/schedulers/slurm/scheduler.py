@@ -29,7 +29,7 @@ from torchx_ext.schedulers.common.job_dir import submitted_request
 from torchx_ext.schedulers.common.logs import LogQuery
 from torchx_ext.schedulers.common.role_spec import role_from_spec
 from torchx_ext.schedulers.common.scheduler import ReplicaReport, SchedulerShell, describe_response
-from torchx_ext.schedulers.common.states import State, app_state, restarts_message
+from torchx_ext.schedulers.common.states import State, app_state, joined_message, restarts_message, spares_message
 from torchx_ext.schedulers.common.watch import EndingWindow, RecordWatch, directory_names
 from torchx_ext.schedulers.slurm.commands import JobStates, most_gpus_per_node, sbatch, scancel
 from torchx_ext.schedulers.slurm.job_view import SlurmJob, forgotten_job_state, replica_state
@@ -215,7 +215,11 @@ class SlurmScheduler(WorkspaceMixin[None], SchedulerShell[SlurmOpts]):
                 error = error or report
             replicas.append(ReplicaReport(role, k, state, job.started_on(role, k), report))
         msg = slurm.message
-        num_restarts = sum(job.read_restarts(role.name) for role in request.roles)
+        # The batch script's restarts of a role's step, and a hot-spare role's replicas started again in place.
+        num_restarts = sum(job.read_restarts(role.name) for role in request.roles) + sum(
+            job.read_replica_restarts(role, k) for role, k in ends)
+        spares = [(replica.role, replica.replica_id) for replica in replicas
+                  if replica.state is State.RUNNING and job.spare(replica.role, replica.replica_id).exists()]
         if first_failure is not None and error is not None:
             role, k = first_failure
             msg = f"replica {role}/{k} ({job.started_on(role, k)}) {error.message}" + (f"; {msg}" if msg else "")
@@ -226,8 +230,8 @@ class SlurmScheduler(WorkspaceMixin[None], SchedulerShell[SlurmOpts]):
             replicas=replicas,
             error=error,
             num_restarts=num_restarts,
-            msg=msg or restarts_message(num_restarts, "; ".join(
-                text for role in request.roles if (text := job.read_last_failure(role.name)))),
+            msg=msg or joined_message(restarts_message(num_restarts, "; ".join(
+                text for role in request.roles if (text := job.read_last_failure(role.name)))), spares_message(spares)),
             ui_url=f"file://{job.path}",
         )
 

@@ -34,13 +34,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from torchx_ext.error_file import ErrorReport, read_error_file, write_error_file
-from torchx_ext.launcher.liveness import FileWatch
+from torchx_ext.launcher.liveness import FileWatch, is_spare
 from torchx_ext.numa.cpulist import format_cpulist
 from torchx_ext.replica_env import (ALLOCATED_NODES_ENV, ERROR_FILE_ENV, LIVENESS_FILE_ENV, RANK0_HOST_ENV,
                                     RDZV_HOST_ENV, RDZV_IS_HOST_ENV, RDZV_PORT_ENV, REPLICA_ENV)
 from torchx_ext.schedulers.common.files import write_atomically
 from torchx_ext.schedulers.common.log_files import IndexedLog
-from torchx_ext.schedulers.slurm.records import JobDir, RoleRequest, first_failure, step_ended
+from torchx_ext.schedulers.slurm.records import JobDir, RoleRequest, StepEnd, first_failure, step_ended
 
 START_ORDER_WAIT_S = 10.0
 
@@ -105,10 +105,26 @@ def main(argv: list[str] | None = None) -> int:
         write_error_file(job.error_file(role.name, replica_id), ErrorReport(message=message, error_code=137),
                          replace=True)
 
+    spare_mark = job.spare(role.name, replica_id)
+    in_place = role.spec.get("retry_policy") == "HOT_SPARE"
     try:
-        code = run_replica(argv_, env, role.cwd, logs, started=started, liveness=(str(liveness), frozen))
+        while True:
+            code = run_replica(argv_, env, role.cwd, logs, started=started, liveness=(str(liveness), frozen),
+                               spare_mark=spare_mark)
+            restarts = job.read_replica_restarts(role.name, replica_id)
+            if not in_place or code == 0 or _stopped_by_slurm or restarts >= int(role.spec.get("max_retries", 0)):
+                break
+            # A hot-spare role's lost replica is started again here, alone: it waits as the next spare.
+            report = read_error_file(job.error_file(role.name, replica_id))
+            ended = step_ended(StepEnd(code, time.time(), node), report.message if report else "")
+            write_atomically(job.replica_restarts(role.name, replica_id), str(restarts + 1))
+            write_atomically(job.last_failure(role.name), f"replica {role.name}/{replica_id} ({node}) {ended}")
+            say(f"{role.name}/{replica_id} {ended}; starting it again in place "
+                f"({restarts + 1} of max_retries {role.spec.get('max_retries', 0)}), as a hot spare")
+            liveness.unlink(missing_ok=True)
     finally:
         liveness.unlink(missing_ok=True)
+        spare_mark.unlink(missing_ok=True)
     for log in logs.values():
         log.close()
     write_atomically(job.exit(role.name, replica_id), json.dumps({"exit_code": code, "at": time.time(), "node": node}))
@@ -240,18 +256,25 @@ def cpus_given() -> str:
     return text
 
 
+_stopped_by_slurm = False
+"""Slurm signalled the step (scancel, a time limit): its replica is not started again."""
+
+
 def run_replica(argv: list[str], env: dict[str, str], cwd: str, logs: dict[str, IndexedLog],
                 started: Callable[[], None],
-                liveness: tuple[str, Callable[[float], None]] | None = None) -> int:
+                liveness: tuple[str, Callable[[float], None]] | None = None, spare_mark: Path | None = None) -> int:
     """Runs the replica to its end, passing on its output and the signals Slurm sends; its exit
     code (negative: the signal that killed it). ``started`` is called once it runs. With
     ``liveness`` (a file, and what to do first), a replica whose launcher touched the file once and
-    then not for 10 s is frozen: it is killed with everything it started."""
+    then not for 10 s is frozen: it is killed with everything it started. ``spare_mark`` exists
+    while the liveness file says the launcher waits as a hot spare."""
     process = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE)
     started()
 
     def forward(signum: int, _frame: object) -> None:
+        global _stopped_by_slurm
+        _stopped_by_slurm = _stopped_by_slurm or signum in (signal.SIGTERM, signal.SIGINT)
         if process.poll() is None:
             process.send_signal(signum)
 
@@ -277,7 +300,19 @@ def run_replica(argv: list[str], env: dict[str, str], cwd: str, logs: dict[str, 
             liveness[1](silent)
             kill_tree(process.pid)
             killed = True
+        if liveness is not None and spare_mark is not None:
+            _mirror(spare_mark, not killed and is_spare(liveness[0]))
+    if spare_mark is not None:
+        spare_mark.unlink(missing_ok=True)
     return process.wait()
+
+
+def _mirror(mark: Path, present: bool) -> None:
+    if present != mark.exists():
+        if present:
+            mark.touch()
+        else:
+            mark.unlink(missing_ok=True)
 
 
 def kill_tree(pid: int) -> None:
