@@ -21,6 +21,14 @@ shows a change (the frozen replica restarted or failed). torchrun's agents: the 
 stopped, nothing started again (no scheduler). Targets: frozen non-host <= 30 s, frozen store
 host <= 45 s, frozen elastic <= 30 s, FAILED <= 60 s.
 
+``frozen with spare``: ``-j 2x1 --spares 1`` (``max_retries=1``), the non-host training replica
+frozen once the spare waits (``torchx status`` says so): the spare takes its place (target <= 15 s).
+On Slurm in the cluster of the bench's own below (a third node for the spare); not on JobSet and
+Volcano, which refuse hot spares. ``frozen slow pull`` and ``frozen slow pull spare`` (kubernetes,
+job backend): the same, without and with a spare, where every pod started after the freeze pulls
+its image for ``PULL_DELAY_S`` (the test kubelet's pull delay: about 2 GB at 50 MB/s): without a
+spare the job waits for the replacement pod; with one it does not (target <= 15 s).
+
 ``frozen starting`` (``max_retries=2``): the non-host replica is killed, and its replacement is stopped (SIGSTOP) as
 soon as its processes appear, before its launcher has imported torch: the time from that freeze to
 the next step (target <= 30 s). Measured where the bench can see a replica's processes (local_cwd,
@@ -70,12 +78,18 @@ JOB = REPO / "tests" / "conformance" / "jobs" / "checkpointed.py"
 STEPS, STEP_S = 60, 0.25
 CASES = {"non-host": ("2x1", 1, 1), "store host": ("2x1", 1, 0), "elastic shrink": ("1:2x1", 0, 1),
          "frozen non-host": ("2x1", 1, 1), "frozen store host": ("2x1", 1, 0), "frozen elastic": ("1:2x1", 0, 1),
-         "frozen no retries": ("2x1", 0, 1), "partitioned non-host": ("2x1", 1, 1), "frozen starting": ("2x1", 2, 1)}
+         "frozen no retries": ("2x1", 0, 1), "partitioned non-host": ("2x1", 1, 1), "frozen starting": ("2x1", 2, 1),
+         "frozen with spare": ("2x1", 1, 1), "frozen slow pull": ("2x1", 1, 1), "frozen slow pull spare": ("2x1", 1, 1)}
 TARGETS = {"non-host": 15.0, "store host": 30.0, "elastic shrink": 30.0, "frozen non-host": 30.0,
            "frozen store host": 45.0, "frozen elastic": 30.0, "frozen no retries": 60.0,
-           "partitioned non-host": 30.0, "frozen starting": 30.0}
+           "partitioned non-host": 30.0, "frozen starting": 30.0, "frozen with spare": 15.0,
+           "frozen slow pull": float("inf"), "frozen slow pull spare": 15.0}
 PARTITIONED = {"partitioned non-host"}  # replicas or nodes on hosts of the bench's own
-NO_BASELINE = PARTITIONED | {"frozen starting"}
+SPARES = {"frozen with spare": 1, "frozen slow pull spare": 1}  # dist.ddp --spares
+SLOW_PULL = {"frozen slow pull", "frozen slow pull spare"}  # kubernetes (job backend) only
+PULL_DELAY_S = 40.0
+"""The test kubelet's pull of a replacement pod's image: about 2 GB at 50 MB/s, a node without it cached."""
+NO_BASELINE = PARTITIONED | SLOW_PULL | {"frozen starting", "frozen with spare"}
 FAILS = {"frozen no retries"}  # timed to FAILED, not to the next step
 
 
@@ -119,6 +133,8 @@ class Target:
     mounts: Callable[[Path], list[str]] = lambda directory: []
     processes: Callable[[str, str, int], list[int]] | None = None
     """The replica's processes on this host, where the bench can see them (``frozen starting``)."""
+    pull_delay: Callable[[float], None] | None = None
+    """Makes every pod started from now on pull its image that long (kubernetes)."""
 
 
 @contextmanager
@@ -147,11 +163,15 @@ def targets(names: list[str]) -> Iterator[dict[str, Target]]:
                 found["local_docker"] = Target("local_docker", lambda d: {"cancel_grace": 5}, _docker_kill(docker),
                                                _docker_pause(docker), _docker_cut(docker), args, bind)
             if "kubernetes" in names:
-                stack.enter_context(test_cluster(docker, image.paths))
+                cluster = stack.enter_context(test_cluster(docker, image.paths))
+
+                def pull_delay(seconds: float) -> None:
+                    cluster.kubelet.pull_delay_s = seconds
+
                 for backend in ("job", "jobset", "volcano"):
                     found[f"kubernetes/{backend}"] = Target("kubernetes", kube_cfg(backend), _kube_delete_pod,
                                                             _kube_freeze(docker), _kube_cut(docker),
-                                                            {"image": image.name}, bind)
+                                                            {"image": image.name}, bind, pull_delay=pull_delay)
         yield found
 
 
@@ -171,7 +191,7 @@ def docker_client() -> Any:
 
 
 @contextmanager
-def test_cluster(docker: Any, node_mounts: tuple[str, ...]) -> Iterator[None]:
+def test_cluster(docker: Any, node_mounts: tuple[str, ...]) -> Iterator[Any]:
     """The test suite's Kubernetes API server, its pods on ``docker``; KUBECONFIG points at it."""
     import kubernetes.config
     import kubernetes.config.kube_config
@@ -186,7 +206,7 @@ def test_cluster(docker: Any, node_mounts: tuple[str, ...]) -> Iterator[None]:
         for module in (kubernetes.config, kubernetes.config.kube_config):
             module.KUBE_CONFIG_DEFAULT_LOCATION = kubeconfig  # read at import, before ours
         try:
-            yield
+            yield cluster
         finally:
             cluster.stop()
 
@@ -211,13 +231,21 @@ def ours(target: Target, case: str, timeout_s: float) -> Measured:
         os.chmod(directory, 0o777)  # containers write the checkpoint as whichever user they run as
         runner = get_runner()
         args = {**target.args, "mounts": [*target.args.get("mounts", []), *target.mounts(directory)]}
+        spares = SPARES.get(case, 0)
         app = ddp(str(directory), str(STEPS), str(STEP_S), script=str(JOB), j=j, max_retries=max_retries, cpu=1,
-                  **args)
-        handle = runner.run(app, target.scheduler, cfg=target.cfg(directory))
+                  spares=spares, **args)
+        # Three pods of a CPU each do not fit the test cluster's 2-CPU node: each asks for 0.6.
+        fitted = {"reserved_millicpu": 400} if spares and target.scheduler == "kubernetes" else {}
+        handle = runner.run(app, target.scheduler, cfg={**target.cfg(directory), **fitted})
         try:
             if not wait_for_steps(directory, 4, timeout_s) or history(directory)[-1][1] != 2:
                 return Measured(None)  # never ran on two replicas
             app_id = parse_app_handle(handle).app_id
+            if spares and not wait_for_spares(runner, handle, spares, timeout_s):
+                return Measured(None)  # no spare waited
+            if case in SLOW_PULL:
+                assert target.pull_delay is not None
+                target.pull_delay(PULL_DELAY_S)  # the replacement pod's, not the first ones'
             if case == "frozen starting":
                 assert target.processes is not None
                 frozen_at = freeze_replacement(target, app_id, victim, timeout_s)
@@ -236,6 +264,8 @@ def ours(target: Target, case: str, timeout_s: float) -> Measured:
                 return Measured(failed_s(runner, handle, lost_at, timeout_s), detected)
             return Measured(recovery_s(directory, lost_at, timeout_s), detected)
         finally:
+            if target.pull_delay is not None:
+                target.pull_delay(0.0)
             runner.cancel(handle)
             runner.close()
             if target.scheduler in ("local_docker", "kubernetes"):  # containers and pods stay until deleted
@@ -244,6 +274,17 @@ def ours(target: Target, case: str, timeout_s: float) -> Measured:
                 scheduler = get_scheduler_factories()[target.scheduler]("recovery")
                 scheduler.delete(parse_app_handle(handle).app_id)
                 scheduler.close()
+
+
+def wait_for_spares(runner: Any, handle: str, spares: int, timeout_s: float) -> bool:
+    """Until ``torchx status`` shows ``spares`` hot spares waiting."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        status = runner.status(handle)
+        if status is not None and f"{spares} hot spare{'s' if spares > 1 else ''} waiting" in status.msg:
+            return True
+        time.sleep(0.2)
+    return False
 
 
 def freeze_replacement(target: Target, app_id: str, victim: int, timeout_s: float) -> float | None:
@@ -308,7 +349,8 @@ def partitioned(case: str, timeout_s: float) -> Measured:
 def partitioned_slurm(case: str, timeout_s: float) -> Measured:
     """``case`` on a Slurm of the bench's own whose nodes are network namespaces
     (tests/fixtures/slurm_netns.py: SlurmdTimeout and cred_expire 10 s), one node's link taken
-    down: Slurm gives the node up and requeues the job onto the spare node."""
+    down: Slurm gives the node up and requeues the job onto the spare node. For the spare cases
+    (three nodes: two train, one waits) the replica is frozen instead."""
     from torchx.runner import get_runner
 
     from torchx.specs import parse_app_handle
@@ -326,16 +368,22 @@ def partitioned_slurm(case: str, timeout_s: float) -> Measured:
         directory = Path(scratch) / "checkpoints"
         directory.mkdir()
         runner = get_runner()
-        app = ddp(str(directory), str(STEPS), str(STEP_S), script=str(JOB), j=j, max_retries=max_retries, cpu=1)
+        spares = SPARES.get(case, 0)
+        app = ddp(str(directory), str(STEPS), str(STEP_S), script=str(JOB), j=j, max_retries=max_retries, cpu=1,
+                  spares=spares)
         handle = runner.run(app, "slurm", cfg={"job_dir": str(Path(scratch) / "jobs")})
         try:
-            if not wait_for_steps(directory, 4, timeout_s):
+            if not wait_for_steps(directory, 4, timeout_s) or (spares and not wait_for_spares(runner, handle, spares,
+                                                                                               timeout_s)):
                 return Measured(None)
             status = runner.status(handle)
             node = next(replica.hostname for replica in status.roles[0].replicas if replica.id == victim)
             before = status_key(runner, handle)
             lost_at = time.time()
-            cluster.net.cut(cluster.host(node))
+            if spares:
+                _slurm_freeze(parse_app_handle(handle).app_id, "checkpointed", victim)
+            else:
+                cluster.net.cut(cluster.host(node))
             detected = changed_s(runner, handle, before, lost_at, timeout_s)
             return Measured(recovery_s(directory, lost_at, timeout_s), detected)
         finally:
@@ -472,10 +520,21 @@ def main() -> int:
         for case in cases:
             what = "to FAILED" if case in FAILS else "to the next step"
             before_ours = "not measured" if case in NO_BASELINE else f"{shown(baseline[case])} {what}"
-            print(f"{case:>18}: torchrun --max-restarts 3: {before_ours} (target <= {TARGETS[case]:.0f} s)", flush=True)
+            goal = "no target: without a spare" if TARGETS[case] == float("inf") else f"target <= {TARGETS[case]:.0f} s"
+            print(f"{case:>18}: torchrun --max-restarts 3: {before_ours} ({goal})", flush=True)
             for name, target in found.items():
+                if case in SLOW_PULL and name != "kubernetes/job":
+                    print(f"{'':>18}  {name:>18}: not measured (the test kubelet's pull delay: kubernetes, "
+                          "job backend)", flush=True)
+                    continue
+                if case in SPARES and name in ("kubernetes/jobset", "kubernetes/volcano"):
+                    print(f"{'':>18}  {name:>18}: not measured (refuses hot spares: a failure restarts every pod)",
+                          flush=True)
+                    continue
                 if case in PARTITIONED and name in OWN_HOSTS:
                     measured = OWN_HOSTS[name](case, args.timeout)
+                elif case in SPARES and name == "slurm":  # a third node: the cluster of the bench's own
+                    measured = partitioned_slurm(case, args.timeout)
                 elif case == "frozen starting" and target.processes is None:
                     print(f"{'':>18}  {name:>18}: not measured (the bench cannot see its processes)", flush=True)
                     continue

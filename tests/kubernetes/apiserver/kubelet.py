@@ -91,6 +91,9 @@ class Kubelet(ControlLoop):
         self._holds: list[Callable[[Mapping[str, str]], bool]] = []
         self._pull_attempts: dict[str, int] = {}
         self._pull_after: dict[str, float] = {}  # pod uid -> monotonic time of its next pull
+        self.pull_delay_s = 0.0
+        """How long each pod start takes to pull its image from now on (a multi-GB image on a node
+        that has not cached it), on top of the engine's own pull."""
         self.pulls: list[str] = []
         """Every image pulled, in order: what a test reads to tell a pull from a cached image."""
         self._networks: dict[str, str] = {}
@@ -264,6 +267,8 @@ class Kubelet(ControlLoop):
             self._pull_after[uid] = time.monotonic() + min(PULL_BACKOFF_MAX_S, PULL_BACKOFF_S * 2 ** (attempts - 1))
             self._write_status(pod, lambda status: self._pulling(status, pod, failed, attempts))
             return
+        if self.pull_delay_s > 0:
+            time.sleep(self.pull_delay_s)
         runtime = self._runtimes[uid] = Runtime(self._work_dir / uid)
         self._start(pod, runtime)
 
