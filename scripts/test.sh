@@ -60,7 +60,7 @@ echo "=== mypy (with torchx ${lines[0]})"
 first_line_only=(integration/test_bind integration/test_launcher integration/test_launcher_api
                  integration/test_launcher_in_process integration/test_launcher_output integration/test_launcher_watchdog
                  integration/test_liveness_start
-                 integration/test_partition slurm/test_partition integration/test_group_rank
+                 integration/test_partition slurm/test_partition slurm/test_spares integration/test_group_rank
                  integration/test_launcher_parity integration/test_worker_start integration/test_numa_cli
                  unit/test_plan_properties unit/test_placement conformance/test_faults
                  integration/test_local_concurrency docker/test_engine_fixture kubernetes/test_apiserver
