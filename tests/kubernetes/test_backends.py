@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from torchx.runner import Runner
 from torchx.schedulers import get_scheduler_factories
-from torchx.specs import AppDef, AppState
+from torchx.specs import AppDef, AppState, RetryPolicy
 
 from tests.conformance.jobs_api import status_until, wait, wait_for_line
 from tests.fixtures.docker_engine import TestImage
@@ -25,31 +25,39 @@ CONFORMANCE_JOBS = Path(__file__).parents[1] / "conformance" / "jobs"
 
 
 def _python_app(code: str, image: str, replicas: int = 2, max_retries: int = 0, mounts: list[str] | None = None,
-                ) -> AppDef:
+                policy: RetryPolicy = RetryPolicy.REPLICA) -> AppDef:
     app = ddp(script=str(CONFORMANCE_JOBS / "echo.py"), j=f"{replicas}x1", cpu=1, image=image,
               max_retries=max_retries, mounts=mounts)
     role = app.roles[0]
-    role.entrypoint, role.args = sys.executable, ["-c", code]
+    role.entrypoint, role.args, role.retry_policy = sys.executable, ["-c", code], policy
     return app
 
 
-def test_a_jobset_restarts_every_pod_when_one_fails_and_counts_it(
-    runner: Runner, kube_namespace: str, test_image: TestImage, kube_cluster: TestCluster, tmp_path: Path
+@pytest.mark.parametrize("policy, jobset_restarts, replica_0_starts", [
+    (RetryPolicy.APPLICATION, 1, 2),  # torchx's default: every pod restarts
+    (RetryPolicy.REPLICA, 0, 1),  # the failed pod alone is replaced, within its Job
+])
+def test_a_jobset_restarts_what_the_retry_policy_says_when_a_pod_fails_and_counts_it(
+    runner: Runner, kube_namespace: str, test_image: TestImage, kube_cluster: TestCluster, tmp_path: Path,
+    policy: RetryPolicy, jobset_restarts: int, replica_0_starts: int
 ) -> None:
-    # Replica 1 fails the first time; replica 0 would run on: the gang restart replaces both.
+    # Replica 1 fails the first time; replica 0 runs on unless the whole gang restarts.
     code = ("import os, sys, time, pathlib; index = int(os.environ['JOB_COMPLETION_INDEX']); "
             "marker = pathlib.Path('/state/failed-once'); "
-            "print('attempt', os.environ.get('HOSTNAME'), flush=True); "
-            "(marker.write_text('x'), sys.exit(4)) if index == 1 and not marker.exists() else time.sleep(2)")
-    app = _python_app(code, test_image.name, max_retries=1, mounts=["type=bind", f"src={tmp_path}", "dst=/state"])
+            "open(f'/state/starts-{index}', 'a').write('start\\n'); "
+            "(marker.write_text('x'), sys.exit(4)) if index == 1 and not marker.exists() else time.sleep(4)")
+    app = _python_app(code, test_image.name, max_retries=1, mounts=["type=bind", f"src={tmp_path}", "dst=/state"],
+                      policy=policy)
     handle = runner.run(app, "kubernetes", cfg={"namespace": kube_namespace, "backend": "jobset", "cancel_grace": 2})
 
     assert wait(runner, handle, timeout_s=120) == AppState.SUCCEEDED
     status = runner.status(handle)
     assert status is not None and status.num_restarts == 1
     jobset = kube_cluster.store.list(JOBSETS, kube_namespace)[0][0]
-    assert jobset["status"]["restarts"] == 1
+    assert jobset["status"].get("restarts", 0) == jobset_restarts
     assert any(c["type"] == "Completed" and c["status"] == "True" for c in jobset["status"]["conditions"])
+    assert (tmp_path / "starts-0").read_text().count("start") == replica_0_starts
+    assert (tmp_path / "starts-1").read_text().count("start") == 2
 
 
 def test_a_jobset_out_of_restarts_fails_naming_the_replica(

@@ -391,20 +391,28 @@ def test_roles_that_become_the_same_job_name_are_refused() -> None:
         build_manifests(specs.AppDef("a", roles=roles), app_id="a-abc12345", options=ManifestOptions())
 
 
-def test_a_jobset_has_a_replicated_job_per_role_gang_restarts_and_the_first_role_decides_success() -> None:
+@pytest.mark.parametrize("policy, job_restarts, pod_retries", [
+    # dist.ddp's REPLICA: the failed pod alone is replaced, as on the job backend.
+    (specs.RetryPolicy.REPLICA, 0, 3),
+    # torchx's default: the JobSet restarts every pod; the Job itself fails at its first failed pod.
+    (specs.RetryPolicy.APPLICATION, 3, 0),
+])
+def test_a_jobset_has_a_replicated_job_per_role_restarts_as_the_retry_policy_says_and_the_first_role_decides_success(
+        policy: specs.RetryPolicy, job_restarts: int, pod_retries: int) -> None:
     app = ddp("--lr", "0.1", script="train.py", j="2x2", image="registry.example/train:1", max_retries=3)
+    app.roles[0].retry_policy = policy
     manifests = build_manifests(app, app_id="train-abc12345", options=ManifestOptions(backend="jobset"))
 
     (jobset,) = check(manifests)
-    golden("jobset_ddp_2x2", manifests)
+    if policy == specs.RetryPolicy.REPLICA:
+        golden("jobset_ddp_2x2", manifests)
     spec = jobset["spec"]
     assert spec["network"] == {"enableDNSHostnames": True, "publishNotReadyAddresses": True}
     assert spec["successPolicy"] == {"operator": "All", "targetReplicatedJobs": ["train"]}
-    assert spec["failurePolicy"]["maxRestarts"] == 3
+    assert spec["failurePolicy"]["maxRestarts"] == job_restarts
     (replicated,) = spec["replicatedJobs"]
     job = replicated["template"]["spec"]
-    # Restarts are the JobSet's, of every pod: the Job itself fails at its first failed pod.
-    assert job["backoffLimitPerIndex"] == 0 and job["completions"] == job["parallelism"] == 2
+    assert job["backoffLimitPerIndex"] == pod_retries and job["completions"] == job["parallelism"] == 2
     env = {item["name"]: item["value"] for item in job["template"]["spec"]["containers"][0]["env"]}
     assert env["TORCHX_RANK0_HOST"] == "train-abc12345-train-0-0.train-abc12345"
     assert "subdomain" not in job["template"]["spec"]  # the JobSet controller sets its own

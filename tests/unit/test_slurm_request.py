@@ -105,14 +105,21 @@ def test_a_fixed_role_without_retries_is_one_step_that_ends_with_its_first_faile
     assert "--kill-on-bad-exit=1" in step and step.endswith(" train &") and "attempt" not in script
 
 
-@pytest.mark.parametrize("j, max_retries, kill_on_bad_exit, limit", [
-    ("2x1", 2, "1", '[ "$attempt" -ge 2 ]'),  # a lost node ends the step: every node starts again
-    ("1:2x1", 0, "0", '[ "$attempt" -ge 0 ]'),  # the survivors carry on; enough of them done is success
+@pytest.mark.parametrize("j, max_retries, policy, kill_on_bad_exit, limit", [
+    # torchx's default: a lost node ends the step, and every node starts again
+    ("2x1", 2, specs.RetryPolicy.APPLICATION, "1", '[ "$attempt" -ge 2 ]'),
+    # dist.ddp's: the step program starts its replica again in place; the step runs again only
+    # after Slurm requeued the job
+    ("2x1", 2, specs.RetryPolicy.REPLICA, "1", '[ "$attempt" -ge 0 ]'),
+    # the survivors carry on; enough of them done is success
+    ("1:2x1", 0, specs.RetryPolicy.REPLICA, "0", '[ "$attempt" -ge 0 ]'),
 ])
 def test_a_role_with_retries_or_elastic_runs_its_step_again_after_a_failure(
-    j: str, max_retries: int, kill_on_bad_exit: str, limit: str
+    j: str, max_retries: int, policy: specs.RetryPolicy, kill_on_bad_exit: str, limit: str
 ) -> None:
-    script = request_for(ddp(script="train.py", j=j, max_retries=max_retries))
+    app = ddp(script="train.py", j=j, max_retries=max_retries)
+    app.roles[0].retry_policy = policy
+    script = request_for(app)
 
     assert f"--kill-on-bad-exit={kill_on_bad_exit}" in script and limit in script
     assert "rm -f /shared/jobs/train-x/train.rdzv-port" in script

@@ -16,6 +16,7 @@ from typing import Any
 
 from torchx import specs
 
+from torchx_ext.schedulers.common.role_spec import retry_policy_of
 from torchx_ext.schedulers.kubernetes import names
 from torchx_ext.schedulers.kubernetes.options import ManifestOptions
 from torchx_ext.schedulers.kubernetes.pods import PodAddressing, pod_template
@@ -55,7 +56,8 @@ def headless_service(app: specs.AppDef, app_id: str, namespace: str) -> dict[str
 def indexed_job(app: specs.AppDef, role: specs.Role, job_name: str, app_id: str, options: ManifestOptions,
                 addressing: PodAddressing, *, gang: bool = False) -> dict[str, Any]:
     """A role's Indexed Job. ``gang``: inside a JobSet, whose ``failurePolicy`` restarts every
-    Job when one fails: a non-elastic role's Job then fails at its first failed pod."""
+    Job when one fails: a non-elastic role of retry_policy APPLICATION (torchx's default) then
+    fails its Job at its first failed pod; a REPLICA one keeps the Job's own per-pod retries."""
     replicas = role.num_replicas
     least = names.min_replicas(role)
     elastic = least < replicas
@@ -63,7 +65,8 @@ def indexed_job(app: specs.AppDef, role: specs.Role, job_name: str, app_id: str,
     job_labels = dict(labels)
     if options.queue and not gang:
         job_labels[names.LABEL_KUEUE_QUEUE] = options.queue
-    retries = 0 if gang and not elastic else role.max_retries
+    whole_app = gang and not elastic and retry_policy_of(role) == "APPLICATION"
+    retries = 0 if whole_app else role.max_retries
     spec: dict[str, Any] = {
         "completionMode": "Indexed",
         "completions": replicas,

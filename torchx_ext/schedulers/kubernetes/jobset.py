@@ -3,10 +3,13 @@ per role whose one Job is the ``job`` backend's Indexed Job for that role.
 
 The JobSet controller names the Job ``{app}-{role}-0`` and its pods' hostnames
 ``{app}-{role}-0-{index}`` under a headless Service of its own named after the JobSet
-(``network``: DNS hostnames, published before the pods are ready). ``failurePolicy.maxRestarts``
-(the least ``max_retries`` of the roles) restarts every Job of the app when one fails, as
-torchrun needs: a non-elastic role's Job fails at its first failed pod. An elastic role keeps
-its per-pod retries and tolerates MAX - MIN failed indexes, its rendezvous absorbing them. The
+(``network``: DNS hostnames, published before the pods are ready). A role's ``retry_policy``
+decides what a failure restarts, as torchx defines it: APPLICATION (torchx's default) fails the
+role's Job at its first failed pod, and ``failurePolicy.maxRestarts`` (the least ``max_retries``
+of those roles) restarts every Job of the app; REPLICA keeps the Job's per-pod retries (the
+failed pod alone is replaced, as on the ``job`` backend), and its Job fails the JobSet only once
+they are spent. An elastic role keeps its per-pod retries too and tolerates MAX - MIN failed
+indexes, its rendezvous absorbing them. The
 app succeeds when the first role's Job does (index 0 for an elastic role, every index
 otherwise). With ``queue`` it is created suspended, labelled for Kueue.
 """
@@ -18,6 +21,7 @@ from typing import Any
 
 from torchx import specs
 
+from torchx_ext.schedulers.common.role_spec import retry_policy_of
 from torchx_ext.schedulers.common.states import State
 from torchx_ext.schedulers.kubernetes import names
 from torchx_ext.schedulers.kubernetes.app_view import AppView, failure_message, read_app
@@ -61,7 +65,9 @@ def jobset(app: specs.AppDef, app_id: str, options: ManifestOptions) -> dict[str
     spec: dict[str, Any] = {
         "network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
         "successPolicy": {"operator": "All", "targetReplicatedJobs": [replicated[app.roles[0].name]]},
-        "failurePolicy": {"maxRestarts": min(role.max_retries for role in app.roles), "rules": [CANCEL_RULE]},
+        "failurePolicy": {"maxRestarts": min((role.max_retries for role in app.roles
+                                              if retry_policy_of(role) == "APPLICATION"), default=0),
+                          "rules": [CANCEL_RULE]},
         "replicatedJobs": replicated_jobs,
     }
     if options.queue:

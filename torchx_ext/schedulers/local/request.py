@@ -54,7 +54,7 @@ def build_request(
     roles: list[RoleRequest] = []
     position = 0
     for role in app.roles:
-        path = _path_with_cwd(role.env.get("PATH", environ.get("PATH", "")), cwd, prepend_cwd)
+        path = _path_with_cwd(role.env.get("PATH"), environ.get("PATH", ""), cwd, prepend_cwd)
         entrypoint = _resolve_entrypoint(role, interpreter, path, cwd)
         replicas = []
         for replica_id in range(role.num_replicas):
@@ -64,11 +64,11 @@ def build_request(
             resolved = values.apply(role)
             log_dir = os.path.join(app_dir, role.name, str(replica_id))
             env = {
-                "PATH": path,
                 RANK0_HOST_ENV: "localhost",
                 ERROR_FILE_ENV: os.path.join(log_dir, ERROR_FILE_NAME),
                 "PET_LOG_DIR": os.path.join(app_dir, "torchelastic", role.name),
                 **resolved.env,
+                "PATH": _path_with_cwd(resolved.env.get("PATH"), environ.get("PATH", ""), cwd, prepend_cwd),
                 JOB_MARKER_ENV: app_id,
                 REPLICA_MARKER_ENV: f"{role.name}/{replica_id}",
             }
@@ -154,6 +154,14 @@ def _resolve_entrypoint(role: specs.Role, interpreter: str, path: str, cwd: str)
     return found
 
 
-def _path_with_cwd(path: str, cwd: str, prepend: bool) -> str:
-    parts = [part for part in path.split(os.pathsep) if part]
-    return os.pathsep.join([cwd, *parts] if prepend else [*parts, cwd])
+def _path_with_cwd(role_path: str | None, parent_path: str, cwd: str, prepend: bool) -> str:
+    """torchx's PATH for a replica: the role's own PATH with ``cwd`` after it (before it with
+    ``prepend_cwd``), then the submitter's. A role without one: the submitter's PATH with ``cwd``
+    after it, as the option's help says (torchx 0.7.0 puts ``cwd`` first then, prepend or not)."""
+    def parts(path: str | None) -> list[str]:
+        return [part for part in (path or "").split(os.pathsep) if part]
+
+    if role_path is None:
+        return os.pathsep.join([cwd, *parts(parent_path)] if prepend else [*parts(parent_path), cwd])
+    own = [cwd, *parts(role_path)] if prepend else [*parts(role_path), cwd]
+    return os.pathsep.join([*own, *parts(parent_path)])

@@ -74,6 +74,11 @@ class SlurmJobRequest:
         return next((role for role in self.roles if role.name == name), None)
 
 
+IN_PLACE = ("REPLICA", "HOT_SPARE")
+"""The retry policies whose lost replica its node's step program starts again in place, alone (a
+task cannot be started again inside a step); APPLICATION runs the whole step again."""
+
+
 @dataclass(frozen=True)
 class StepEnd:
     """How a replica's program ended, as its step program saw it."""

@@ -21,7 +21,7 @@ from torchx import specs
 from torchx_ext.errors import InvalidArgumentError
 from torchx_ext.schedulers.common.role_spec import role_spec
 from torchx_ext.schedulers.slurm.options import gpu_type_of
-from torchx_ext.schedulers.slurm.records import JobDir, RoleRequest, SlurmJobRequest
+from torchx_ext.schedulers.slurm.records import IN_PLACE, JobDir, RoleRequest, SlurmJobRequest
 
 STEP_MODULE = "torchx_ext.schedulers.slurm.step"
 _ROLE_NAME = re.compile(r"[A-Za-z0-9_.-]+")
@@ -102,8 +102,11 @@ def batch_script(
                   f"--kill-on-bad-exit={0 if elastic else 1}", "--open-mode=append", f"--output={prefix}-%t.out",
                   f"--error={prefix}-%t.err", interpreter, "-m", STEP_MODULE, str(job.path), role.name]
         srun = " ".join(["srun", *shaped, *map(shlex.quote, quoted)])
+        # REPLICA and HOT_SPARE roles: each node's step program starts its replica again in place
+        # (step.py); the step runs again only for an elastic end, or after Slurm requeued the job.
+        reruns = 0 if role.spec.get("retry_policy") in IN_PLACE else spec.max_retries
         if spec.max_retries > 0 or elastic:
-            lines += _retried(srun, job, role.name, spec.max_retries, elastic, interpreter)
+            lines += _retried(srun, job, role.name, spec.max_retries, elastic, interpreter, reruns)
         else:
             lines.append(f"{srun} &")
         lines.append("steps+=($!)")
@@ -116,10 +119,11 @@ def batch_script(
     return "\n".join(lines)
 
 
-def _retried(srun: str, job: JobDir, role: str, max_retries: int, elastic: bool, interpreter: str) -> list[str]:
+def _retried(srun: str, job: JobDir, role: str, max_retries: int, elastic: bool, interpreter: str,
+             reruns: int) -> list[str]:
     """The role's step, run again from the start (every node resumes from the checkpoint) up to
-    ``max_retries`` times after it fails; an elastic step that ended with enough of its replicas
-    done is not a failure."""
+    ``reruns`` times after it fails, and after Slurm requeued the job up to ``max_retries`` times;
+    an elastic step that ended with enough of its replicas done is not a failure."""
     check = shlex.join([interpreter, "-m", STEP_MODULE, "--enough-succeeded", str(job.path), role])
     record = shlex.join([interpreter, "-m", STEP_MODULE, "--record-failure", str(job.path), role])
     requeued = shlex.join([interpreter, "-m", STEP_MODULE, "--requeued", str(job.path), role, str(int(max_retries))])
@@ -135,7 +139,7 @@ def _retried(srun: str, job: JobDir, role: str, max_retries: int, elastic: bool,
         "    code=$?",
         '    [ "$code" -eq 0 ] && exit 0',
         *([f"    {check} && exit 0"] if elastic else []),
-        f'    [ "$attempt" -ge {int(max_retries)} ] && exit "$code"',
+        f'    [ "$attempt" -ge {int(reruns)} ] && exit "$code"',
         f"    {record} || true",  # what failed it, for describe while the rerun runs
         "    attempt=$((attempt + 1))",
         f'    echo "$attempt" > {restarts}',

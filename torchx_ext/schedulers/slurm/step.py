@@ -40,7 +40,7 @@ from torchx_ext.replica_env import (ALLOCATED_NODES_ENV, ERROR_FILE_ENV, LIVENES
                                     RDZV_HOST_ENV, RDZV_IS_HOST_ENV, RDZV_PORT_ENV, REPLICA_ENV)
 from torchx_ext.schedulers.common.files import write_atomically
 from torchx_ext.schedulers.common.log_files import IndexedLog
-from torchx_ext.schedulers.slurm.records import JobDir, RoleRequest, StepEnd, first_failure, step_ended
+from torchx_ext.schedulers.slurm.records import IN_PLACE, JobDir, RoleRequest, StepEnd, first_failure, step_ended
 
 START_ORDER_WAIT_S = 10.0
 
@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
                          replace=True)
 
     spare_mark = job.spare(role.name, replica_id)
-    in_place = role.spec.get("retry_policy") == "HOT_SPARE"
+    in_place = role.spec.get("retry_policy") in IN_PLACE
     try:
         while True:
             code = run_replica(argv_, env, role.cwd, logs, started=started, liveness=(str(liveness), frozen),
@@ -114,13 +114,14 @@ def main(argv: list[str] | None = None) -> int:
             restarts = job.read_replica_restarts(role.name, replica_id)
             if not in_place or code == 0 or _stopped_by_slurm or restarts >= int(role.spec.get("max_retries", 0)):
                 break
-            # A hot-spare role's lost replica is started again here, alone: it waits as the next spare.
+            # The lost replica alone is started again here (a hot spare's waits as the next spare);
+            # the others re-rendezvous with it.
             report = read_error_file(job.error_file(role.name, replica_id))
             ended = step_ended(StepEnd(code, time.time(), node), report.message if report else "")
             write_atomically(job.replica_restarts(role.name, replica_id), str(restarts + 1))
-            write_atomically(job.last_failure(role.name), f"replica {role.name}/{replica_id} ({node}) {ended}")
+            record_first_of_incident(job.last_failure(role.name), f"replica {role.name}/{replica_id} ({node}) {ended}")
             say(f"{role.name}/{replica_id} {ended}; starting it again in place "
-                f"({restarts + 1} of max_retries {role.spec.get('max_retries', 0)}), as a hot spare")
+                f"({restarts + 1} of max_retries {role.spec.get('max_retries', 0)})")
             liveness.unlink(missing_ok=True)
     finally:
         liveness.unlink(missing_ok=True)
@@ -129,6 +130,21 @@ def main(argv: list[str] | None = None) -> int:
         log.close()
     write_atomically(job.exit(role.name, replica_id), json.dumps({"exit_code": code, "at": time.time(), "node": node}))
     return code if code >= 0 else 128 - code
+
+
+INCIDENT_S = 30.0
+
+
+def record_first_of_incident(path: Path, text: str) -> None:
+    """Say ``text`` as what failed last, unless another replica's failure was said within
+    ``INCIDENT_S``: the first one is the cause (the store's host killed), those after it its
+    consequences (its peers lost the store)."""
+    try:
+        if time.time() - path.stat().st_mtime < INCIDENT_S:
+            return
+    except OSError:
+        pass
+    write_atomically(path, text)
 
 
 def enough_succeeded(job: JobDir, role_name: str) -> bool:
