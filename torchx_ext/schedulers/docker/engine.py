@@ -18,7 +18,7 @@ from typing import Any
 
 from torchx_ext.errors import EngineError, InvalidArgumentError
 from torchx_ext.schedulers.common.states import JobEnd
-from torchx_ext.schedulers.docker.job_view import ContainerView, end_from_labels, end_labels
+from torchx_ext.schedulers.docker.job_view import ContainerView, end_from_labels, end_labels, engine_time
 from torchx_ext.schedulers.docker.request import (
     HEALTH_INTERVAL_S,
     HEALTH_PROBE_TIMEOUT_S,
@@ -42,6 +42,11 @@ START_HINT = (
 LABEL_RESTART_OF = "torchx_ext.restart_of"
 LABEL_RESTARTS = "torchx_ext.restarts"
 LABEL_RESTART_CAUSE = "torchx_ext.restart_cause"
+LABEL_CLAIM = "torchx_ext.claim"
+APP_KEY = "*"
+"""The restart records' key for a restart of the whole app (a replica's is ``role/id``)."""
+APP_RESTART_WINDOW_S = 120.0
+"""A restart of the whole app not done after this long was left half done (its restarter ended)."""
 
 
 def end_volume_name(app_id: str) -> str:
@@ -95,6 +100,45 @@ class Engine:
             if end is not None and labels.get(LABEL_APP_ID):
                 ends[labels[LABEL_APP_ID]] = end
         return ends
+
+    def restart_app(self, app_id: str, restarts: int, cause: str, containers: list[Any], grace_s: int) -> bool:
+        """Stop every container of the app and start them all again, as its restart number
+        ``restarts``; False (nothing done) when another process claimed that restart first. Its
+        record says ``restarting`` until every container has started again (``app_restart``)."""
+        token = f"{os.getpid()}-{time.monotonic_ns()}"
+        name = f"{app_id}-restart-app-{restarts}"
+        labels = {LABEL_SCHEDULER: SCHEDULER, LABEL_APP_ID: app_id, LABEL_RESTART_OF: APP_KEY,
+                  LABEL_RESTARTS: str(restarts), LABEL_RESTART_CAUSE: cause, LABEL_CLAIM: token}
+        claimed = self._call(lambda: self.client.volumes.create(name=name, labels=labels), "record an app restart")
+        if (claimed.attrs.get("Labels") or {}).get(LABEL_CLAIM) != token:
+            return False  # the first writer of the name restarts it
+        self.stop([container for container in containers if container.status in ("running", "restarting", "paused")],
+                  grace_s)
+        for container in containers:
+            self._call(container.start, "restart the app")
+        self._call(lambda: self.client.volumes.create(name=f"{name}-started", labels={
+            LABEL_SCHEDULER: SCHEDULER, LABEL_APP_ID: app_id, LABEL_RESTART_OF: f"{APP_KEY}started"}),
+            "record an app restart")
+        return True
+
+    def app_restart(self, app_id: str) -> tuple[int, bool]:
+        """(restarts of the whole app so far, whether the last is still under way: claimed less
+        than ``APP_RESTART_WINDOW_S`` ago, its containers not all started again yet)."""
+        volumes = self._call(lambda: self.client.volumes.list(filters={"label": f"{LABEL_APP_ID}={app_id}"}),
+                             "list volumes")
+        claims: dict[str, float] = {}
+        started = set()
+        for volume in volumes:
+            labels = volume.attrs.get("Labels") or {}
+            if labels.get(LABEL_RESTART_OF) == APP_KEY and labels.get(LABEL_RESTARTS, "").isdigit():
+                claims[volume.name] = engine_time(volume.attrs.get("CreatedAt")) or time.time()
+            elif labels.get(LABEL_RESTART_OF) == f"{APP_KEY}started":
+                started.add(volume.name.removesuffix("-started"))
+        if not claims:
+            return 0, False
+        last = max(claims, key=lambda name: int(name.rsplit("-", 1)[1]))
+        pending = last not in started and time.time() - claims[last] < APP_RESTART_WINDOW_S
+        return int(last.rsplit("-", 1)[1]), pending
 
     def our_restarts(self, app_id: str) -> tuple[dict[str, int], str]:
         """Per replica (``role/id``): its restarts up to the last start we made (``restart``);
@@ -329,7 +373,7 @@ class Engine:
             }
         if container.privileged:
             kwargs["privileged"] = True
-        if container.max_retries > 0:
+        if container.max_retries > 0 and not container.whole_app:
             kwargs["restart_policy"] = {"Name": "on-failure", "MaximumRetryCount": container.max_retries}
         if container.gpus and container.gpu_vendor == "amd":
             kwargs["devices"] += ["/dev/kfd:/dev/kfd:rwm", "/dev/dri:/dev/dri:rwm"]

@@ -17,7 +17,7 @@ from typing import Any
 from torchx_ext.launcher.liveness import SPARE_WORD
 from torchx_ext.schedulers.common.states import JobEnd, State
 from torchx_ext.schedulers.docker.request import (
-    LABEL_MAX_RETRIES, LABEL_MIN_REPLICAS, LABEL_REPLICA, LABEL_ROLE, LABEL_ROLE_REPLICAS,
+    LABEL_MAX_RETRIES, LABEL_MIN_REPLICAS, LABEL_WHOLE_APP, LABEL_REPLICA, LABEL_ROLE, LABEL_ROLE_REPLICAS,
 )
 
 LABEL_END_STATE = "torchx_ext.end_state"
@@ -53,6 +53,8 @@ class ContainerView:
     engine calls a paused container unhealthy at once."""
     spare: bool = False
     """Its last probe found the launcher waiting as a hot spare (``launcher/spare.py``)."""
+    whole_app: bool = False
+    """Retried with the whole app (APPLICATION): ``restarts`` are the app's."""
 
     @property
     def key(self) -> str:
@@ -81,6 +83,7 @@ class ContainerView:
             min_replicas=int(labels.get(LABEL_MIN_REPLICAS) or labels.get(LABEL_ROLE_REPLICAS, "1")),
             health=str((state.get("Health") or {}).get("Status") or ""),
             spare=_last_probe_says_spare(state.get("Health") or {}),
+            whole_app=labels.get(LABEL_WHOLE_APP) == "1",
         )
 
 

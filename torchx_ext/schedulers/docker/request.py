@@ -21,6 +21,7 @@ from torchx_ext.numa.topology import Topology
 from torchx_ext.launcher.liveness import probe_command, runs_our_launcher
 from torchx_ext.replica_env import ERROR_FILE_ENV, LIVENESS_FILE_ENV, RANK0_HOST_ENV, RDZV_HOST_ENV, REPLICA_ENV
 from torchx_ext.schedulers.common.checks import shm_mb
+from torchx_ext.schedulers.common.role_spec import retry_policy_of
 from torchx_ext.schedulers.placement import ReplicaSlice, slice_host
 
 SCHEDULER = "local_docker"
@@ -45,6 +46,9 @@ LABEL_REPLICA = "torchx_ext.replica_id"
 LABEL_ROLE_REPLICAS = "torchx_ext.role_replicas"
 LABEL_MIN_REPLICAS = "torchx_ext.min_replicas"
 LABEL_MAX_RETRIES = "torchx_ext.max_retries"
+LABEL_WHOLE_APP = "torchx_ext.restarts_whole_app"
+"""On a replica of a role of retry_policy APPLICATION (torchx's default) in an app of several
+replicas: its failure starts every container of the app again (``snapshot.restart_app_if_failed``)."""
 LABEL_GRACE = "torchx_ext.cancel_grace"
 LABEL_IMAGE = "torchx_ext.image"
 
@@ -82,6 +86,8 @@ class ContainerRequest:
     mounts: tuple[Mount, ...]
     max_retries: int
     privileged: bool = False
+    whole_app: bool = False
+    """Retried with the whole app (``LABEL_WHOLE_APP``): the engine restarts it on its own never."""
     health_probe: tuple[str, ...] = ()
     """The HEALTHCHECK's argv, for a replica that runs our launcher: it fails once the launcher has
     not touched its liveness file for 10 s (frozen or hung); the job's watcher then kills it."""
@@ -161,6 +167,7 @@ def build_request(
                         LABEL_ROLE_REPLICAS: str(role.num_replicas),
                         LABEL_MIN_REPLICAS: str(role.num_replicas if role.min_replicas is None else role.min_replicas),
                         LABEL_MAX_RETRIES: str(role.max_retries),
+                        **({LABEL_WHOLE_APP: "1"} if _whole_app(app, role) else {}),
                         LABEL_GRACE: str(cancel_grace_s),
                         LABEL_IMAGE: role.image,
                     },
@@ -174,6 +181,7 @@ def build_request(
                     mounts=tuple(_mount(mount, role.name) for mount in role.mounts) + device_mounts(role),
                     max_retries=role.max_retries,
                     privileged=privileged,
+                    whole_app=_whole_app(app, role),
                     health_probe=tuple(probe_command(LIVENESS_FILE, python=resolved.entrypoint))
                     if runs_our_launcher(resolved.entrypoint, resolved.args) else (),
                 )
@@ -187,6 +195,13 @@ def build_request(
         warnings=tuple(sorted({warning for piece in slices for warning in piece.warnings}))
         + tuple(_gpu_warnings(app, slices)) + tuple(_device_warnings(app)),
     )
+
+
+def _whole_app(app: specs.AppDef, role: specs.Role) -> bool:
+    """A role whose retries restart the whole app (torchx's APPLICATION, its default); with one
+    replica in all, the engine's own restart of it is the same thing."""
+    return (role.max_retries > 0 and retry_policy_of(role) == "APPLICATION"
+            and sum(each.num_replicas for each in app.roles) > 1)
 
 
 def copied_env(host_env: Mapping[str, str], patterns: Sequence[str]) -> dict[str, str]:
@@ -223,7 +238,8 @@ def describe_request(request: DockerJobRequest) -> str:
             f"{container.role}/{container.replica_id}: container={container.name} image={container.image} "
             f"cpuset_cpus={container.cpuset_cpus or 'all'} cpuset_mems={container.cpuset_mems or 'all'} "
             f"gpus={gpus} memory={memory} shm={container.shm_mb}m (counted in memory) "
-            f"restarts={container.max_retries}{' privileged' if container.privileged else ''}"
+            f"restarts={container.max_retries}{' (of the whole app)' if container.whole_app else ''}"
+            f"{' privileged' if container.privileged else ''}"
         )
         lines.append(f"  command: {list(container.command)!r}")
         if container.health_probe:

@@ -38,7 +38,8 @@ from torchx_ext.schedulers.docker.request import (
     build_request,
     describe_request,
 )
-from torchx_ext.schedulers.docker.snapshot import Snapshot, end_if_failed, kill_if_frozen, restart_if_lost, snapshot
+from torchx_ext.schedulers.docker.snapshot import (Snapshot, end_if_failed, kill_if_frozen, restart_app_if_failed,
+                                                  restart_if_lost, snapshot)
 from torchx_ext.schedulers.docker.watcher import watcher_log
 from torchx_ext.schedulers.placement import host_topology
 
@@ -136,7 +137,8 @@ class DockerScheduler(WorkspaceMixin[None], SchedulerShell[DockerOpts]):
         within its retries is started again, and a job one of whose replicas failed for good is
         ended, here if its watcher has not done so yet (the others are stopped)."""
         engine = self.engine
-        current = end_if_failed(engine, restart_if_lost(engine, kill_if_frozen(engine, snapshot(engine, app_id))))
+        current = kill_if_frozen(engine, snapshot(engine, app_id))
+        current = end_if_failed(engine, restart_if_lost(engine, restart_app_if_failed(engine, current)))
         if current.view.state is None:
             return None
         return _response(current)
@@ -226,7 +228,7 @@ def _response(current: Snapshot) -> DescribeAppResponse:
                                       view.replicas[(container_view.role, container_view.replica_id)],
                                       container_view.name, error if failing is container_view else None))
     # Every replica's restarts, summed: num_restarts means that on every scheduler.
-    restarts = sum(container_view.restarts for container_view, _ in current.containers)
+    restarts = current.app_restarts + sum(view.restarts for view, _ in current.containers if not view.whole_app)
     spares = sorted((replica.role, replica.replica_id) for replica, _ in current.containers
                     if replica.spare and view.replicas[(replica.role, replica.replica_id)] is State.RUNNING)
     return describe_response(

@@ -29,6 +29,8 @@ class Snapshot:
     view: JobView
     last_restart_cause: str = ""
     """What made the last start we made of a replica (the engine's own restarts keep none)."""
+    app_restarts: int = 0
+    """Restarts of the whole app (retry_policy APPLICATION): counted once, not per replica."""
 
     def find(self, role: str, replica_id: int) -> tuple[ContainerView, Any] | None:
         return next(((view, container) for view, container in self.containers
@@ -50,11 +52,40 @@ class Snapshot:
 def snapshot(engine: Engine, app_id: str) -> Snapshot:
     containers = tuple(engine.containers(app_id))
     ours, cause = engine.our_restarts(app_id) if containers else ({}, "")
+    app_restarts, restarting = engine.app_restart(app_id) if any(view.whole_app for view, _ in containers) else (0, False)
     # The engine counts restarts since the last start by hand, which were ours (restart_if_lost).
-    containers = tuple((dataclasses.replace(view, restarts=ours.get(view.key, 0) + view.restarts), container)
+    # A replica retried with the whole app counts the app's restarts; while one is under way, a
+    # replica it stopped (or not started yet) is restarting, not ended.
+    containers = tuple((_counted(view, ours.get(view.key, 0), app_restarts, restarting), container)
                        for view, container in containers)
     end = engine.ends(app_id).get(app_id) if containers else None
-    return Snapshot(app_id, containers, end, read_job((view for view, _ in containers), end), cause)
+    return Snapshot(app_id, containers, end, read_job((view for view, _ in containers), end), cause,
+                    app_restarts)
+
+
+def _counted(view: ContainerView, ours: int, app_restarts: int, restarting: bool) -> ContainerView:
+    if not view.whole_app:
+        return dataclasses.replace(view, restarts=ours + view.restarts)
+    if restarting and view.status in ("exited", "created"):
+        return dataclasses.replace(view, restarts=app_restarts, status="restarting")
+    return dataclasses.replace(view, restarts=app_restarts)
+
+
+def restart_app_if_failed(engine: Engine, current: Snapshot) -> Snapshot:
+    """Start the whole app again, within the failing role's ``max_retries``, when a replica of a
+    role of retry_policy APPLICATION (torchx's default) failed: every container is stopped (its
+    grace period, then SIGKILL) and started again, and each resumes from the script's checkpoint."""
+    if current.end is not None:
+        return current
+    failed = next((view for view, _ in current.containers if view.whole_app and view.status == "exited"
+                   and view.exit_code not in (0, None) and view.restarts < view.max_retries), None)
+    if failed is None:
+        return current
+    how = "was killed" if failed.exit_code == 137 else "exited"
+    cause = f"replica {failed.key} ({failed.name}) {how} with code {failed.exit_code}"
+    engine.restart_app(current.app_id, current.app_restarts + 1, cause,
+                       [container for _, container in current.containers], current.grace_s)
+    return snapshot(engine, current.app_id)
 
 
 def kill_if_frozen(engine: Engine, current: Snapshot, paused_too_long: frozenset[str] = frozenset()) -> Snapshot:
@@ -77,7 +108,7 @@ def kill_if_frozen(engine: Engine, current: Snapshot, paused_too_long: frozenset
     for view, container, why in frozen:
         message = f"gave no sign of life ({why}) and was killed"
         engine.kill_and_wait(container)
-        if view.restarts < view.max_retries:
+        if view.restarts < view.max_retries and not view.whole_app:  # the whole app's: restart_app_if_failed
             engine.restart(current.app_id, view.key, container, view.restarts + 1, view.max_retries,
                            f"replica {view.key} ({view.name}) {message}")
         else:
@@ -92,7 +123,8 @@ def restart_if_lost(engine: Engine, current: Snapshot) -> Snapshot:
     if current.end is not None:
         return current
     lost = [(view, container) for view, container in current.containers
-            if view.status == "exited" and view.exit_code not in (0, None) and view.restarts < view.max_retries]
+            if view.status == "exited" and view.exit_code not in (0, None) and view.restarts < view.max_retries
+            and not view.whole_app]  # those the app's restart starts again
     for view, container in lost:
         how = "was killed" if view.exit_code == 137 else "exited"
         engine.restart(current.app_id, view.key, container, view.restarts + 1, view.max_retries,

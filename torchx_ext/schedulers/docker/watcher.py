@@ -26,7 +26,8 @@ from pathlib import Path
 from torchx_ext.launcher.liveness import DEFAULT_MAX_AGE_S
 from torchx_ext.schedulers.docker.engine import connect
 from torchx_ext.schedulers.docker.request import LABEL_APP_ID
-from torchx_ext.schedulers.docker.snapshot import Snapshot, end_if_failed, kill_if_frozen, restart_if_lost, snapshot
+from torchx_ext.schedulers.docker.snapshot import (Snapshot, end_if_failed, kill_if_frozen, restart_app_if_failed,
+                                                  restart_if_lost, snapshot)
 
 
 def watcher_log(app_id: str) -> Path:
@@ -50,7 +51,8 @@ def watch(app_id: str) -> int:
         while True:
             current = snapshot(engine, app_id)
             paused_too_long = _paused_too_long(current, paused_since)
-            current = end_if_failed(engine, restart_if_lost(engine, kill_if_frozen(engine, current, paused_too_long)))
+            current = kill_if_frozen(engine, current, paused_too_long)
+            current = end_if_failed(engine, restart_if_lost(engine, restart_app_if_failed(engine, current)))
             if not current.containers:
                 return 0  # deleted
             if current.end is not None and current.running:
