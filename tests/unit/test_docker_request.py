@@ -146,3 +146,20 @@ def test_copy_env_globs_then_env_then_the_role_env_and_ours_cannot_be_overridden
     assert {key: first.env[key] for key in ("WANDB_API_KEY", "WANDB_MODE", "EXTRA")} == {
         "WANDB_API_KEY": "k", "WANDB_MODE": "online", "EXTRA": "a:b"}
     assert "HOME" not in first.env and first.env["TORCHX_RANK0_HOST"] == "train-abcd1234-train-0"
+
+
+@pytest.mark.parametrize("policy, replicas, retries, whole_app", [
+    (specs.RetryPolicy.APPLICATION, 2, 1, True),  # torchx's default: the app restarts, not the engine alone
+    (specs.RetryPolicy.REPLICA, 2, 1, False),  # the engine's on-failure policy restarts the replica
+    (specs.RetryPolicy.APPLICATION, 1, 1, False),  # one replica in all: the same thing
+    (specs.RetryPolicy.APPLICATION, 2, 0, False),  # no retries: nothing restarts
+])
+def test_a_role_whose_retries_restart_the_whole_app_is_left_to_the_watcher(
+        policy: specs.RetryPolicy, replicas: int, retries: int, whole_app: bool) -> None:
+    app = ddp(script="train.py", j=f"{replicas}x1", image="img", max_retries=retries)
+    app.roles[0].retry_policy = policy
+    request = request_for(app, None)
+
+    assert {container.whole_app for container in request.containers} == {whole_app}
+    assert all(("torchx_ext.restarts_whole_app" in container.labels) == whole_app for container in request.containers)
+    assert ("(of the whole app)" in describe_request(request)) == whole_app
