@@ -31,8 +31,8 @@ spare the job waits for the replacement pod; with one it does not (target <= 15 
 
 ``frozen starting`` (``max_retries=2``): the non-host replica is killed, and its replacement is stopped (SIGSTOP) as
 soon as its processes appear, before its launcher has imported torch: the time from that freeze to
-the next step (target <= 30 s). Measured where the bench can see a replica's processes (local_cwd,
-slurm); no torchrun baseline (its agents notice no freeze).
+the next step (target <= 30 s). Measured on every scheduler: the bench sees a replica's processes on
+this host (a container's too); no torchrun baseline (its agents notice no freeze).
 
 ``partitioned non-host`` (as root): on local_cwd each replica on a host of its own (a network
 namespace, tests/fixtures/netns.py), the non-host replica's link taken down; it is started again
@@ -70,8 +70,9 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 # The suite's way to lose a replica on each scheduler.
 from tests.conformance.conftest import (_docker_cut, _docker_kill, _docker_pause, _kube_cut,  # noqa: E402
-                                       _kube_delete_pod, _kube_freeze, _local_freeze, _local_kill, _slurm_freeze,
-                                       _slurm_kill, _slurm_replica_processes)
+                                       _kube_delete_pod, _kube_freeze, _local_freeze, _local_kill,
+                                       _on_docker_replica, _on_kube_replica, _slurm_freeze, _slurm_kill,
+                                       _slurm_replica_processes)
 from torchx_ext.schedulers.local.processes import marked_processes  # noqa: E402
 
 JOB = REPO / "tests" / "conformance" / "jobs" / "checkpointed.py"
@@ -161,7 +162,8 @@ def targets(names: list[str]) -> Iterator[dict[str, Target]]:
 
             if "local_docker" in names:
                 found["local_docker"] = Target("local_docker", lambda d: {"cancel_grace": 5}, _docker_kill(docker),
-                                               _docker_pause(docker), _docker_cut(docker), args, bind)
+                                               _docker_pause(docker), _docker_cut(docker), args, bind,
+                                               processes=container_processes(_on_docker_replica, docker))
             if "kubernetes" in names:
                 cluster = stack.enter_context(test_cluster(docker, image.paths))
 
@@ -171,8 +173,30 @@ def targets(names: list[str]) -> Iterator[dict[str, Target]]:
                 for backend in ("job", "jobset", "volcano"):
                     found[f"kubernetes/{backend}"] = Target("kubernetes", kube_cfg(backend), _kube_delete_pod,
                                                             _kube_freeze(docker), _kube_cut(docker),
-                                                            {"image": image.name}, bind, pull_delay=pull_delay)
+                                                            {"image": image.name}, bind, pull_delay=pull_delay,
+                                                            processes=container_processes(_on_kube_replica, docker))
         yield found
+
+
+def container_processes(on_replica: Callable[[Any, Callable[[Any], None]], Callable[[str, str, int], None]],
+                        docker: Any) -> Callable[[str, str, int], list[int]]:
+    """The host pids of a replica's running container (a pod's, on kubernetes): the engine runs
+    them on this host."""
+    def processes(app_id: str, role: str, replica_id: int) -> list[int]:
+        found: list[int] = []
+
+        def add(container: Any) -> None:
+            try:
+                top = container.top()
+            except Exception:  # gone or not running yet
+                return
+            column = top["Titles"].index("PID")
+            found.extend(int(process[column]) for process in top["Processes"])
+
+        on_replica(docker, add)(app_id, role, replica_id)
+        return found
+
+    return processes
 
 
 def kube_cfg(backend: str) -> Callable[[Path], dict[str, Any]]:
