@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from torchx.runner import Runner
-from torchx.specs import AppDef, AppState, BindMount, Resource, RetryPolicy, Role
+from torchx.specs import AppDef, AppState, BindMount, Resource, RetryPolicy, Role, parse_mounts
 
 from tests.conformance.conftest import JOBS, SchedulerUnderTest
 from tests.conformance.jobs_api import wait
@@ -26,6 +26,7 @@ HONOURED = {
 def two_roles(scheduler: SchedulerUnderTest, policy: RetryPolicy, directory: Path) -> AppDef:
     image = str(scheduler.component_args.get("image", ""))
     mounts = [BindMount(str(directory), str(directory))] if scheduler.shared_dir_mounts(directory) else []
+    mounts += parse_mounts(list(scheduler.component_args.get("mounts", [])))  # the test image's Python
     return AppDef("two-roles", roles=[
         Role(name, image=image, entrypoint=sys.executable, args=[str(JOBS / "two_roles.py"), name, str(directory)],
              max_retries=1, retry_policy=policy, mounts=mounts,
