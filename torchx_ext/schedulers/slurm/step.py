@@ -114,6 +114,10 @@ def main(argv: list[str] | None = None) -> int:
             restarts = job.read_replica_restarts(role.name, replica_id)
             if not in_place or code == 0 or _stopped_by_slurm or restarts >= int(role.spec.get("max_retries", 0)):
                 break
+            if not controller_answers():
+                say(f"{role.name}/{replica_id} is not started again here: this node cannot reach the Slurm "
+                    "controller (cut off?), which gives the node up and requeues the job")
+                break
             # The lost replica alone is started again here (a hot spare's waits as the next spare);
             # the others re-rendezvous with it.
             report = read_error_file(job.error_file(role.name, replica_id))
@@ -132,19 +136,33 @@ def main(argv: list[str] | None = None) -> int:
     return code if code >= 0 else 128 - code
 
 
-INCIDENT_S = 30.0
+CONSEQUENCE_S, INCIDENT_S = 5.0, 30.0
+STORE_LOST = "lost the rendezvous store"
+"""How a launcher says its store went away (watchdog.py): the consequence of losing the store's
+host, not a cause."""
 
 
 def record_first_of_incident(path: Path, text: str) -> None:
-    """Say ``text`` as what failed last, unless another replica's failure was said within
-    ``INCIDENT_S``: the first one is the cause (the store's host killed), those after it its
-    consequences (its peers lost the store)."""
+    """Say ``text`` as what failed last, unless another replica's failure was said just before
+    (``CONSEQUENCE_S``; ``INCIDENT_S`` for a lost store): that one is the cause (the store's host
+    killed), this its consequence (its peers' store gone)."""
     try:
-        if time.time() - path.stat().st_mtime < INCIDENT_S:
+        age = time.time() - path.stat().st_mtime
+        if age < (INCIDENT_S if STORE_LOST in text else CONSEQUENCE_S) and path.read_text().split(" (")[0] != \
+                text.split(" (")[0]:
             return
     except OSError:
         pass
     write_atomically(path, text)
+
+
+def controller_answers(timeout_s: float = 3.0) -> bool:
+    """Whether this node reaches the Slurm controller (``squeue`` about this job)."""
+    try:
+        return subprocess.run(["squeue", "-h", "-j", os.environ.get("SLURM_JOB_ID", ""), "-o", "%T"],
+                              capture_output=True, timeout=timeout_s).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
 
 
 def enough_succeeded(job: JobDir, role_name: str) -> bool:
