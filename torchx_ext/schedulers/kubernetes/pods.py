@@ -37,7 +37,9 @@ _INDEX_MARK = "\x00torchx-ext-index\x00"
 LIVENESS_FILE = "/tmp/torchx_ext_liveness"
 # The launcher touches its liveness file every second from its start; the probe fails once the
 # file is 10 s old. Two failures 2 s apart: one slow probe on a loaded node is not a frozen replica.
-LIVENESS_PROBE = {"initialDelaySeconds": 15, "periodSeconds": 2, "timeoutSeconds": 10, "failureThreshold": 2}
+# 5 s: the launcher's first beat comes before its imports (a slow start is vouched for by its
+# starting beat, and a missing file fails only a stopped launcher), so only the interpreter's own start is waited for.
+LIVENESS_PROBE = {"initialDelaySeconds": 5, "periodSeconds": 2, "timeoutSeconds": 10, "failureThreshold": 2}
 SPARE_PROBE = {"periodSeconds": 2, "timeoutSeconds": 10, "failureThreshold": 1}
 UNREACHABLE_TAINTS = ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready")
 UNREACHABLE_TOLERATION_S = 10
