@@ -21,3 +21,13 @@ def target_of(metadata: Mapping[str, Any]) -> tuple[str, str] | None:
         return None
     kind, name = next(iter(target.items()))
     return (kind, name) if kind in ("script", "module") and isinstance(name, str) else None
+
+
+HOT_SPARES_KEY = "torchx_ext/hot_spares"
+"""The number of hot spares ``dist.*`` were given (``--spares``): torchx-nightly has no HOT_SPARE
+retry policy (its roles then ask for REPLICA, which restarts the lost replica as a spare)."""
+
+
+def spares_of(metadata: Mapping[str, Any]) -> int:
+    given = str(metadata.get(HOT_SPARES_KEY) or "0")
+    return int(given) if given.isdigit() else 0

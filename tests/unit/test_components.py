@@ -252,7 +252,9 @@ def test_spares_are_hot_spare_replicas_beyond_the_rendezvous_nodes(j: str, spare
 
     nodes = int(nnodes)
     assert (role.num_replicas, role.min_replicas) == (nodes + spares, nodes)
-    assert role.retry_policy == specs.RetryPolicy.HOT_SPARE
+    # torchx-nightly has no HOT_SPARE: REPLICA there, the spares in the metadata on both lines.
+    assert role.retry_policy == getattr(specs.RetryPolicy, "HOT_SPARE", specs.RetryPolicy.REPLICA)
+    assert role.metadata["torchx_ext/hot_spares"] == str(spares)
     assert _flag(role.args, "--nnodes") == nnodes
     assert _flag(role.args, "--node-rank") == specs.macros.replica_id
     assert _flag(role.args, "--rdzv-endpoint-env") == specs.macros.rank0_env
@@ -263,4 +265,4 @@ def test_spares_are_hot_spare_replicas_beyond_the_rendezvous_nodes(j: str, spare
 def test_spmd_takes_spares_too() -> None:
     role = spmd(script="train.py", j="2", h="dgx_h100", spares=1).roles[0]
 
-    assert (role.num_replicas, role.min_replicas, role.retry_policy) == (3, 2, specs.RetryPolicy.HOT_SPARE)
+    assert (role.num_replicas, role.min_replicas, role.metadata["torchx_ext/hot_spares"]) == (3, 2, "1")

@@ -29,7 +29,7 @@ from torchx.specs import macros
 from torchx_ext.errors import InvalidArgumentError
 from torchx_ext.escaping import escape_template
 from torchx_ext.options import check_mode, parse_omp_threads
-from torchx_ext.role_metadata import target_metadata
+from torchx_ext.role_metadata import HOT_SPARES_KEY, target_metadata
 
 J_FORMS = "NODESxPROCS (e.g. 2x4), MIN:MAXxPROCS (e.g. 2:5x8) or a single number"
 MOUNT_FORMS = (
@@ -323,9 +323,12 @@ def _app(
                 max_retries=max_retries,
                 # Our launcher re-rendezvouses with a replaced replica: only the lost one is started again
                 # (with spares: as a new spare).
-                retry_policy=specs.RetryPolicy.HOT_SPARE if spares else specs.RetryPolicy.REPLICA,
+                # torchx-nightly has no HOT_SPARE: REPLICA, and the spares said in the metadata.
+                retry_policy=getattr(specs.RetryPolicy, "HOT_SPARE", specs.RetryPolicy.REPLICA)
+                if spares else specs.RetryPolicy.REPLICA,
                 mounts=_mounts(mounts),
-                metadata={**target_metadata(script, m), **(metadata or {})},
+                metadata={**target_metadata(script, m), **(metadata or {}),
+                          **({HOT_SPARES_KEY: str(spares)} if spares else {})},
             )
         ],
     )

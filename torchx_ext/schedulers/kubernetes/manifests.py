@@ -16,7 +16,7 @@ from typing import Any
 from torchx import specs
 
 from torchx_ext.errors import InvalidArgumentError
-from torchx_ext.schedulers.common.role_spec import retry_policy_of
+from torchx_ext.schedulers.common.role_spec import has_hot_spares, retry_policy_of
 from torchx_ext.schedulers.common.checks import check_image
 from torchx_ext.schedulers.kubernetes import names
 from torchx_ext.schedulers.kubernetes.indexed_job import job_objects
@@ -92,7 +92,7 @@ def check_no_spares(app: specs.AppDef, backend: str) -> None:
     """JobSet and Volcano restart every pod when one fails: a spare would be restarted with the
     rest, never take the lost one's place."""
     for role in app.roles:
-        if retry_policy_of(role) == "HOT_SPARE":
+        if has_hot_spares(role):
             raise InvalidArgumentError(
                 f"role {role.name!r}: retry_policy HOT_SPARE (hot spares, e.g. dist.ddp --spares) needs a failed "
                 f"replica started again alone, and backend={backend} restarts every pod: give -cfg backend=job")

@@ -170,7 +170,7 @@ def _requeue(specs_of_roles: list[specs.Role]) -> str:
 
 def _shape(role: RoleRequest, resource: specs.Resource, gpu_type: str) -> list[str]:
     # Hot spares need nodes of their own from the start: a HOT_SPARE role's MIN is its quorum, not an allocation.
-    fixed = role.min_replicas == role.num_replicas or role.spec.get("retry_policy") == "HOT_SPARE"
+    fixed = role.min_replicas == role.num_replicas or bool(role.spec.get("hot_spares"))
     nodes = str(role.num_replicas) if fixed else f"{role.min_replicas}-{role.num_replicas}"
     # No --ntasks-per-node here: with it Slurm 22.05 gives a MIN-MAX job MIN nodes even when MAX
     # are idle (measured on the test cluster); the step asks for one task per node itself.
