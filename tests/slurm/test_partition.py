@@ -10,8 +10,6 @@ restart left), which starts again on the spare node and resumes from its checkpo
 
 from __future__ import annotations
 
-import os
-import signal
 import time
 from pathlib import Path
 
@@ -21,12 +19,10 @@ from torchx.specs import AppState, parse_app_handle
 
 from tests.conformance.jobs_api import wait
 from tests.conformance.test_faults import _history
-from tests.fixtures.netns import require_netns
 from tests.fixtures.slurm_cluster import job_processes
-from tests.fixtures.slurm_netns import netns_cluster
+from tests.fixtures.slurm_netns import netns_job_run
 from tests.helpers import still_there
 from torchx_ext.components.dist import ddp
-from torchx_ext.schedulers.slurm.records import STATE_ROOT_ENV
 
 CHECKPOINTED = str(Path(__file__).parents[1] / "conformance" / "jobs" / "checkpointed.py")
 STEPS = 30
@@ -35,50 +31,41 @@ STEPS = 30
 def test_a_node_cut_off_the_network_is_given_up_and_the_job_resumes_on_a_spare_node(
     runner: Runner, slurm_cluster: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    require_netns()
-    monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
-    monkeypatch.setenv(STATE_ROOT_ENV, str(tmp_path / "state"))
-    directory = tmp_path / "checkpoints"
-    directory.mkdir()
-    job_id = ""
-    with netns_cluster(tmp_path / "cluster") as cluster:
-        monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
-        try:
-            app = ddp(str(directory), str(STEPS), "0.25", script=CHECKPOINTED, j="2x1", max_retries=1, cpu=1)
-            role = app.roles[0].name
-            handle = runner.run(app, "slurm", cfg={"job_dir": str(tmp_path / "jobs")})
-            job_id = parse_app_handle(handle).app_id
-            deadline = time.monotonic() + 120
-            while len(_history(directory)) < 3:
-                assert time.monotonic() < deadline, "no third step"
-                time.sleep(0.05)
-            status = runner.status(handle)
-            assert status is not None
-            first_nodes = {replica.id: replica.hostname for replica in status.roles[0].replicas}
-            cut = cluster.host(first_nodes[1])
-            cluster.net.cut(cut)
-            cut_at = time.monotonic()
+    with netns_job_run(tmp_path, monkeypatch) as run:
+        cluster, directory = run.cluster, run.checkpoints
+        app = ddp(str(directory), str(STEPS), "0.25", script=CHECKPOINTED, j="2x1", max_retries=1, cpu=1)
+        role = app.roles[0].name
+        handle = runner.run(app, "slurm", cfg={"job_dir": str(tmp_path / "jobs")})
+        job_id = parse_app_handle(handle).app_id
+        run.job_ids.append(job_id)
+        deadline = time.monotonic() + 120
+        while len(_history(directory)) < 3:
+            assert time.monotonic() < deadline, "no third step"
+            time.sleep(0.05)
+        status = runner.status(handle)
+        assert status is not None
+        first_nodes = {replica.id: replica.hostname for replica in status.roles[0].replicas}
+        cut = cluster.host(first_nodes[1])
+        cluster.net.cut(cut)
+        cut_at = time.monotonic()
 
-            # Seconds, not Slurm's SlurmdTimeout: the survivor's launcher names the lost node, and the
-            # launcher cut off exits with its workers, though nothing can reach its node.
-            lost = f"lost node 1 (replica {role}/1 on host {cut.name}, launcher pid"
-            while (lost not in "".join(runner.log_lines(handle, role, 0))
-                   or "lost the rendezvous store" not in "".join(runner.log_lines(handle, role, 1))):
-                assert time.monotonic() - cut_at < 30, "the launchers did not notice the cut in 30 s"
-                time.sleep(0.2)
-            assert still_there(lambda: job_processes(job_id, cut.name), 15, 0.5) == []
+        # Seconds, not Slurm's SlurmdTimeout: the survivor's launcher names the lost node, and the
+        # launcher cut off exits with its workers, though nothing can reach its node.
+        lost = f"lost node 1 (replica {role}/1 on host {cut.name}, launcher pid"
+        while (lost not in "".join(runner.log_lines(handle, role, 0))
+               or "lost the rendezvous store" not in "".join(runner.log_lines(handle, role, 1))):
+            assert time.monotonic() - cut_at < 30, "the launchers did not notice the cut in 30 s"
+            time.sleep(0.2)
+        assert still_there(lambda: job_processes(job_id, cut.name), 15, 0.5) == []
 
-            assert wait(runner, handle, timeout_s=240) == AppState.SUCCEEDED
-            history = _history(directory)
-            assert [entry[0] for entry in history] == list(range(STEPS)), history
-            status = runner.status(handle)
-            assert status is not None and status.num_restarts == 1, status
-            assert f"Slurm requeued the job (a node failure, a preemption or scontrol requeue): replica {role}/1 " \
-                   f"({cut.name})" in status.msg, status.msg
-            final_nodes = {replica.hostname for replica in status.roles[0].replicas}
-            assert cut.name not in final_nodes, final_nodes
-            assert cluster.node_states()[cut.name].startswith("down"), cluster.node_states()
-            assert still_there(lambda: job_processes(job_id), 20, 0.5) == []
-        finally:
-            for line in job_processes(job_id) if job_id else []:
-                os.kill(int(line.split()[1].rstrip(":")), signal.SIGKILL)
+        assert wait(runner, handle, timeout_s=240) == AppState.SUCCEEDED
+        history = _history(directory)
+        assert [entry[0] for entry in history] == list(range(STEPS)), history
+        status = runner.status(handle)
+        assert status is not None and status.num_restarts == 1, status
+        assert f"Slurm requeued the job (a node failure, a preemption or scontrol requeue): replica {role}/1 " \
+               f"({cut.name})" in status.msg, status.msg
+        final_nodes = {replica.hostname for replica in status.roles[0].replicas}
+        assert cut.name not in final_nodes, final_nodes
+        assert cluster.node_states()[cut.name].startswith("down"), cluster.node_states()
+        assert still_there(lambda: job_processes(job_id), 20, 0.5) == []

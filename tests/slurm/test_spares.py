@@ -6,8 +6,6 @@ the cluster of hosts of the test's own (tests/fixtures/slurm_netns.py), as the p
 
 from __future__ import annotations
 
-import os
-import signal
 import time
 from pathlib import Path
 
@@ -18,12 +16,10 @@ from torchx.specs import AppState, parse_app_handle
 from tests.conformance.conftest import _slurm_freeze
 from tests.conformance.jobs_api import status_until, wait, wait_for_line
 from tests.conformance.test_faults import _history
-from tests.fixtures.netns import require_netns
 from tests.fixtures.slurm_cluster import job_processes
-from tests.fixtures.slurm_netns import NODES, netns_cluster
+from tests.fixtures.slurm_netns import NODES, netns_job_run
 from tests.helpers import still_there
 from torchx_ext.components.dist import ddp
-from torchx_ext.schedulers.slurm.records import STATE_ROOT_ENV
 
 CHECKPOINTED = str(Path(__file__).parents[1] / "conformance" / "jobs" / "checkpointed.py")
 STEPS = 160
@@ -32,40 +28,31 @@ STEPS = 160
 def test_a_hot_spare_takes_a_frozen_replicas_place_and_the_replica_restarts_in_place_as_the_next_spare(
     runner: Runner, slurm_cluster: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    require_netns()
-    monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
-    monkeypatch.setenv(STATE_ROOT_ENV, str(tmp_path / "state"))
-    directory = tmp_path / "checkpoints"
-    directory.mkdir()
-    job_id = ""
-    with netns_cluster(tmp_path / "cluster") as cluster:
-        monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
-        try:
-            app = ddp(str(directory), str(STEPS), "0.25", script=CHECKPOINTED, j="2x1", spares=1, max_retries=1, cpu=1)
-            handle = runner.run(app, "slurm", cfg={"job_dir": str(tmp_path / "jobs")})
-            job_id = parse_app_handle(handle).app_id
-            waiting = status_until(runner, handle, lambda status: "1 hot spare waiting: checkpointed[2]" in status.msg,
-                                   timeout_s=120)
-            assert {replica.hostname for replica in waiting.roles[0].replicas} == set(NODES)  # a node each
-            deadline = time.monotonic() + 60
-            while len(_history(directory)) < 3:
-                assert time.monotonic() < deadline, "no third step"
-                time.sleep(0.05)
+    with netns_job_run(tmp_path, monkeypatch) as run:
+        directory = run.checkpoints
+        app = ddp(str(directory), str(STEPS), "0.25", script=CHECKPOINTED, j="2x1", spares=1, max_retries=1, cpu=1)
+        handle = runner.run(app, "slurm", cfg={"job_dir": str(tmp_path / "jobs")})
+        job_id = parse_app_handle(handle).app_id
+        run.job_ids.append(job_id)
+        waiting = status_until(runner, handle, lambda status: "1 hot spare waiting: checkpointed[2]" in status.msg,
+                               timeout_s=120)
+        assert {replica.hostname for replica in waiting.roles[0].replicas} == set(NODES)  # a node each
+        deadline = time.monotonic() + 60
+        while len(_history(directory)) < 3:
+            assert time.monotonic() < deadline, "no third step"
+            time.sleep(0.05)
 
-            _slurm_freeze(job_id, "checkpointed", 1)
+        _slurm_freeze(job_id, "checkpointed", 1)
 
-            wait_for_line(runner, handle, "checkpointed", 2, r"step \d+ world 2$", timeout_s=60)  # the spare trains
-            replaced = status_until(
-                runner, handle, lambda status: "1 hot spare waiting: checkpointed[1]" in status.msg, timeout_s=60)
-            assert replaced.num_restarts == 1 and "replica checkpointed/1" in replaced.msg, replaced.msg
-            assert "gave no sign of life" in replaced.msg, replaced.msg
-            # Every step so far done once, at full size; the rest of the job would prove nothing more.
-            history = _history(directory)
-            assert [entry[0] for entry in history] == list(range(len(history))), history
-            assert {world for _, world, _ in history} == {2}, history
-            runner.cancel(handle)
-            assert wait(runner, handle, timeout_s=60) == AppState.CANCELLED
-            assert still_there(lambda: job_processes(job_id), 20, 0.5) == []
-        finally:
-            for line in job_processes(job_id) if job_id else []:
-                os.kill(int(line.split()[1].rstrip(":")), signal.SIGKILL)
+        wait_for_line(runner, handle, "checkpointed", 2, r"step \d+ world 2$", timeout_s=60)  # the spare trains
+        replaced = status_until(
+            runner, handle, lambda status: "1 hot spare waiting: checkpointed[1]" in status.msg, timeout_s=60)
+        assert replaced.num_restarts == 1 and "replica checkpointed/1" in replaced.msg, replaced.msg
+        assert "gave no sign of life" in replaced.msg, replaced.msg
+        # Every step so far done once, at full size; the rest of the job would prove nothing more.
+        history = _history(directory)
+        assert [entry[0] for entry in history] == list(range(len(history))), history
+        assert {world for _, world, _ in history} == {2}, history
+        runner.cancel(handle)
+        assert wait(runner, handle, timeout_s=60) == AppState.CANCELLED
+        assert still_there(lambda: job_processes(job_id), 20, 0.5) == []

@@ -410,20 +410,29 @@ class Kubelet(ControlLoop):
         every periodSeconds, a run longer than timeoutSeconds failing; failureThreshold failures in
         a row kill the container (SIGTERM, SIGKILL after the pod's grace period), which then
         restarts or ends as its pod's restartPolicy says."""
+        for name, container_id, probe in self._due_probes(pod, runtime, states, "livenessProbe", runtime.probe_due,
+                                                          ("running", "paused")):
+            self._probes.submit(self._run_probe, pod, runtime, name, container_id, probe)
+
+    def _due_probes(self, pod: Obj, runtime: Runtime, states: dict[str, str], field: str, due_at: dict[str, float],
+                    live: tuple[str, ...]) -> list[tuple[str, str, dict[str, Any]]]:
+        """(container, its id, probe) of each exec probe of kind ``field`` due now, marked as running."""
         now, uid = time.monotonic(), pod["metadata"]["uid"]
+        found = []
         for container in pod["spec"]["containers"]:
-            name, probe = container["name"], container.get("livenessProbe")
+            name, probe = container["name"], container.get(field)
             container_id = runtime.container_ids.get(name)
             if (not probe or "exec" not in probe or container_id is None or name in runtime.finished
-                    or states.get(container_id) not in ("running", "paused") or (uid, name) in self._probing):
+                    or states.get(container_id) not in live or (uid, f"{field}:{name}") in self._probing):
                 continue
-            due = runtime.probe_due.get(name, runtime.started_at + int(probe.get("initialDelaySeconds", 0)))
+            due = due_at.get(name, runtime.started_at + int(probe.get("initialDelaySeconds", 0)))
             if now < due:
                 continue
-            runtime.probe_due[name] = now + int(probe.get("periodSeconds", 10))
+            due_at[name] = now + int(probe.get("periodSeconds", 10))
             with self._lock:
-                self._probing.add((uid, name))
-            self._probes.submit(self._run_probe, pod, runtime, name, container_id, probe)
+                self._probing.add((uid, f"{field}:{name}"))
+            found.append((name, container_id, probe))
+        return found
 
     def _run_probe(self, pod: Obj, runtime: Runtime, name: str, container_id: str, probe: dict[str, Any]) -> None:
         try:
@@ -445,24 +454,13 @@ class Kubelet(ControlLoop):
             log.exception("fake kubelet liveness probe failed to run")
         finally:
             with self._lock:
-                self._probing.discard((pod["metadata"]["uid"], name))
+                self._probing.discard((pod["metadata"]["uid"], f"livenessProbe:{name}"))
 
     def _probe_readiness(self, pod: Obj, runtime: Runtime, states: dict[str, str]) -> None:
         """Run each container's exec readinessProbe every periodSeconds (after initialDelaySeconds):
         its result is the container's ``ready``, and the pod is Ready when all of them are."""
-        now, uid = time.monotonic(), pod["metadata"]["uid"]
-        for container in pod["spec"]["containers"]:
-            name, probe = container["name"], container.get("readinessProbe")
-            container_id = runtime.container_ids.get(name)
-            if (not probe or "exec" not in probe or container_id is None or name in runtime.finished
-                    or states.get(container_id) != "running" or (uid, f"ready:{name}") in self._probing):
-                continue
-            due = runtime.ready_due.get(name, runtime.started_at + int(probe.get("initialDelaySeconds", 0)))
-            if now < due:
-                continue
-            runtime.ready_due[name] = now + int(probe.get("periodSeconds", 10))
-            with self._lock:
-                self._probing.add((uid, f"ready:{name}"))
+        for name, container_id, probe in self._due_probes(pod, runtime, states, "readinessProbe", runtime.ready_due,
+                                                          ("running",)):
             self._probes.submit(self._run_readiness_probe, pod, name, container_id, probe)
 
     def _run_readiness_probe(self, pod: Obj, name: str, container_id: str, probe: dict[str, Any]) -> None:
@@ -479,7 +477,7 @@ class Kubelet(ControlLoop):
             log.exception("fake kubelet readiness probe failed to run")
         finally:
             with self._lock:
-                self._probing.discard((pod["metadata"]["uid"], f"ready:{name}"))
+                self._probing.discard((pod["metadata"]["uid"], f"readinessProbe:{name}"))
 
     def _exec_probe(self, container_id: str, probe: dict[str, Any]) -> tuple[bool, str]:
         timeout = int(probe.get("timeoutSeconds", 1))
