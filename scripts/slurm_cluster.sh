@@ -203,7 +203,12 @@ case "${1:-}" in
     [ "$accounting" = yes ] && start_database
     slurmctld -i
     for node in node1 node2; do slurmd -N "$node"; done
-    for _ in $(seq 150); do
+    # Jobs the controller recovered belong to the cluster's previous life (their processes died
+    # with its nodes); one saved as running would keep its node "mix" and never idle.
+    stale=""
+    for _ in $(seq 50); do stale="$(squeue -h -o %i 2>/dev/null)" && break; sleep 0.2; done
+    [ -n "$stale" ] && { say "cancelling jobs left from an earlier start: $(echo $stale)"; scancel $stale || true; }
+    for _ in $(seq 300); do
       idle="$(sinfo -h -N -o '%N %T' 2>/dev/null | grep -c ' idle$' || true)"
       [ "$idle" = 2 ] && { echo "SLURM_CONF=$conf"; exit 0; }
       sleep 0.2
