@@ -15,10 +15,10 @@ from tests.conformance.conftest import JOBS, SchedulerUnderTest
 from tests.conformance.jobs_api import wait
 
 # Where each policy is honoured so far. Not yet: APPLICATION on a multi-role Slurm job (each role's
-# step runs again alone); REPLICA on Volcano (its RestartJob restarts every pod). Kubernetes' job backend refuses
-# APPLICATION with retries in one line (tests/unit/test_kubernetes_manifests.py).
+# step runs again alone). Kubernetes' job backend refuses APPLICATION with retries in one line
+# (tests/unit/test_kubernetes_manifests.py).
 HONOURED = {
-    RetryPolicy.REPLICA: ["local_cwd", "local_docker", "kubernetes", "kubernetes-jobset", "slurm"],
+    RetryPolicy.REPLICA: ["local_cwd", "local_docker", "kubernetes", "kubernetes-jobset", "kubernetes-volcano", "slurm"],
     RetryPolicy.APPLICATION: ["local_cwd", "local_docker", "kubernetes-jobset", "kubernetes-volcano"],
 }
 

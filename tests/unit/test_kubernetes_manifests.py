@@ -419,6 +419,24 @@ def test_a_jobset_has_a_replicated_job_per_role_restarts_as_the_retry_policy_say
     assert "suspend" not in spec
 
 
+@pytest.mark.parametrize("policy, action", [
+    (specs.RetryPolicy.REPLICA, "RestartPod"),  # the failed pod alone
+    (specs.RetryPolicy.APPLICATION, "RestartJob"),  # every pod
+    *([(specs.RetryPolicy.ROLE, "RestartTask")] if hasattr(specs.RetryPolicy, "ROLE") else []),  # torchx-nightly
+])
+def test_a_volcano_task_restarts_what_its_roles_retry_policy_names(policy: specs.RetryPolicy, action: str) -> None:
+    roles = [specs.Role(name, image="img:1", entrypoint="python", num_replicas=2, max_retries=2, retry_policy=policy)
+             for name in ("trainer", "reader")]
+    (job,) = check(build_manifests(specs.AppDef("mine", roles=roles), app_id="mine-abc12345",
+                                   options=ManifestOptions(backend="volcano")))
+
+    for task in job["spec"]["tasks"]:
+        assert task["policies"] == [{"event": "PodFailed", "action": action}, {"event": "PodEvicted", "action": action}]
+    # Volcano counts restarts per job: two for each replica where a restart is one pod's, else
+    # two (torchx's least max_retries of the roles); plus the failure that ends the job.
+    assert job["spec"]["maxRetry"] == (2 * 4 if action == "RestartPod" else 2) + 1
+
+
 def test_a_queued_jobset_is_created_suspended_with_kueues_label() -> None:
     app = ddp(script="train.py", j="4x8", h="aws_p5.48xlarge", image="registry.example/train:1")
     manifests = build_manifests(app, app_id="train-abc12345",
@@ -441,10 +459,13 @@ def test_a_volcano_job_is_torchxs_shape_with_our_pods_and_a_min_available_gang()
     spec = job["spec"]
     assert spec["schedulerName"] == "volcano" and spec["queue"] == "default" and spec["minAvailable"] == 2
     assert spec["plugins"] == {"svc": ["--publish-not-ready-addresses"], "env": []}
-    assert spec["maxRetry"] == 3  # two restarts: Volcano counts the failure that ends the job
+    # Two restarts for each of the two replicas, counted per job by Volcano, which also counts the
+    # failure that ends the job.
+    assert spec["maxRetry"] == 5
     (task,) = spec["tasks"]
     assert task["name"] == "train" and task["replicas"] == 2
-    assert {"event": "PodFailed", "action": "RestartJob"} in task["policies"]
+    # dist.ddp asks for REPLICA: a failed pod restarts alone, the others re-rendezvous with it.
+    assert {"event": "PodFailed", "action": "RestartPod"} in task["policies"]
     # No retries: a failed pod ends the job, which keeps the pods that ended (and their logs).
     once = check(build_manifests(ddp(script="train.py", j="2x2", image="img:1"), app_id="train-abc12345",
                                  options=ManifestOptions(backend="volcano")))[0]

@@ -10,8 +10,10 @@ our scheduler sets (each driven by the objects' own fields, nothing else):
   before ``minAvailable`` of them can be); policies (task's, then the job's, first match) for
   PodFailed (a pod turning Failed) and PodEvicted (a pod removed by anyone but the controller,
   as Volcano's ``deletePod`` handler reports it), events from pods of an earlier attempt
-  ignored; RestartJob counts ``retryCount`` and fails the job once it reaches ``maxRetry``,
-  keeping the pods that ended on that last attempt; ``AbortJob`` Commands, and the phases
+  ignored (a pod's ``volcano.sh/job-version`` below the job's ``status.version``, which only a
+  whole-job restart raises); RestartJob (every pod), RestartTask (the failed pod's task) and
+  RestartPod (that pod) count ``retryCount`` and fail the job once it reaches ``maxRetry``, a
+  RestartJob keeping the pods that ended on that last attempt; ``AbortJob`` Commands, and the phases
   Pending -> Running -> Completed/Failed, Restarting, Terminating -> Terminated, Aborting -> Aborted.
   Volcano writes no reason or message for these: neither does this.
 - Kueue (v0.19): a Workload per queued Job or JobSet, admitted (un-suspended) while the
@@ -75,6 +77,8 @@ class CrdControllers(ControlLoop):
         """Volcano Job uid -> its pods (uid -> pod) as last seen, to notice one removed."""
         self._volcano_killed: set[str] = set()
         """Pods the controller deleted itself (Volcano marks them out of sync): no PodEvicted."""
+        self._volcano_targets: dict[str, set[str]] = {}
+        """Volcano Job uid -> the pods a RestartPod or RestartTask restarts (none: a RestartJob)."""
 
     def _write_status(self, rtype: ResourceType, obj: Obj, status: dict[str, Any]) -> None:
         if status != (obj.get("status") or {}):
@@ -214,11 +218,14 @@ class CrdControllers(ControlLoop):
                         job = self._phase(job, "Aborting", "AbortJob", "job aborted by a Command")
             self._reconcile_volcano(job, _owned(pods, job))
 
-    def _phase(self, job: Obj, phase: str, reason: str = "", message: str = "", retry: bool = False) -> Obj:
+    def _phase(self, job: Obj, phase: str, reason: str = "", message: str = "", retry: bool = False,
+               whole_job: bool = False) -> Obj:
         status = copy.deepcopy(job.get("status") or {})
         status["state"] = {"phase": phase, "reason": reason, "message": message, "lastTransitionTime": now_rfc3339()}
         if retry:
             status["retryCount"] = int(status.get("retryCount") or 0) + 1
+        if whole_job:
+            status["version"] = int(status.get("version") or 0) + 1
         meta = job["metadata"]
         return self._store.update(VOLCANO_JOBS, meta["namespace"], meta["name"], lambda o: o.update(status=status) and None)
 
@@ -238,6 +245,14 @@ class CrdControllers(ControlLoop):
         if phase == "Restarting":
             retries = int((job.get("status") or {}).get("retryCount") or 0)
             last = retries >= int(spec.get("maxRetry", 3))
+            targets = self._volcano_targets.get(meta["uid"])
+            if targets is not None:  # a RestartPod or RestartTask: the other pods go on
+                restarting = [p for p in pods if p["metadata"]["uid"] in targets]
+                self._kill(restarting)
+                if last or not restarting:
+                    del self._volcano_targets[meta["uid"]]
+                    self._phase(job, "Failed" if last else "Pending")
+                return
             going = active if last else pods  # the last attempt keeps the pods that ended
             self._kill(going)
             if not going:
@@ -276,7 +291,7 @@ class CrdControllers(ControlLoop):
     def _apply_policies(self, job: Obj, pods: list[Obj]) -> bool:
         """Acts on the first pod event a policy handles; True when the job's phase changed."""
         meta, spec = job["metadata"], job["spec"]
-        attempt = str((job.get("status") or {}).get("retryCount") or 0)
+        version = int((job.get("status") or {}).get("version") or 0)
         handled = self._volcano_seen.setdefault(meta["uid"], set())
         before = self._volcano_pods.get(meta["uid"], {})
         self._volcano_pods[meta["uid"]] = {pod["metadata"]["uid"]: pod for pod in pods}
@@ -288,14 +303,22 @@ class CrdControllers(ControlLoop):
             if key in handled:
                 continue
             handled.add(key)
-            if (pod["metadata"].get("annotations") or {}).get("volcano.sh/job-version") != attempt:
+            if int((pod["metadata"].get("annotations") or {}).get("volcano.sh/job-version") or 0) < version:
                 continue  # a pod of an earlier attempt: outdated
-            task = next(t for t in spec["tasks"] if t["name"] == pod["metadata"]["labels"]["volcano.sh/task-spec"])
+            task_name = pod["metadata"]["labels"]["volcano.sh/task-spec"]
+            task = next(t for t in spec["tasks"] if t["name"] == task_name)
             policies = [*(task.get("policies") or []), *(spec.get("policies") or [])]
             action = next((p["action"] for p in policies if p.get("event") in (event, "*")), None)
+            if action in ("RestartPod", "RestartTask"):
+                restarting = [pod] if action == "RestartPod" else [
+                    p for p in pods if p["metadata"]["labels"].get("volcano.sh/task-spec") == task_name]
+                self._volcano_targets[meta["uid"]] = {p["metadata"]["uid"] for p in restarting}
+                self._kill([p for p in restarting if p in pods])
+                self._phase(job, "Restarting", retry=True)
+                return True
             phase = {"RestartJob": "Restarting", "AbortJob": "Aborting", "TerminateJob": "Terminating"}.get(action or "")
             if phase is not None:
-                self._phase(job, phase, retry=phase == "Restarting")
+                self._phase(job, phase, retry=phase == "Restarting", whole_job=phase == "Restarting")
                 return True
         return False
 
@@ -330,7 +353,7 @@ class CrdControllers(ControlLoop):
             "annotations": {**(pod_meta.get("annotations") or {}), "volcano.sh/task-index": str(index),
                             "volcano.sh/task-spec": task["name"], "volcano.sh/job-name": meta["name"],
                             "scheduling.k8s.io/group-name": f"{meta['name']}-{meta['uid']}",
-                            "volcano.sh/job-version": str((job.get("status") or {}).get("retryCount") or 0)},
+                            "volcano.sh/job-version": str((job.get("status") or {}).get("version") or 0)},
             "ownerReferences": [_owner(job)]}, "spec": pod_spec})
 
     def _gang(self, job: Obj, pods: list[Obj]) -> None:

@@ -6,10 +6,16 @@ Volcano names a task's pods ``{app}-{task}-{index}``, which its ``svc`` plugin m
 hostnames under a headless Service named after the job (published before the pods are ready);
 its ``env`` plugin gives each container its index as ``VC_TASK_INDEX``. ``minAvailable`` (every
 role's MIN replicas) is the gang: Volcano's scheduler binds none of the pods until that many
-can run. A failed or evicted (deleted) pod of a non-elastic role restarts the whole job, at
-most ``max_retries`` times (the least of the roles; Volcano counts the failure that ends the job
-as a retry too, hence the one added to ``maxRetry``); with no retries such a pod ends the job
-(``TerminateJob``), keeping the pods that ended and their logs (a restart deletes every pod).
+can run. A failed or evicted (deleted) pod of a non-elastic role restarts what the role's
+``retry_policy`` names: the whole job (APPLICATION: ``RestartJob``), the role's pods (torchx-nightly's
+ROLE: ``RestartTask``) or that pod alone (REPLICA: ``RestartPod``, Volcano 1.11 or later, whose
+admission refuses the action before). Volcano counts restarts per job (``maxRetry``; it counts
+the failure that ends the job as a retry too, hence the one added): the least ``max_retries`` of
+the roles, as torchx sets it, where a restart restarts a job or a role; where every restart is one
+pod's, ``max_retries`` for each replica of each role, in all, as an Indexed Job's per-index limit
+allows (one incident can cost several: the survivors of a lost store host fail too). With no
+retries such a pod ends the job (``TerminateJob``), keeping the pods that ended and their logs
+(a restart deletes the pods it restarts).
 An elastic role has no policy: its failed pods stay failed while its rendezvous goes on with
 the others, and Volcano recreates a deleted one, which joins at the next rendezvous.
 Volcano records no pod name for any of this: a replica left with no pod when the job failed is
@@ -23,6 +29,7 @@ from typing import Any
 
 from torchx import specs
 
+from torchx_ext.schedulers.common.role_spec import retry_policy_of
 from torchx_ext.schedulers.common.states import State
 from torchx_ext.schedulers.kubernetes import names
 from torchx_ext.schedulers.kubernetes.app_view import AppView, failure_message, read_app
@@ -31,6 +38,11 @@ from torchx_ext.schedulers.kubernetes.pods import PodAddressing, pod_template
 
 API_VERSION = "batch.volcano.sh/v1alpha1"
 INDEX_REFERENCE = "$(VC_TASK_INDEX)"
+
+
+# What a failed pod restarts, by torchx's retry_policy (REPLICA, and HOT_SPARE, which this backend
+# refuses before, restart the pod alone).
+RESTART_ACTIONS = {"APPLICATION": "RestartJob", "ROLE": "RestartTask"}
 
 
 def task_names(app: specs.AppDef, app_id: str) -> dict[str, str]:
@@ -45,8 +57,15 @@ def _policies(role: specs.Role) -> list[dict[str, str]]:
     # Volcano reports a pod deleted by anyone but itself (a lost node, kubectl delete) as evicted.
     if names.min_replicas(role) < role.num_replicas:
         return []  # its rendezvous goes on without a failed pod; a deleted one Volcano recreates
-    action = "RestartJob" if role.max_retries else "TerminateJob"
+    action = RESTART_ACTIONS.get(retry_policy_of(role), "RestartPod") if role.max_retries else "TerminateJob"
     return [{"event": "PodFailed", "action": action}, {"event": "PodEvicted", "action": action}]
+
+
+def _max_retry(app: specs.AppDef) -> int:
+    fixed = [role for role in app.roles if names.min_replicas(role) == role.num_replicas]
+    if fixed and all(_policies(role)[0]["action"] == "RestartPod" for role in fixed if role.max_retries):
+        return sum(role.max_retries * role.num_replicas for role in fixed) + 1
+    return min(role.max_retries for role in app.roles) + 1
 
 
 def volcano_job(app: specs.AppDef, app_id: str, options: ManifestOptions) -> dict[str, Any]:
@@ -68,7 +87,7 @@ def volcano_job(app: specs.AppDef, app_id: str, options: ManifestOptions) -> dic
         "schedulerName": "volcano",
         "queue": options.queue or DEFAULT_VOLCANO_QUEUE,
         "minAvailable": sum(names.min_replicas(role) for role in app.roles),
-        "maxRetry": min(role.max_retries for role in app.roles) + 1,
+        "maxRetry": _max_retry(app),
         # The svc plugin's Service publishes the pods' names before they are ready: ranks look
         # up rank 0 while it starts.
         "plugins": {"svc": ["--publish-not-ready-addresses"], "env": []},
