@@ -14,12 +14,11 @@ from torchx.specs import AppDef, AppState, BindMount, Resource, RetryPolicy, Rol
 from tests.conformance.conftest import JOBS, SchedulerUnderTest
 from tests.conformance.jobs_api import wait
 
-# Where each policy is honoured so far. Not yet: APPLICATION on a multi-role Slurm job (each role's
-# step runs again alone). Kubernetes' job backend refuses APPLICATION with retries in one line
-# (tests/unit/test_kubernetes_manifests.py).
+# Where each policy is honoured. Kubernetes' job backend refuses APPLICATION with retries in one
+# line (tests/unit/test_kubernetes_manifests.py).
 HONOURED = {
     RetryPolicy.REPLICA: ["local_cwd", "local_docker", "kubernetes", "kubernetes-jobset", "kubernetes-volcano", "slurm"],
-    RetryPolicy.APPLICATION: ["local_cwd", "local_docker", "kubernetes-jobset", "kubernetes-volcano"],
+    RetryPolicy.APPLICATION: ["local_cwd", "local_docker", "kubernetes-jobset", "kubernetes-volcano", "slurm"],
 }
 
 

@@ -4,6 +4,7 @@ task makes inside what Slurm gave it (on fixture trees)."""
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,7 @@ from torchx_ext.schedulers.slurm.job_view import (
 from torchx_ext.schedulers.slurm.options import gpu_type_of, partition_of, sbatch_options
 from torchx_ext.schedulers.slurm.records import JobDir
 from torchx_ext.schedulers.slurm.request import build_request
-from torchx_ext.schedulers.slurm.step import record_requeue
+from torchx_ext.schedulers.slurm.step import record_app_requeue, record_requeue
 
 EVERY_STATE = {
     "PENDING": State.PENDING, "CONFIGURING": State.PENDING, "RUNNING": State.RUNNING, "COMPLETING": State.RUNNING,
@@ -134,6 +135,42 @@ def test_several_roles_are_one_heterogeneous_component_each() -> None:
     assert script.count("#SBATCH hetjob") == 1
     assert "--het-group=0" in script and "--het-group=1" in script
     assert "${SLURM_JOB_NUM_NODES_HET_GROUP_1}" in script
+
+
+def two_roles(policy: specs.RetryPolicy, trainer_retries: int, reader_retries: int) -> specs.AppDef:
+    return specs.AppDef("two", roles=[
+        specs.Role("trainer", "img", entrypoint="python", num_replicas=2, max_retries=trainer_retries,
+                   retry_policy=policy),
+        specs.Role("reader", "img", entrypoint="python", num_replicas=1, max_retries=reader_retries,
+                   retry_policy=policy)])
+
+
+def test_an_app_of_several_roles_asking_application_starts_again_as_a_whole(tmp_path: Path) -> None:
+    script = request_for(two_roles(specs.RetryPolicy.APPLICATION, 3, 2))
+
+    # Every role's step is srun itself (which cancels its step on SIGTERM), started together and
+    # stopped together; the least max_retries of the roles, as torchx's Volcano and JobSet count.
+    assert script.count("( exec srun ") == 2 and "kill -TERM" in script
+    assert '[ "$attempt" -ge 2 ]' in script and "--record-restart /shared/jobs/train-x" in script
+    assert "--requeued-app /shared/jobs/train-x 2" in script
+    (tmp_path / "batch.sh").write_text(script)
+    assert subprocess.run(["bash", "-n", str(tmp_path / "batch.sh")]).returncode == 0
+    # REPLICA: each role's own step, started again alone (by the step program, in place).
+    assert "exec srun" not in request_for(two_roles(specs.RetryPolicy.REPLICA, 3, 2))
+
+
+def test_a_requeued_app_is_one_more_restart_of_the_whole_app(tmp_path: Path) -> None:
+    request = build_request(two_roles(specs.RetryPolicy.APPLICATION, 2, 2), job_dir=str(tmp_path), cwd="/home/me",
+                            interpreter="/venv/bin/python", options=[])
+    job = JobDir(tmp_path)
+    job.request.write_text(request.to_json())
+    job.restarts("reader").write_text("1")  # the reader failed the app once before
+
+    assert record_app_requeue(job, max_restarts=2) == 2
+    assert job.read_restarts("trainer") == 1 and job.read_restarts("reader") == 1
+    with pytest.raises(SystemExit, match=r"restart 3 of the app, over its max_retries \(2\)"):
+        record_app_requeue(job, max_restarts=2)
+    assert job.read_restarts("trainer") == 1
 
 
 def test_user_arguments_never_reach_the_script() -> None:

@@ -76,7 +76,8 @@ class SlurmJobRequest:
 
 IN_PLACE = ("REPLICA", "HOT_SPARE")
 """The retry policies whose lost replica its node's step program starts again in place, alone (a
-task cannot be started again inside a step); APPLICATION runs the whole step again."""
+task cannot be started again inside a step); APPLICATION runs the whole step again (every role's
+step, in an app of several roles)."""
 
 
 @dataclass(frozen=True)

@@ -87,36 +87,49 @@ def batch_script(
             lines.append(f"#SBATCH {_requeue(specs_of_roles)}")
         lines += [f"#SBATCH {option}" for option in _shape(role, spec.resource, types[position])]
         lines += [f"#SBATCH {option}" for option in options]
-    lines += ["", "set -u", "steps=()"]
-    for position, (role, spec) in enumerate(zip(roles, specs_of_roles)):
-        group = f"_HET_GROUP_{position}" if heterogeneous else ""
-        nodes = f"${{SLURM_JOB_NUM_NODES{group}}}"
-        cpus = f"${{SLURM_CPUS_ON_NODE{group}}}" if exclusive else str(max(1, int(spec.resource.cpu)))
-        # Expanded by the shell: Slurm's own variables, no user input.
-        shaped = [f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1", f"--cpus-per-task={cpus}"]
-        prefix = f"{_pattern(str(job.path))}/{_pattern(role.name)}"
-        elastic = role.min_replicas < role.num_replicas
-        # A fixed role's step ends with its first failed task (the others could not go on); an
-        # elastic role's survivors carry on without it.
-        quoted = [*([f"--het-group={position}"] if heterogeneous else []), *_resources(spec.resource, types[position]),
-                  f"--kill-on-bad-exit={0 if elastic else 1}", "--open-mode=append", f"--output={prefix}-%t.out",
-                  f"--error={prefix}-%t.err", interpreter, "-m", STEP_MODULE, str(job.path), role.name]
-        srun = " ".join(["srun", *shaped, *map(shlex.quote, quoted)])
-        # REPLICA and HOT_SPARE roles: each node's step program starts its replica again in place
-        # (step.py); the step runs again only for an elastic end, or after Slurm requeued the job.
-        reruns = 0 if role.spec.get("retry_policy") in IN_PLACE else spec.max_retries
-        if spec.max_retries > 0 or elastic:
-            lines += _retried(srun, job, role.name, spec.max_retries, elastic, interpreter, reruns)
-        else:
-            lines.append(f"{srun} &")
-        lines.append("steps+=($!)")
-    lines += [
-        "status=0",
-        'for step in "${steps[@]}"; do wait "$step" || status=$?; done',
-        'exit "$status"',
-        "",
-    ]
-    return "\n".join(lines)
+    lines += ["", "set -u"]
+    sruns = [_srun(position, role, spec, job, types[position], interpreter, exclusive, heterogeneous)
+             for position, (role, spec) in enumerate(zip(roles, specs_of_roles))]
+    budget = _whole_app_restarts(roles, specs_of_roles)
+    if budget is not None:
+        lines += _whole_app(sruns, job, roles, budget, interpreter)
+    else:
+        lines.append("steps=()")
+        for role, spec, srun in zip(roles, specs_of_roles, sruns):
+            elastic = role.min_replicas < role.num_replicas
+            # REPLICA and HOT_SPARE roles: each node's step program starts its replica again in
+            # place (step.py); the step runs again only for an elastic end, or after Slurm requeued
+            # the job.
+            reruns = 0 if role.spec.get("retry_policy") in IN_PLACE else spec.max_retries
+            if spec.max_retries > 0 or elastic:
+                lines += _retried(srun, job, role.name, spec.max_retries, elastic, interpreter, reruns)
+            else:
+                lines.append(f"{srun} &")
+            lines.append("steps+=($!)")
+        lines += [
+            "status=0",
+            'for step in "${steps[@]}"; do wait "$step" || status=$?; done',
+            'exit "$status"',
+        ]
+    return "\n".join([*lines, ""])
+
+
+def _srun(position: int, role: RoleRequest, spec: specs.Role, job: JobDir, gpu_type: str, interpreter: str,
+          exclusive: bool, heterogeneous: bool) -> str:
+    """The role's step: one task per node, each running the step program."""
+    group = f"_HET_GROUP_{position}" if heterogeneous else ""
+    nodes = f"${{SLURM_JOB_NUM_NODES{group}}}"
+    cpus = f"${{SLURM_CPUS_ON_NODE{group}}}" if exclusive else str(max(1, int(spec.resource.cpu)))
+    # Expanded by the shell: Slurm's own variables, no user input.
+    shaped = [f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1", f"--cpus-per-task={cpus}"]
+    prefix = f"{_pattern(str(job.path))}/{_pattern(role.name)}"
+    elastic = role.min_replicas < role.num_replicas
+    # A fixed role's step ends with its first failed task (the others could not go on); an
+    # elastic role's survivors carry on without it.
+    quoted = [*([f"--het-group={position}"] if heterogeneous else []), *_resources(spec.resource, gpu_type),
+              f"--kill-on-bad-exit={0 if elastic else 1}", "--open-mode=append", f"--output={prefix}-%t.out",
+              f"--error={prefix}-%t.err", interpreter, "-m", STEP_MODULE, str(job.path), role.name]
+    return " ".join(["srun", *shaped, *map(shlex.quote, quoted)])
 
 
 def _retried(srun: str, job: JobDir, role: str, max_retries: int, elastic: bool, interpreter: str,
@@ -146,6 +159,60 @@ def _retried(srun: str, job: JobDir, role: str, max_retries: int, elastic: bool,
         "  done",
         ") &",
     ]
+
+
+def _whole_app_restarts(roles: list[RoleRequest], specs_of_roles: list[specs.Role]) -> int | None:
+    """How many times an app of several roles starts again as a whole: the least ``max_retries``
+    of its fixed APPLICATION roles, as a JobSet's ``maxRestarts`` (None: no role asks for it, and
+    each role's step runs again alone, if at all)."""
+    whole = [spec.max_retries for role, spec in zip(roles, specs_of_roles)
+             if role.min_replicas == role.num_replicas and role.spec.get("retry_policy") == "APPLICATION"]
+    return min(whole) if len(roles) > 1 and whole and max(whole) > 0 else None
+
+
+def _whole_app(sruns: list[str], job: JobDir, roles: list[RoleRequest], budget: int, interpreter: str) -> list[str]:
+    """Every role's step started together; the first to fail (an elastic one that ended with
+    enough replicas done has not) stops the others and, up to ``budget`` times, they all start
+    again, every node resuming from the checkpoint: torchx's APPLICATION. A REPLICA role's
+    replicas still start again in place first (step.py)."""
+    step = [interpreter, "-m", STEP_MODULE]
+    quoted = " ".join(shlex.quote(role.name) for role in roles)
+    lines = [
+        f"roles=({quoted})",
+        f"elastic=({' '.join('1' if role.min_replicas < role.num_replicas else '0' for role in roles)})",
+        "attempt=0",
+        # Slurm's count of requeues: one more restart of the app, within the same budget.
+        f'if [ "${{SLURM_RESTART_COUNT:-0}}" -gt 0 ]; then attempt=$({shlex.join([*step, "--requeued-app", str(job.path), str(budget)])}) || exit 1; fi',
+        "while :; do",
+        "  steps=()",
+    ]
+    for role, srun in zip(roles, sruns):
+        lines += [f"  rm -f {shlex.quote(str(job.rendezvous_port(role.name)))}",
+                  # exec: the pid is srun's, which cancels its step on SIGTERM.
+                  f"  ( exec {srun} ) &", "  steps+=($!)"]
+    lines += [
+        "  failed=-1",
+        '  while [ "$failed" -lt 0 ]; do',
+        "    running=0",
+        '    for i in "${!steps[@]}"; do',
+        '      [ -n "${steps[$i]}" ] || continue',
+        '      if kill -0 "${steps[$i]}" 2>/dev/null; then running=1; continue; fi',
+        '      wait "${steps[$i]}"; code=$?; steps[$i]=""',
+        '      [ "$code" -eq 0 ] && continue',
+        f'      [ "${{elastic[$i]}}" = 1 ] && {shlex.join([*step, "--enough-succeeded", str(job.path)])} "${{roles[$i]}}" && continue',
+        "      failed=$i; break",
+        "    done",
+        '    [ "$running" -eq 0 ] && [ "$failed" -lt 0 ] && exit 0',
+        '    [ "$failed" -lt 0 ] && sleep 0.5',
+        "  done",
+        '  for pid in "${steps[@]}"; do [ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null; done',
+        "  wait",
+        f'  [ "$attempt" -ge {int(budget)} ] && exit "$code"',
+        f'  {shlex.join([*step, "--record-restart", str(job.path)])} "${{roles[$failed]}}" || true',
+        "  attempt=$((attempt + 1))",
+        "done",
+    ]
+    return lines
 
 
 def describe_request(request: SlurmJobRequest) -> str:

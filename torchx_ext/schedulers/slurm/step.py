@@ -55,6 +55,12 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["--requeued"]:
         print(record_requeue(JobDir(Path(argv[1])), argv[2], int(argv[3])))
         return 0
+    if argv[:1] == ["--record-restart"]:
+        record_app_restart(JobDir(Path(argv[1])), argv[2])
+        return 0
+    if argv[:1] == ["--requeued-app"]:
+        print(record_app_requeue(JobDir(Path(argv[1])), int(argv[2])))
+        return 0
     job_dir, role_name = argv
     job = JobDir(Path(job_dir))
     role = job.read_request().role(role_name)
@@ -194,6 +200,26 @@ def record_requeue(job: JobDir, role_name: str, max_retries: int) -> int:
         raise SystemExit(f"slurm step: Slurm requeued the job, restart {restarts} of role {role_name}, "
                          f"over its max_retries ({max_retries}); not running it again")
     write_atomically(job.restarts(role_name), str(restarts))
+    return restarts
+
+
+def record_app_restart(job: JobDir, role_name: str) -> None:
+    """Before every role's step runs again (torchx's APPLICATION on several roles): what failed
+    the app, and one restart more, counted on the role that failed it."""
+    record_failure(job, role_name)
+    write_atomically(job.restarts(role_name), str(job.read_restarts(role_name) + 1))
+
+
+def record_app_requeue(job: JobDir, max_restarts: int) -> int:
+    """A requeued run of a batch script that restarts the app as a whole, counted on its first
+    role; the app's restarts so far, or a SystemExit once they exceed ``max_restarts``."""
+    roles = [role.name for role in job.read_request().roles]
+    restarts = sum(job.read_restarts(role) for role in roles) + 1
+    if restarts > max_restarts:
+        write_atomically(job.last_failure(roles[0]), REQUEUED)
+        raise SystemExit(f"slurm step: Slurm requeued the job, restart {restarts} of the app, over its "
+                         f"max_retries ({max_restarts}); not running it again")
+    record_requeue(job, roles[0], max_restarts)
     return restarts
 
 
