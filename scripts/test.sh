@@ -52,7 +52,8 @@ echo "=== mypy (with torchx ${lines[0]})"
 # so on a whole run their slowest tests (processes, property tests) run on the first line only:
 # about 4 minutes less per further line. So do the fault tests (4 minutes): what a lost replica
 # does is the schedulers' and the launcher's own; the torchx-facing code they go through is the
-# conformance suite's, which runs on every line. Likewise the engines' own slow cases: sixteen
+# conformance suite's, which runs on every line. So does what each retry_policy restarts (both lines'
+# spellings of the policies are the unit tests'). Likewise the engines' own slow cases: sixteen
 # local jobs at once, the engine fixture's and the test Kubernetes API server's own checks (no
 # torchx in them), and Slurm's time limit (a whole minute); and the Kubernetes and Slurm
 # schedulers' own suites (backends, placement, GPUs, limits: what they ask of the cluster),
@@ -63,6 +64,7 @@ first_line_only=(integration/test_bind integration/test_launcher integration/tes
                  integration/test_partition slurm/test_partition slurm/test_spares integration/test_group_rank
                  integration/test_launcher_parity integration/test_worker_start integration/test_numa_cli
                  unit/test_plan_properties unit/test_placement conformance/test_faults conformance/test_log_options
+                 conformance/test_retry_policy
                  integration/test_local_concurrency docker/test_engine_fixture kubernetes/test_apiserver
                  kubernetes/test_backends kubernetes/test_kubernetes slurm/test_slurm slurm/test_gpus)
 # The kubernetes workspace's other backends and its tag-moved case: the pod template and the push
