@@ -110,8 +110,17 @@ def _create_handler(params: Any) -> Any:
             **config,
         )
     )
-    return _watched_handler_class()(inner, timeout, restarts, params.endpoint, _store_loss_handler[0], node_rank,
-                                    params.local_addr, spares, params.max_nodes)
+    return watched_handler(inner, timeout_s=timeout, restarts=restarts, endpoint=params.endpoint,
+                           on_store_loss=_store_loss_handler[0], node_rank=node_rank, local_addr=params.local_addr,
+                           spares=spares, max_nodes=params.max_nodes)
+
+
+def watched_handler(inner: Any, *, timeout_s: float, restarts: int, endpoint: str,
+                    on_store_loss: Callable[[Loss], None], node_rank: int, local_addr: str | None, spares: int,
+                    max_nodes: int) -> Any:
+    """torch's c10d handler ``inner`` as our launcher runs it (also what scripts/bench measures)."""
+    return _watched_handler_class()(inner, timeout_s, restarts, endpoint, on_store_loss, node_rank, local_addr,
+                                    spares, max_nodes)
 
 
 def _watched_handler_class() -> type:

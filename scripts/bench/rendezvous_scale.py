@@ -1,0 +1,402 @@
+"""How the c10d rendezvous scales with the number of nodes: N simulated nodes join one rendezvous
+through a real TCPStore, train (beating and watching as our launcher's watchdog does), lose one
+node and rendezvous again. torch's stock c10d handler and ours (the one our launcher runs) in the
+same run, each (handler, N) in a process of its own.
+
+Each node is a thread with a TCPStore client of its own, as a launcher has; the store is a
+TCPStore server in another process. Reported per case:
+
+- join: from the moment every node calls ``next_rendezvous`` until the last has its round (or how
+  many had one when ``--timeout`` ran out), and the store operations and bytes each node spent
+  on it (mean and most): every call its store client made, counted on the client side (keys and
+  values, not TCPStore's framing);
+- while training (``--train-s``): the handler's own operations per node and second (torch's
+  keep-alives) and the watchdog's (its beats and reads);
+- a loss: one node stops (its watchdog beats and its rendezvous keep-alives, as a frozen host);
+  the survivors' watchdogs notice it (``--peer-timeout``) and they rendezvous again, with a
+  replacement that joins at once (a restarted replica, or a hot spare): the time from the
+  freeze to the first detection, from there to the new round, and the operations per node;
+- the store server's CPU seconds over the whole case, and its open files at most.
+
+Both handlers run as our launcher runs a job that may restart (``TORCH_DISABLE_SHARE_RDZV_TCP_STORE``:
+with the agents' store shared, as torchrun's default, the replacement waits for ever) and with the
+same watchdog, run by the bench (ours turns its own off here, as its
+watchdog cannot clone a store the bench counts through). The watchdog asks the agent to
+rendezvous again; the bench does so directly.
+
+How this differs from N real nodes: every node shares this host's CPUs and one Python interpreter
+(the GIL), so one node's work (unpickling torch's state blob, for one) delays the others, and the
+nodes of one case run one after another where the GIL is held; the network is loopback (no
+latency, no bandwidth limit); the store's host is a process of its own, not one of the nodes. The
+absolute times are worse than on real nodes; how they grow with N is the point.
+
+    .venv/bin/python scripts/bench/rendezvous_scale.py [--nodes 8,64,256,1024] [--handlers torch,ours]
+        [--timeout 120] [--train-s 60] [--peer-timeout 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from torchx_ext.launcher.open_files import raise_open_files_limit  # noqa: E402
+from torchx_ext.launcher.rendezvous_store import FRESH_STORE_PER_ATTEMPT_ENV  # noqa: E402
+
+HANDLERS = ("torch", "ours")
+STORE_SERVER = """
+import sys
+from torchx_ext.launcher.open_files import raise_open_files_limit
+raise_open_files_limit()
+import torch.distributed as dist
+store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+print(store.port, flush=True)
+sys.stdin.read()
+"""
+
+
+class Tally:
+    """Store operations and the bytes of their keys and values, from any thread."""
+
+    def __init__(self) -> None:
+        self.ops = 0
+        self.bytes = 0
+        self._lock = threading.Lock()
+
+    def note(self, parts: Sequence[object]) -> None:
+        size = sum(_size(part) for part in parts)
+        with self._lock:
+            self.ops += 1
+            self.bytes += size
+
+    def snapshot(self) -> tuple[int, int]:
+        with self._lock:
+            return self.ops, self.bytes
+
+
+def _size(part: object) -> int:
+    if isinstance(part, (bytes, str)):
+        return len(part)
+    if isinstance(part, (list, tuple)):
+        return sum(_size(item) for item in part)
+    return 8 if isinstance(part, int) else 0
+
+
+def counting_store(inner: Any, tally: Tally, prefix: str = "") -> Any:
+    """``inner`` (a TCPStore client) whose every call is counted in ``tally``; keys under ``prefix``."""
+    import torch.distributed as dist
+
+    class CountingStore(dist.Store):  # type: ignore[misc]  # torch is untyped here
+        def __init__(self) -> None:
+            super().__init__()
+
+        def set(self, key: str, value: Any) -> None:
+            tally.note((key, value))
+            inner.set(prefix + key, value)
+
+        def get(self, key: str) -> bytes:
+            value = inner.get(prefix + key)
+            tally.note((key, value))
+            return bytes(value)
+
+        def add(self, key: str, amount: int) -> int:
+            tally.note((key, amount))
+            return int(inner.add(prefix + key, amount))
+
+        def compare_set(self, key: str, expected: Any, desired: Any) -> bytes:
+            value = inner.compare_set(prefix + key, expected, desired)
+            tally.note((key, expected, desired, value))
+            return bytes(value)
+
+        def check(self, keys: list[str]) -> bool:
+            tally.note(keys)
+            return bool(inner.check([prefix + key for key in keys]))
+
+        def wait(self, keys: list[str], timeout: datetime.timedelta | None = None) -> None:
+            tally.note(keys)
+            named = [prefix + key for key in keys]
+            inner.wait(named) if timeout is None else inner.wait(named, timeout)
+
+        def multi_get(self, keys: list[str]) -> list[bytes]:
+            values = inner.multi_get([prefix + key for key in keys])
+            tally.note((keys, values))
+            return [bytes(value) for value in values]
+
+        def multi_set(self, keys: list[str], values: list[Any]) -> None:
+            tally.note((keys, values))
+            inner.multi_set([prefix + key for key in keys], values)
+
+        def delete_key(self, key: str) -> bool:
+            tally.note((key,))
+            return bool(inner.delete_key(prefix + key))
+
+        def num_keys(self) -> int:
+            tally.note(())
+            return int(inner.num_keys())
+
+        def set_timeout(self, timeout: datetime.timedelta) -> None:
+            inner.set_timeout(timeout)
+
+        def clone(self) -> Any:  # a connection of its own, counted alike (the watchdog's)
+            return counting_store(inner.clone(), tally, prefix)
+
+    store = CountingStore()
+    # A C++ PrefixStore over it keeps only its C++ half alive: the Python half must live on.
+    _KEPT.append(store)
+    return store
+
+
+_KEPT: list[Any] = []
+
+
+def make_handler(kind: str, store: Any, run_id: str, nodes: int, timeout_s: float, endpoint: str) -> Any:
+    """A node's rendezvous handler, of torch's c10d backend over ``store``; ours wraps it as the
+    launcher does (its own watchdog off: the bench runs the same one for both)."""
+    from torch.distributed.elastic.rendezvous import RendezvousParameters
+    from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend
+    from torch.distributed.elastic.rendezvous.dynamic_rendezvous import create_handler
+
+    params = RendezvousParameters(backend="c10d", endpoint=endpoint, run_id=run_id, min_nodes=nodes,
+                                  max_nodes=nodes, join_timeout=int(timeout_s), local_addr="127.0.0.1")
+    inner = create_handler(store, C10dRendezvousBackend(store, run_id), params)
+    if kind == "torch":
+        return inner
+    from torchx_ext.launcher.watched_rendezvous import watched_handler
+
+    return watched_handler(inner, timeout_s=0, restarts=3, endpoint=endpoint, on_store_loss=lambda loss: None,
+                           node_rank=-1, local_addr="127.0.0.1", spares=0, max_nodes=nodes)
+
+
+def freeze(kind: str, handler: Any) -> None:
+    """Stop a node's rendezvous keep-alives, as a frozen host's stop (torch's private timer)."""
+    inner = handler if kind == "torch" else handler._inner
+    inner._stop_heartbeats()
+
+
+def per_node(deltas: list[tuple[int, int]]) -> dict[str, float]:
+    ops = [op for op, _ in deltas] or [0]
+    sizes = [size for _, size in deltas] or [0]
+    return {"ops_mean": sum(ops) / len(ops), "ops_max": max(ops), "kb_mean": sum(sizes) / len(sizes) / 1024,
+            "kb_max": max(sizes) / 1024}
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def open_files(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def run_case(kind: str, nodes: int, timeout_s: float, train_s: float, peer_timeout_s: float) -> dict[str, Any]:
+    """One (handler, N) case, in this process; what it measured."""
+    import torch.distributed as dist
+
+    from torchx_ext.launcher.watchdog import Loss, RoundWatch
+
+    raise_open_files_limit()
+    threading.stack_size(512 * 1024)
+    # As our launcher runs a job that may restart (rendezvous_store.py): with the agents' store
+    # shared, torch's rank 0 publishes the workers' store address in the first round only, and a
+    # replacement ranked after it waits for it in the next round for ever.
+    os.environ.update([FRESH_STORE_PER_ATTEMPT_ENV])
+    server = subprocess.Popen([sys.executable, "-c", STORE_SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert server.stdout is not None
+    port = int(server.stdout.readline())
+    endpoint = f"127.0.0.1:{port}"
+    result: dict[str, Any] = {"handler": kind, "nodes": nodes}
+    most_files = 0
+
+    def client() -> Any:
+        return dist.TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=timeout_s + 60))
+
+    # Connections are made before the clock starts: connecting is not the rendezvous.
+    tallies = [Tally() for _ in range(nodes)]
+    clients = [client() for _ in range(nodes)]
+    handlers = [make_handler(kind, counting_store(clients[i], tallies[i]), f"bench-{kind}", nodes, timeout_s, endpoint)
+                for i in range(nodes)]
+    done: list[float | None] = [None] * nodes
+    infos: list[Any] = [None] * nodes
+    failures: list[str] = []
+
+    def join(index: int, handler: Any, start: threading.Barrier | None, after: Callable[[], None] | None = None) -> None:
+        if start is not None:
+            start.wait()
+        if after is not None:
+            after()
+        try:
+            infos[index] = handler.next_rendezvous()
+            done[index] = time.monotonic()
+        except Exception as error:  # timed out, or the store went away at the end of a case
+            failures.append(f"{type(error).__name__}: {error}")
+
+    start = threading.Barrier(nodes + 1)
+    threads = [threading.Thread(target=join, args=(i, handlers[i], start), daemon=True) for i in range(nodes)]
+    for thread in threads:
+        thread.start()
+    start.wait()
+    began = time.monotonic()
+    for thread in threads:
+        thread.join(max(0.0, began + timeout_s - time.monotonic()))
+        most_files = max(most_files, open_files(server.pid))
+    joined = [moment for moment in done if moment is not None]
+    result["joined"] = len(joined)
+    result["join_s"] = max(joined) - began if len(joined) == nodes else None
+    result["join"] = per_node([tally.snapshot() for tally in tallies])
+    if len(joined) < nodes:
+        result["first_failure"] = failures[0] if failures else ""
+        return _finish(result, server, most_files)
+
+    # Training: every node beats and watches its ring neighbours, as the launcher's watchdog does.
+    detected: list[float | None] = [None] * nodes
+    watch_tallies = [Tally() for _ in range(nodes)]
+
+    def on_loss(index: int) -> Callable[[Loss], None]:
+        def noticed(_loss: Loss) -> None:
+            if detected[index] is None:
+                detected[index] = time.monotonic()
+        return noticed
+
+    watches = [RoundWatch(counting_store(clients[i], watch_tallies[i], "bench.round1/"), infos[i].rank, nodes,
+                          peer_timeout_s, on_loss(i), endpoint).start() for i in range(nodes)]
+    handler_before = [tally.snapshot() for tally in tallies]
+    watch_before = [tally.snapshot() for tally in watch_tallies]
+    time.sleep(train_s)
+    most_files = max(most_files, open_files(server.pid))
+    result["train_handler_ops_per_s"] = sum(
+        tally.snapshot()[0] - before[0] for tally, before in zip(tallies, handler_before)) / nodes / train_s
+    result["train_watchdog_ops_per_s"] = sum(
+        tally.snapshot()[0] - before[0] for tally, before in zip(watch_tallies, watch_before)) / nodes / train_s
+
+    # A loss: the victim stops; a replacement joins at once; the survivors once they notice.
+    victim = nodes // 2
+    watches[victim].stop()
+    freeze(kind, handlers[victim])
+    frozen_at = time.monotonic()
+    before = [tally.snapshot() for tally in tallies]
+    done = [None] * nodes
+    replacement_tally = Tally()
+    replacement = make_handler(kind, counting_store(client(), replacement_tally), f"bench-{kind}", nodes, timeout_s,
+                               endpoint)
+    deadline = frozen_at + peer_timeout_s * 3 + timeout_s
+
+    def survivor(index: int) -> None:
+        while detected[index] is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        watches[index].stop()
+        if detected[index] is not None:
+            join(index, handlers[index], None)
+
+    threads = [threading.Thread(target=join, args=(victim, replacement, None), daemon=True)]
+    threads += [threading.Thread(target=survivor, args=(i,), daemon=True) for i in range(nodes) if i != victim]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    most_files = max(most_files, open_files(server.pid))
+    first = min((moment for i, moment in enumerate(detected) if moment is not None and i != victim), default=None)
+    result["detect_s"] = first - frozen_at if first is not None else None
+    result["rejoined"] = sum(moment is not None for moment in done)
+    result["not_rejoined"] = [f"{i}{'' if detected[i] is not None or i == victim else ' (no loss noticed)'}"
+                              for i, moment in enumerate(done) if moment is None]
+    result["next_round_s"] = (max(moment for moment in done if moment is not None) - first
+                              if first is not None and all(moment is not None for moment in done) else None)
+    deltas = [(tally.snapshot()[0] - was[0], tally.snapshot()[1] - was[1])
+              for i, (tally, was) in enumerate(zip(tallies, before)) if i != victim]
+    result["rejoin"] = per_node([*deltas, replacement_tally.snapshot()])
+    if failures:
+        result["first_failure"] = failures[0]
+    return _finish(result, server, most_files)
+
+
+def _finish(result: dict[str, Any], server: subprocess.Popen[str], most_files: int) -> dict[str, Any]:
+    result["store_cpu_s"] = cpu_seconds(server.pid)
+    result["store_open_files"] = most_files
+    server.kill()
+    server.wait()
+    return result
+
+
+def shown(seconds: float | None, width: int = 6) -> str:
+    return f"{seconds:{width}.1f} s" if seconds is not None else f"{'-':>{width}}  "
+
+
+def line(result: dict[str, Any]) -> str:
+    nodes, join = result["nodes"], result["join"]
+    if result.get("join_s") is None:
+        joined = f"{result.get('joined', 0)} of {nodes} joined in the time"
+        return f"{nodes:>6} {result['handler']:>6}  {joined}; ops/node {join['ops_mean']:.0f} (most " \
+               f"{join['ops_max']}), {join['kb_mean']:.0f} KB; store CPU {result['store_cpu_s']:.1f} s" \
+               f"{'; ' + result['first_failure'] if result.get('first_failure') else ''}"
+    rejoin = result["rejoin"]
+    return (f"{nodes:>6} {result['handler']:>6}  join {shown(result['join_s'])}, ops/node {join['ops_mean']:6.1f} "
+            f"(most {join['ops_max']:4d}), {join['kb_mean']:8.1f} KB | training: handler "
+            f"{result['train_handler_ops_per_s']:5.2f}, watchdog {result['train_watchdog_ops_per_s']:5.2f} ops/node/s"
+            f" | loss: detected {shown(result['detect_s'])}, next round {shown(result['next_round_s'])} later, "
+            f"ops/node {rejoin['ops_mean']:6.1f} (most {rejoin['ops_max']:4d}), {rejoin['kb_mean']:8.1f} KB"
+            f" | store CPU {result['store_cpu_s']:6.1f} s, {result['store_open_files']} open files")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", default="8,64,256,1024")
+    parser.add_argument("--handlers", default=",".join(HANDLERS))
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds a join or a new round may take")
+    parser.add_argument("--train-s", type=float, default=60.0)
+    parser.add_argument("--peer-timeout", type=float, default=10.0)
+    parser.add_argument("--case", nargs=2, metavar=("HANDLER", "NODES"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.case:
+        print(json.dumps(run_case(args.case[0], int(args.case[1]), args.timeout, args.train_s, args.peer_timeout)),
+              flush=True)
+        os._exit(0)  # threads still waiting on a store that is gone do not hold the process
+    try:
+        counts = [int(count) for count in args.nodes.split(",")]
+    except ValueError:
+        parser.error(f"--nodes {args.nodes!r}: expected numbers of nodes, e.g. 8,64,256,1024")
+    kinds = args.handlers.split(",")
+    unknown = [kind for kind in kinds if kind not in HANDLERS]
+    if unknown or any(count < 2 for count in counts):
+        parser.error(f"--handlers {args.handlers!r} / --nodes {args.nodes!r}: handlers are {', '.join(HANDLERS)}; "
+                     "at least 2 nodes")
+    before, after = raise_open_files_limit()
+    print(f"rendezvous_scale: N nodes as threads, each with its own TCPStore client (a second for the watchdog); "
+          f"one store server process; peer timeout {args.peer_timeout:g} s, training {args.train_s:g} s; "
+          f"open files {before} -> {after}", flush=True)
+    times: dict[tuple[str, int], float | None] = {}
+    failed = 0
+    for count in counts:
+        for kind in kinds:
+            limit = args.timeout * 2 + args.peer_timeout * 3 + args.train_s + 120
+            try:
+                finished = subprocess.run(
+                    [sys.executable, __file__, "--case", kind, str(count), "--timeout", str(args.timeout),
+                     "--train-s", str(args.train_s), "--peer-timeout", str(args.peer_timeout)],
+                    capture_output=True, text=True, timeout=limit)
+                result = json.loads(finished.stdout.strip().splitlines()[-1])
+            except (subprocess.TimeoutExpired, json.JSONDecodeError, IndexError) as error:
+                print(f"{count:>6} {kind:>6}  the case did not finish: {error}", flush=True)
+                failed += 1
+                continue
+            times[kind, count] = result.get("join_s")
+            print(line(result), flush=True)
+        if len(kinds) == 2 and times.get(("torch", count)) and times.get(("ours", count)):
+            print(f"{'':>14}join ratio ours/torch {times['ours', count] / times['torch', count]:.2f}", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
