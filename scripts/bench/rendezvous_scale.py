@@ -393,8 +393,9 @@ def main() -> int:
                 continue
             times[kind, count] = result.get("join_s")
             print(line(result), flush=True)
-        if len(kinds) == 2 and times.get(("torch", count)) and times.get(("ours", count)):
-            print(f"{'':>14}join ratio ours/torch {times['ours', count] / times['torch', count]:.2f}", flush=True)
+        ours, torchs = times.get(("ours", count)), times.get(("torch", count))
+        if ours is not None and torchs:
+            print(f"{'':>14}join ratio ours/torch {ours / torchs:.2f}", flush=True)
     return 1 if failed else 0
 
 
