@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -108,6 +109,22 @@ def test_script_arguments_reach_the_worker_byte_for_byte(tmp_path: Path) -> None
     for rank in reports(tmp_path):
         assert rank["argv"] == weird
         assert rank["argv0"] == REPORT and rank["name"] == "__main__"
+
+
+def test_the_open_files_limit_is_raised_to_the_hard_one_for_the_store_and_the_workers(tmp_path: Path) -> None:
+    # Node rank 0's launcher serves the rendezvous store: two connections for each node.
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY:
+        pytest.skip("the hard limit on open files is unlimited here: no soft limit can reach it")
+    lowered = min(256, hard // 2)
+    script = tmp_path / "limit.py"
+    script.write_text("import resource\nprint('open files', *resource.getrlimit(resource.RLIMIT_NOFILE))\n")
+
+    result = run_launcher(["--nproc-per-node", "1", str(script)],
+                          preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (lowered, hard)))
+
+    assert result.returncode == 0, result.stderr
+    assert f"open files {hard} {hard}" in result.stdout
 
 
 @pytest.mark.parametrize("entry", ["module", "no-python", "run-path"])

@@ -29,6 +29,7 @@ from torchx_ext.launcher.bootstrap import BOOTSTRAP_CODE, BoundCallable, encode_
 from torchx_ext.launcher.caller_state import caller_state_kept
 from torchx_ext.launcher.scratch import log_dir_of_launch
 from torchx_ext.launcher.streams import lock_standard_streams
+from torchx_ext.launcher.open_files import raise_open_files_limit
 from torchx_ext.launcher.rendezvous_store import use_fresh_store_per_attempt_if_needed
 from torchx_ext.launcher.spare import SpareReleased
 from torchx_ext.launcher.watched_rendezvous import BACKEND as WATCHED_BACKEND
@@ -131,6 +132,9 @@ def console_main() -> None:
     if liveness_file:
         start_touching(liveness_file)
     lock_standard_streams()
+    # Node rank 0 serves the store to every node (open_files.py); before the forkserver starts,
+    # so that the workers inherit it too. A caller of main() in its own process keeps its limit.
+    raise_open_files_limit()
     code = main(preload_started=preload_server.start_early(sys.argv[1:]))
     # atexit is skipped below: multiprocessing's finalizers would remove its temporary directory
     # (the forkserver's socket's) there.
