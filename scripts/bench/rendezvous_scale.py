@@ -1,7 +1,8 @@
 """How the c10d rendezvous scales with the number of nodes: N simulated nodes join one rendezvous
 through a real TCPStore, train (beating and watching as our launcher's watchdog does), lose one
-node and rendezvous again. torch's stock c10d handler and ours (the one our launcher runs) in the
-same run, each (handler, N) in a process of its own.
+node and rendezvous again. torch's stock c10d handler, ours (the one our launcher runs: torch's,
+wrapped) and the arrival rendezvous (``torchx_ext/launcher/arrival_rendezvous.py``: a constant
+number of store operations per node) in the same run, each (handler, N) in a process of its own.
 
 Each node is a thread with a TCPStore client of its own, as a launcher has; the store is a
 TCPStore server in another process. Reported per case:
@@ -54,7 +55,7 @@ sys.path.insert(0, str(ROOT))
 from torchx_ext.launcher.open_files import raise_open_files_limit  # noqa: E402
 from torchx_ext.launcher.rendezvous_store import FRESH_STORE_PER_ATTEMPT_ENV  # noqa: E402
 
-HANDLERS = ("torch", "ours")
+HANDLERS = ("torch", "ours", "arrivals")
 STORE_SERVER = """
 import sys
 from torchx_ext.launcher.open_files import raise_open_files_limit
@@ -161,8 +162,13 @@ _KEPT: list[Any] = []
 
 
 def make_handler(kind: str, store: Any, run_id: str, nodes: int, timeout_s: float, endpoint: str) -> Any:
-    """A node's rendezvous handler, of torch's c10d backend over ``store``; ours wraps it as the
-    launcher does (its own watchdog off: the bench runs the same one for both)."""
+    """A node's rendezvous handler over ``store``: torch's c10d one; ours, which wraps it as the
+    launcher does (its own watchdog off: the bench runs the same one for every handler); or the
+    arrival rendezvous (torchx_ext/launcher/arrival_rendezvous.py)."""
+    if kind == "arrivals":
+        from torchx_ext.launcher.arrival_rendezvous import arrival_handler
+
+        return arrival_handler(store, run_id, nodes, nodes, join_timeout_s=timeout_s, local_addr="127.0.0.1")
     from torch.distributed.elastic.rendezvous import RendezvousParameters
     from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend
     from torch.distributed.elastic.rendezvous.dynamic_rendezvous import create_handler
@@ -179,7 +185,10 @@ def make_handler(kind: str, store: Any, run_id: str, nodes: int, timeout_s: floa
 
 
 def freeze(kind: str, handler: Any) -> None:
-    """Stop a node's rendezvous keep-alives, as a frozen host's stop (torch's private timer)."""
+    """Stop a node's rendezvous keep-alives, as a frozen host's stop (torch's private timer; the
+    arrival rendezvous has none)."""
+    if kind == "arrivals":
+        return
     inner = handler if kind == "torch" else handler._inner
     inner._stop_heartbeats()
 
@@ -338,11 +347,11 @@ def line(result: dict[str, Any]) -> str:
     nodes, join = result["nodes"], result["join"]
     if result.get("join_s") is None:
         joined = f"{result.get('joined', 0)} of {nodes} joined in the time"
-        return f"{nodes:>6} {result['handler']:>6}  {joined}; ops/node {join['ops_mean']:.0f} (most " \
+        return f"{nodes:>6} {result['handler']:>8}  {joined}; ops/node {join['ops_mean']:.0f} (most " \
                f"{join['ops_max']}), {join['kb_mean']:.0f} KB; store CPU {result['store_cpu_s']:.1f} s" \
                f"{'; ' + result['first_failure'] if result.get('first_failure') else ''}"
     rejoin = result["rejoin"]
-    return (f"{nodes:>6} {result['handler']:>6}  join {shown(result['join_s'])}, ops/node {join['ops_mean']:6.1f} "
+    return (f"{nodes:>6} {result['handler']:>8}  join {shown(result['join_s'])}, ops/node {join['ops_mean']:6.1f} "
             f"(most {join['ops_max']:4d}), {join['kb_mean']:8.1f} KB | training: handler "
             f"{result['train_handler_ops_per_s']:5.2f}, watchdog {result['train_watchdog_ops_per_s']:5.2f} ops/node/s"
             f" | loss: detected {shown(result['detect_s'])}, next round {shown(result['next_round_s'])} later, "
@@ -388,14 +397,16 @@ def main() -> int:
                     capture_output=True, text=True, timeout=limit)
                 result = json.loads(finished.stdout.strip().splitlines()[-1])
             except (subprocess.TimeoutExpired, json.JSONDecodeError, IndexError) as error:
-                print(f"{count:>6} {kind:>6}  the case did not finish: {error}", flush=True)
+                print(f"{count:>6} {kind:>8}  the case did not finish: {error}", flush=True)
                 failed += 1
                 continue
             times[kind, count] = result.get("join_s")
             print(line(result), flush=True)
-        ours, torchs = times.get(("ours", count)), times.get(("torch", count))
-        if ours is not None and torchs:
-            print(f"{'':>14}join ratio ours/torch {ours / torchs:.2f}", flush=True)
+        torchs = times.get(("torch", count))
+        for kind in kinds:
+            ours = times.get((kind, count))
+            if kind != "torch" and ours is not None and torchs:
+                print(f"{'':>16}join ratio {kind}/torch {ours / torchs:.2f}", flush=True)
     return 1 if failed else 0
 
 

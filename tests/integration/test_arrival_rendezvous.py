@@ -1,0 +1,146 @@
+"""The arrival rendezvous (torchx_ext/launcher/arrival_rendezvous.py) through a real TCPStore: nodes
+are threads, each with a store client of its own, as launchers have."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import torch.distributed as dist
+from torch.distributed.elastic.rendezvous import (RendezvousClosedError, RendezvousGracefulExitError,
+                                                  RendezvousTimeoutError)
+
+from torchx_ext.launcher.arrival_rendezvous import ArrivalRendezvous, NodeDescription, arrival_handler, ranks_of
+
+
+@pytest.fixture
+def port() -> Any:
+    server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    yield server.port
+
+
+def node(port: int, min_nodes: int, max_nodes: int, **options: Any) -> ArrivalRendezvous:
+    client = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=60))
+    return ArrivalRendezvous(client, "job", min_nodes, max_nodes, local_addr="127.0.0.1", **options)
+
+
+def in_threads(calls: list[Callable[[], Any]], timeout_s: float = 60) -> list[Any]:
+    """Each call on a thread of its own, all at once; what each returned or raised."""
+    results: list[Any] = [None] * len(calls)
+
+    def run(index: int) -> None:
+        try:
+            results[index] = calls[index]()
+        except Exception as error:
+            results[index] = error
+
+    threads = [threading.Thread(target=run, args=(index,), daemon=True) for index in range(len(calls))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout_s)
+    return results
+
+
+def test_sixty_four_nodes_form_one_round_with_every_rank_once(port: int) -> None:
+    nodes = [node(port, 64, 64) for _ in range(64)]
+
+    results = in_threads([member.join for member in nodes])
+
+    assert {result[0] for result in results} == {0} and {result[2] for result in results} == {64}
+    assert sorted(result[1] for result in results) == list(range(64))
+
+
+def test_distinct_node_ranks_are_the_group_ranks_whatever_the_arrival_order(port: int) -> None:
+    nodes = [node(port, 4, 4, node_rank=rank) for rank in (3, 1, 0, 2)]
+
+    results = in_threads([member.join for member in nodes])
+
+    assert [result[1] for result in results] == [3, 1, 0, 2]
+    assert ranks_of([NodeDescription("b", 1, -1, 0), NodeDescription("a", 2, -1, 1)]) == [1, 0]  # torch's order
+
+
+def test_a_node_beyond_max_waits_and_takes_a_lost_members_place_in_the_next_round(port: int) -> None:
+    first, second, spare = node(port, 2, 2, node_rank=0), node(port, 2, 2, node_rank=1), node(port, 2, 2, node_rank=2)
+    assert [result[1] for result in in_threads([first.join, second.join])] == [0, 1]
+    spare_result: list[Any] = []
+    spare_thread = threading.Thread(target=lambda: spare_result.append(spare.join()), daemon=True)
+    spare_thread.start()
+    time.sleep(0.5)
+    assert spare_thread.is_alive() and first.num_nodes_waiting() == 0  # redundant: no new round asked for
+
+    # The second node is lost: the first rendezvouses again (its watchdog told it), the spare joins.
+    assert first.join() == (1, 0, 2)
+    spare_thread.join(30)
+    assert spare_result == [(1, 1, 2)]  # the lost node's place
+
+
+def test_min_max_rounds_close_after_the_last_call_and_a_late_node_asks_for_the_next(port: int) -> None:
+    early = [node(port, 2, 3, last_call_s=0.5) for _ in range(2)]
+    started = time.monotonic()
+
+    results = in_threads([member.join for member in early])
+
+    assert {result[2] for result in results} == {2} and time.monotonic() - started >= 0.5
+    late = node(port, 2, 3, last_call_s=0.5)
+    late_result: list[Any] = []
+    threading.Thread(target=lambda: late_result.append(late.join()), daemon=True).start()
+    deadline = time.monotonic() + 10
+    while early[0].num_nodes_waiting() == 0 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert early[0].num_nodes_waiting() == 1  # the members rendezvous again, as torch's agent does
+    again = in_threads([member.join for member in early])
+    deadline = time.monotonic() + 10
+    while not late_result and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert {result[2] for result in again} == {3} and late_result and late_result[0][2] == 3
+
+
+def test_closing_ends_a_redundant_wait_gracefully_and_refuses_new_nodes(port: int) -> None:
+    members = [node(port, 1, 1) for _ in range(1)]
+    in_threads([members[0].join])
+    redundant = node(port, 1, 1)
+    outcome: list[Any] = []
+
+    def wait() -> None:
+        try:
+            outcome.append(redundant.join())
+        except Exception as error:
+            outcome.append(error)
+
+    thread = threading.Thread(target=wait, daemon=True)
+    thread.start()
+    time.sleep(0.3)
+    members[0].set_closed()
+    thread.join(10)
+
+    assert len(outcome) == 1 and isinstance(outcome[0], RendezvousGracefulExitError)
+    with pytest.raises(RendezvousClosedError):
+        node(port, 1, 1).join()
+
+
+def test_a_round_that_cannot_fill_times_out_naming_who_came(port: int) -> None:
+    lonely = node(port, 2, 2, join_timeout_s=1)
+    started = time.monotonic()
+
+    with pytest.raises(RendezvousTimeoutError, match=r"1 of 2\.\.2 nodes had arrived"):
+        lonely.join()
+    assert time.monotonic() - started < 5
+
+
+def test_torchs_handler_interface_gives_workers_a_store_address_in_every_round(port: int,
+                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
+    handlers = [arrival_handler(dist.TCPStore("127.0.0.1", port, is_master=False), "job", 2, 2, local_addr="127.0.0.1",
+                                node_rank=rank) for rank in range(2)]
+
+    for _ in range(2):  # a second round: both rendezvous again
+        infos = in_threads([handler.next_rendezvous for handler in handlers])
+        assert [info.rank for info in infos] == [0, 1]
+        assert infos[0].bootstrap_store_info.master_port == infos[1].bootstrap_store_info.master_port
+    handlers[0].shutdown()
+    assert handlers[1].is_closed()
