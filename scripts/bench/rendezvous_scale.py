@@ -94,8 +94,10 @@ def _size(part: object) -> int:
     return 8 if isinstance(part, int) else 0
 
 
-def counting_store(inner: Any, tally: Tally, prefix: str = "") -> Any:
-    """``inner`` (a TCPStore client) whose every call is counted in ``tally``; keys under ``prefix``."""
+def counting_store(inner: Any, tally: Tally, prefix: str = "", clone_to: Any = None) -> Any:
+    """``inner`` (a TCPStore client) whose every call is counted in ``tally``; keys under ``prefix``;
+    ``clone_to``: the client a clone uses (made beforehand: TCPStore's clone took up to 0.25 s here,
+    which many nodes' watchdogs cloning at once in one process wait for one after another)."""
     import torch.distributed as dist
 
     class CountingStore(dist.Store):  # type: ignore[misc]  # torch is untyped here
@@ -150,7 +152,7 @@ def counting_store(inner: Any, tally: Tally, prefix: str = "") -> Any:
             inner.set_timeout(timeout)
 
         def clone(self) -> Any:  # a connection of its own, counted alike (the watchdog's)
-            return counting_store(inner.clone(), tally, prefix)
+            return counting_store(clone_to if clone_to is not None else inner.clone(), tally, prefix)
 
     store = CountingStore()
     # A C++ PrefixStore over it keeps only its C++ half alive: the Python half must live on.
@@ -273,14 +275,18 @@ def run_case(kind: str, nodes: int, timeout_s: float, train_s: float, peer_timeo
     detected: list[float | None] = [None] * nodes
     watch_tallies = [Tally() for _ in range(nodes)]
 
+    losses: list[str] = []
+
     def on_loss(index: int) -> Callable[[Loss], None]:
-        def noticed(_loss: Loss) -> None:
+        def noticed(loss: Loss) -> None:
             if detected[index] is None:
                 detected[index] = time.monotonic()
+                losses.append(loss.line)
         return noticed
 
-    watches = [RoundWatch(counting_store(clients[i], watch_tallies[i], "bench.round1/"), infos[i].rank, nodes,
-                          peer_timeout_s, on_loss(i), endpoint).start() for i in range(nodes)]
+    watch_clients = [client() for _ in range(nodes)]
+    watches = [RoundWatch(counting_store(clients[i], watch_tallies[i], "bench.round1/", clone_to=watch_clients[i]),
+                          infos[i].rank, nodes, peer_timeout_s, on_loss(i), endpoint).start() for i in range(nodes)]
     handler_before = [tally.snapshot() for tally in tallies]
     watch_before = [tally.snapshot() for tally in watch_tallies]
     time.sleep(train_s)
@@ -318,6 +324,7 @@ def run_case(kind: str, nodes: int, timeout_s: float, train_s: float, peer_timeo
     most_files = max(most_files, open_files(server.pid))
     first = min((moment for i, moment in enumerate(detected) if moment is not None and i != victim), default=None)
     result["detect_s"] = first - frozen_at if first is not None else None
+    result["first_loss"] = losses[0] if losses else ""
     result["rejoined"] = sum(moment is not None for moment in done)
     result["not_rejoined"] = [f"{i}{'' if detected[i] is not None or i == victim else ' (no loss noticed)'}"
                               for i, moment in enumerate(done) if moment is None]
