@@ -63,7 +63,7 @@ def _policies(role: specs.Role) -> list[dict[str, str]]:
 
 def _max_retry(app: specs.AppDef) -> int:
     fixed = [role for role in app.roles if names.min_replicas(role) == role.num_replicas]
-    if fixed and all(_policies(role)[0]["action"] == "RestartPod" for role in fixed if role.max_retries):
+    if fixed and all(retry_policy_of(role) not in RESTART_ACTIONS for role in fixed if role.max_retries):
         return sum(int(role.max_retries) * int(role.num_replicas) for role in fixed) + 1
     return min(int(role.max_retries) for role in app.roles) + 1
 
