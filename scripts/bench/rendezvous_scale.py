@@ -31,6 +31,14 @@ nodes of one case run one after another where the GIL is held; the network is lo
 latency, no bandwidth limit); the store's host is a process of its own, not one of the nodes. The
 absolute times are worse than on real nodes; how they grow with N is the point.
 
+torch's TCPStore looks up the name of every peer that connects (a reverse DNS query, server and
+client side, in the server's only event-loop thread). A loopback peer reaches the server as
+``::ffff:127.0.0.1``, which no stock /etc/hosts names, so every connection costs a DNS query;
+where the DNS server drops one (this VM's drops about one in 50) the whole store stalls for the
+resolver's timeout, 5 s. Run as root, the bench gives each case a mount namespace of its own
+whose /etc/hosts names that address, as a cluster's hosts file or DNS names its nodes; otherwise
+it says that the stalls are in its figures.
+
     .venv/bin/python scripts/bench/rendezvous_scale.py [--nodes 8,64,256,1024] [--handlers torch,ours]
         [--timeout 120] [--train-s 60] [--peer-timeout 10]
 """
@@ -41,7 +49,9 @@ import argparse
 import datetime
 import json
 import os
+import shutil
 import subprocess
+import tempfile
 import sys
 import threading
 import time
@@ -273,6 +283,7 @@ def run_case(kind: str, nodes: int, timeout_s: float, train_s: float, peer_timeo
 
     # Training: every node beats and watches its ring neighbours, as the launcher's watchdog does.
     detected: list[float | None] = [None] * nodes
+    noticed_events = [threading.Event() for _ in range(nodes)]  # a survivor sleeps until its own
     watch_tallies = [Tally() for _ in range(nodes)]
 
     losses: list[str] = []
@@ -282,6 +293,7 @@ def run_case(kind: str, nodes: int, timeout_s: float, train_s: float, peer_timeo
             if detected[index] is None:
                 detected[index] = time.monotonic()
                 losses.append(loss.line)
+                noticed_events[index].set()
         return noticed
 
     watch_clients = [client() for _ in range(nodes)]
@@ -309,8 +321,9 @@ def run_case(kind: str, nodes: int, timeout_s: float, train_s: float, peer_timeo
     deadline = frozen_at + peer_timeout_s * 3 + timeout_s
 
     def survivor(index: int) -> None:
-        while detected[index] is None and time.monotonic() < deadline:
-            time.sleep(0.02)
+        # Waiting on an event, not polling: a thousand threads polling would hold the GIL from
+        # the watchdogs and time the bench, not the rendezvous.
+        noticed_events[index].wait(max(0.0, deadline - time.monotonic()))
         watches[index].stop()
         if detected[index] is not None:
             join(index, handlers[index], None)
@@ -366,6 +379,17 @@ def line(result: dict[str, Any]) -> str:
             f" | store CPU {result['store_cpu_s']:6.1f} s, {result['store_open_files']} open files")
 
 
+def named_loopback(command: list[str], scratch: Path) -> tuple[list[str], str]:
+    """``command`` run where a loopback peer's name is in /etc/hosts (see the docstring), and how."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        return command, "loopback peers are looked up in DNS (not root): a dropped query stalls the store 5 s"
+    hosts = scratch / "hosts"
+    hosts.write_text(Path("/etc/hosts").read_text() + "\n::ffff:127.0.0.1 localhost\n")
+    # The paths travel as arguments, never inside the script.
+    return (["unshare", "--mount", "sh", "-c", 'mount --bind "$0" /etc/hosts && exec "$@"', str(hosts), *command],
+            "loopback peers named in a private /etc/hosts (no DNS queries)")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", default="8,64,256,1024")
@@ -389,19 +413,21 @@ def main() -> int:
         parser.error(f"--handlers {args.handlers!r} / --nodes {args.nodes!r}: handlers are {', '.join(HANDLERS)}; "
                      "at least 2 nodes")
     before, after = raise_open_files_limit()
+    scratch = Path(tempfile.mkdtemp(prefix="rendezvous-scale-"))
+    _, names = named_loopback([], scratch)
     print(f"rendezvous_scale: N nodes as threads, each with its own TCPStore client (a second for the watchdog); "
           f"one store server process; peer timeout {args.peer_timeout:g} s, training {args.train_s:g} s; "
-          f"open files {before} -> {after}", flush=True)
+          f"open files {before} -> {after}; {names}", flush=True)
     times: dict[tuple[str, int], float | None] = {}
     failed = 0
     for count in counts:
         for kind in kinds:
             limit = args.timeout * 2 + args.peer_timeout * 3 + args.train_s + 120
             try:
-                finished = subprocess.run(
+                command, _ = named_loopback(
                     [sys.executable, __file__, "--case", kind, str(count), "--timeout", str(args.timeout),
-                     "--train-s", str(args.train_s), "--peer-timeout", str(args.peer_timeout)],
-                    capture_output=True, text=True, timeout=limit)
+                     "--train-s", str(args.train_s), "--peer-timeout", str(args.peer_timeout)], scratch)
+                finished = subprocess.run(command, capture_output=True, text=True, timeout=limit)
                 result = json.loads(finished.stdout.strip().splitlines()[-1])
             except (subprocess.TimeoutExpired, json.JSONDecodeError, IndexError) as error:
                 print(f"{count:>6} {kind:>8}  the case did not finish: {error}", flush=True)
@@ -414,6 +440,7 @@ def main() -> int:
             ours = times.get((kind, count))
             if kind != "torch" and ours is not None and torchs:
                 print(f"{'':>16}join ratio {kind}/torch {ours / torchs:.2f}", flush=True)
+    shutil.rmtree(scratch, ignore_errors=True)
     return 1 if failed else 0
 
 

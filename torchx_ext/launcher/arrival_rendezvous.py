@@ -97,6 +97,8 @@ class ArrivalRendezvous:
         self.node = NodeDescription(local_addr or socket.getfqdn(), os.getpid(), node_rank, local_id)
         self.round: int | None = None
         """The round this node was last a member of."""
+        self.spare = False
+        """Whether this node now waits because a round was full (torch's redundancy list)."""
         self._waiting_read_at = -NUM_NODES_WAITING_CACHE_S
         self._waiting = 0
 
@@ -104,10 +106,16 @@ class ArrivalRendezvous:
         """Wait for a round with this node in it: (round, rank, world size). Raises torch's
         RendezvousClosedError, RendezvousGracefulExitError (closed while this node waited as a
         redundant one) or RendezvousTimeoutError."""
+        deadline = time.monotonic() + self.join_timeout_s
+        try:
+            return self._join(deadline)
+        finally:
+            self.spare = False
+
+    def _join(self, deadline: float) -> tuple[int, int, int]:
         from torch.distributed.elastic.rendezvous import (RendezvousClosedError, RendezvousGracefulExitError,
                                                           RendezvousTimeoutError)
 
-        deadline = time.monotonic() + self.join_timeout_s
         redundant = False
         while True:
             if self.store.check(["closed"]):
@@ -123,11 +131,15 @@ class ArrivalRendezvous:
                 continue
             if self.store.check([f"r{current}.sealed"]):
                 redundant = self._wait_outside(current, deadline)
+                if redundant:
+                    deadline = self._after_spare_wait()
                 continue
             arrival = int(self.store.add(f"r{current}.arrivals", 1))
             if arrival > self.max_nodes:
-                redundant = True
-                self._wait_for_round(current + 1, deadline)
+                redundant = self.spare = True
+                self._wait_for_round(current + 1, float("inf"))
+                self.spare = False
+                deadline = self._after_spare_wait()
                 continue
             self.store.set(f"r{current}.node.{arrival}", self.node.to_json())
             if arrival == self.max_nodes:
@@ -166,6 +178,11 @@ class ArrivalRendezvous:
     def is_closed(self) -> bool:
         return bool(self.store.check(["closed"]))
 
+    def first_round_formed(self) -> bool:
+        """Whether a first round was sealed (or the rendezvous closed): a hot spare joins after."""
+        return bool(self.store.check(["r0.sealed"]) or self.store.check(["closed"])
+                    or int(self.store.add("round", 0)) > 0)
+
     def set_closed(self) -> None:
         self.store.set("closed", "")
         current = int(self.store.add("round", 0))
@@ -183,8 +200,14 @@ class ArrivalRendezvous:
         size = int(self.store.get(f"r{current}.sealed"))
         if size < self.max_nodes:
             self.store.add(f"r{current + 1}.waiting", 1)
+        self.spare = size >= self.max_nodes
         self._wait_for_round(current + 1, deadline if size < self.max_nodes else float("inf"))
-        return size >= self.max_nodes
+        redundant, self.spare = self.spare, False
+        return redundant
+
+    def _after_spare_wait(self) -> float:
+        # A spare may wait for hours: its join timeout counts from when it has a round to join.
+        return time.monotonic() + self.join_timeout_s
 
     def _wait_for_round(self, next_round: int, deadline: float) -> None:
         from torch.distributed.elastic.rendezvous import RendezvousTimeoutError
@@ -267,6 +290,16 @@ def arrival_handler(store: Any, run_id: str, min_nodes: int, max_nodes: int, *, 
 
         def num_nodes_waiting(self) -> int:
             return rendezvous.num_nodes_waiting()
+
+        def first_round_formed(self) -> bool:  # for spare.py
+            return rendezvous.first_round_formed()
+
+        def waiting_as_spare(self) -> bool:  # for spare.py
+            return rendezvous.spare
+
+        @property
+        def ranks_by_node_rank(self) -> bool:  # the watched handler need not reorder
+            return True
 
         def get_run_id(self) -> str:
             return run_id

@@ -33,6 +33,7 @@ from torchx_ext.launcher.open_files import raise_open_files_limit
 from torchx_ext.launcher.rendezvous_store import use_fresh_store_per_attempt_if_needed
 from torchx_ext.launcher.spare import SpareReleased
 from torchx_ext.launcher.watched_rendezvous import BACKEND as WATCHED_BACKEND
+from torchx_ext.launcher.watched_rendezvous import HANDLERS as C10D_HANDLERS
 from torchx_ext.launcher.watched_rendezvous import PeerLostError, exit_for_store_loss, peer_timeout, watch_rendezvous
 from torchx_ext.launcher.watchdog import DEFAULT_TIMEOUT_S, Loss
 from torchx_ext.launcher.liveness import mark_running, start_touching
@@ -112,6 +113,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="the job runs N launchers beyond --nnodes (c10d): those a full round leaves out wait as hot "
         "spares and take a lost node's place; one whose first join finds the rendezvous closed (the job's "
         "nodes are done) exits 0. Default 0",
+    )
+    parser.add_argument(
+        "--c10d-handler", "--c10d_handler", action=env, default=C10D_HANDLERS[0], metavar="|".join(C10D_HANDLERS),
+        help="which c10d rendezvous runs, or $PET_C10D_HANDLER: arrivals (default; each node's join costs a "
+        "constant number of store operations at any --nnodes) or torch (torch's dynamic handler, as torchrun)",
     )
     parser.add_argument(
         "--omp-threads", "--omp_threads", metavar="auto|N",
@@ -222,7 +228,7 @@ def prepare(args: argparse.Namespace) -> tuple[Any, Callable[..., Any] | str, li
             os.environ.pop("OMP_NUM_THREADS", None)
     _set_store_host(config.rdzv_configs)
     watch_rendezvous(config, peer_timeout(args.peer_timeout, config.rdzv_configs), _leave_for_store_loss, args.node_rank,
-                     args.hot_spares)
+                     args.hot_spares, args.c10d_handler)
     # LaunchConfig may still pick torch's default numa_options on CUDA hosts: clear them.
     config.numa_options = None
     if getattr(args, "shutdown_timeout", None) is None and "TORCH_ELASTIC_SHUTDOWN_TIMEOUT" not in os.environ:

@@ -1,11 +1,11 @@
 """Hot spares: launchers beyond the rendezvous' node count, waiting to take a lost node's place.
 
-torch's c10d rendezvous already keeps a node that arrives when a round is full in its
-redundancy list: the node keeps its keep-alive beating, trains nothing and counts in no
-``num_nodes_waiting`` (so it restarts nobody). Once a member is gone (it left to re-rendezvous
-after a failure, or its keep-alives stopped), the spare moves to the wait list and joins the
-next round, with the survivors. So a replica started beyond ``--nnodes`` is a hot spare, with
-torch's own rounds; this module adds what a user and a scheduler need around them:
+Both c10d rendezvous the launcher runs (the arrival rendezvous, its default, and torch's handler)
+keep a node that arrives when a round is full waiting apart (torch's redundancy list): it trains
+nothing and counts in no ``num_nodes_waiting`` (so it restarts nobody). Once a member rendezvouses
+again (it left after a failure, or the watchdog declared a peer lost), the spare joins the next
+round, with the survivors. So a replica started beyond ``--nnodes`` is a hot spare, with the
+rendezvous' own rounds; this module adds what a user and a scheduler need around them:
 
 - a launcher of node rank N or above (N = ``--nnodes``) lets the first round form before it
   joins, so the spares are the last replicas, as a user reading ``--spares`` expects;
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -40,39 +40,61 @@ class SpareReleased(TorchxExtError):
 
 
 def let_the_first_round_form(handler: Any, limit_s: float = FIRST_ROUND_WAIT_S) -> None:
-    """Wait until torch's c10d ``handler`` sees its first round complete (or closed), at most
-    ``limit_s``; at once for a handler of another kind."""
-    holder: Any = getattr(handler, "_state_holder", None)
-    if holder is None or not callable(getattr(holder, "sync", None)):
+    """Wait until ``handler`` sees its first round complete (or closed), at most ``limit_s``: the
+    arrival rendezvous' (``first_round_formed``) or torch's c10d handler's; at once for another."""
+    formed = _first_round_formed(handler)
+    if formed is None:
         return
     deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and not formed():
+        time.sleep(POLL_S / 5)
+
+
+def _first_round_formed(handler: Any) -> Callable[[], bool] | None:
+    asked = getattr(handler, "first_round_formed", None)
+    if callable(asked):
+        return lambda: bool(asked())
+    holder: Any = getattr(handler, "_state_holder", None)  # torch's c10d handler
+    if holder is None or not callable(getattr(holder, "sync", None)):
+        return None
+
+    def torchs() -> bool:
         holder.sync()
         state = getattr(holder, "state", None)
-        if getattr(state, "complete", True) or getattr(state, "closed", True) or getattr(state, "round", 1) > 0:
-            return
-        time.sleep(POLL_S / 5)
+        return bool(getattr(state, "complete", True) or getattr(state, "closed", True) or getattr(state, "round", 1) > 0)
+
+    return torchs
+
+
+def _waiting_as_spare(handler: Any) -> Callable[[], bool] | None:
+    asked = getattr(handler, "waiting_as_spare", None)
+    if callable(asked):
+        return lambda: bool(asked())
+    holder: Any = getattr(handler, "_state_holder", None)  # torch's c10d handler
+    node: Any = getattr(handler, "_this_node", None)
+    if holder is None or node is None:
+        return None
+    return lambda: node in getattr(getattr(holder, "state", None), "redundancy_list", ())
 
 
 @contextmanager
 def marked_while_spare(handler: Any, liveness_file: str | None, closed_releases: bool = False) -> Iterator[None]:
-    """While the block runs (a ``next_rendezvous`` of torch's c10d ``handler``), ``liveness_file``
+    """While the block runs (a ``next_rendezvous`` of ``handler``: ours or torch's c10d), ``liveness_file``
     says ``spare`` whenever this node is in the redundancy list, ``running`` otherwise. A closed
     rendezvous that finds this node a spare raises ``SpareReleased``; so does any closed one with
     ``closed_releases`` (a first join, in a job with spares). A handler of another kind, or no
     file: nothing is marked."""
     from torch.distributed.elastic.rendezvous import RendezvousClosedError, RendezvousGracefulExitError
 
-    holder: Any = getattr(handler, "_state_holder", None)
-    node: Any = getattr(handler, "_this_node", None)
+    is_spare = _waiting_as_spare(handler)
     done = threading.Event()
     watcher = None
-    if liveness_file and holder is not None and node is not None:
+    if liveness_file and is_spare is not None:
 
         def mark() -> None:
             spare = False
             while not done.wait(POLL_S):
-                now = node in getattr(getattr(holder, "state", None), "redundancy_list", ())
+                now = is_spare()
                 if now != spare:
                     spare = now
                     write_state(liveness_file, SPARE if spare else RUNNING)

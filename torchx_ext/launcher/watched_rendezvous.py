@@ -1,7 +1,10 @@
-"""torch's c10d rendezvous with the watchdog (``watchdog.py``) running while workers train.
+"""The launcher's c10d rendezvous, with the watchdog (``watchdog.py``) running while workers train.
 
 Registered through torch's documented registry of rendezvous backends under our own name, it
-wraps the c10d handler torch builds and changes nothing else: every round is torch's. A loss the
+wraps a c10d handler over the store torch's c10d backend makes (same endpoint, ``is_host``,
+``store_type`` and ``read_timeout``): by default the arrival rendezvous
+(``arrival_rendezvous.py``, a constant number of store operations per node), or torch's own
+handler (``--c10d-handler torch``), whose rounds it leaves as they are. A loss the
 watchdog declares reaches the agent where it already looks for membership changes,
 ``num_nodes_waiting``: the agent then stops its workers (blocked in a collective) and
 re-rendezvouses, as it does when a node joins. Such restarts are counted here, up to
@@ -22,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from torchx_ext.errors import InvalidArgumentError, TorchxExtError
+from torchx_ext.launcher.arrival_rendezvous import arrival_handler
 from torchx_ext.launcher.rendezvous_pauses import prompt_pauses
 from torchx_ext.launcher.spare import let_the_first_round_form, marked_while_spare
 from torchx_ext.launcher.watchdog import DEFAULT_TIMEOUT_S, Loss, RoundWatch
@@ -36,6 +40,9 @@ TIMEOUT_KEY = "peer_timeout"
 _RESTARTS_KEY = "torchx_ext_max_restarts"
 _NODE_RANK_KEY = "torchx_ext_node_rank"
 _SPARES_KEY = "torchx_ext_hot_spares"
+_HANDLER_KEY = "torchx_ext_c10d_handler"
+HANDLERS = ("arrivals", "torch")
+"""``--c10d-handler``: the arrival rendezvous (the default), or torch's dynamic c10d handler."""
 _NODE_RANK_PREFIX = "torchx_ext.node_rank."
 
 
@@ -61,12 +68,17 @@ def peer_timeout(flag: str | float | None, rdzv_configs: dict[str, Any]) -> floa
 
 
 def watch_rendezvous(config: Any, timeout_s: float, on_store_loss: Callable[[Loss], None], node_rank: int = 0,
-                     spares: int = 0) -> None:
+                     spares: int = 0, handler: str = HANDLERS[0]) -> None:
     """Switch ``config`` (torch's ``LaunchConfig``) from c10d to the watched c10d; leaves every
     other backend as it is. The watchdog runs for runs of more than one node, with a timeout (not
     0). A run of a fixed number of nodes orders its group ranks by the nodes' ``--node-rank`` (which
-    torch's c10d ignores) whenever those are distinct (``in_node_rank_order``). Every
-    run gets the rendezvous without torch's fixed pauses (``rendezvous_pauses``)."""
+    torch's c10d ignores) whenever those are distinct (the arrival rendezvous ranks so itself;
+    torch's handler is reordered by ``in_node_rank_order``). A run on torch's handler gets it
+    without torch's fixed pauses (``rendezvous_pauses``)."""
+    if handler not in HANDLERS:
+        raise InvalidArgumentError(f"invalid --c10d-handler {handler!r}: expected one of {', '.join(HANDLERS)}")
+    for key, _ in _TIMEOUTS:
+        _check_seconds(key, config.rdzv_configs.get(key))
     config.rdzv_configs.pop(TIMEOUT_KEY, None)
     if config.rdzv_backend != "c10d":
         return
@@ -77,8 +89,24 @@ def watch_rendezvous(config: Any, timeout_s: float, on_store_loss: Callable[[Los
     config.rdzv_configs[TIMEOUT_KEY] = timeout_s if several else 0
     config.rdzv_configs[_RESTARTS_KEY] = config.max_restarts
     config.rdzv_configs[_SPARES_KEY] = spares
+    config.rdzv_configs[_HANDLER_KEY] = handler
     fixed = config.min_nodes == config.max_nodes
     config.rdzv_configs[_NODE_RANK_KEY] = node_rank if fixed and (several or spares) else -1
+
+
+_TIMEOUTS = (("join_timeout", 600), ("last_call_timeout", 30))
+"""torch's c10d timeouts (``--rdzv-conf``) that both handlers keep, with torch's defaults."""
+
+
+def _check_seconds(key: str, given: Any) -> None:
+    if given is None:
+        return
+    try:
+        seconds = int(given)
+    except (TypeError, ValueError):
+        seconds = 0
+    if seconds <= 0:
+        raise InvalidArgumentError(f"invalid --rdzv-conf {key}={given!r}: expected a whole number of seconds, 1 or more")
 
 
 _store_loss_handler: list[Callable[[Loss], None]] = []
@@ -99,20 +127,32 @@ def _create_handler(params: Any) -> Any:
     restarts = int(config.pop(_RESTARTS_KEY))
     node_rank = int(config.pop(_NODE_RANK_KEY))
     spares = int(config.pop(_SPARES_KEY))
-    inner = rendezvous_handler_registry.create_handler(
-        RendezvousParameters(
-            backend="c10d",
-            endpoint=params.endpoint,
-            run_id=params.run_id,
-            min_nodes=params.min_nodes,
-            max_nodes=params.max_nodes,
-            local_addr=params.local_addr,
-            **config,
-        )
+    kind = config.pop(_HANDLER_KEY)
+    c10d = RendezvousParameters(
+        backend="c10d",
+        endpoint=params.endpoint,
+        run_id=params.run_id,
+        min_nodes=params.min_nodes,
+        max_nodes=params.max_nodes,
+        local_addr=params.local_addr,
+        **config,
     )
+    inner = rendezvous_handler_registry.create_handler(c10d) if kind == "torch" else _arrivals(c10d, node_rank)
     return watched_handler(inner, timeout_s=timeout, restarts=restarts, endpoint=params.endpoint,
                            on_store_loss=_store_loss_handler[0], node_rank=node_rank, local_addr=params.local_addr,
                            spares=spares, max_nodes=params.max_nodes)
+
+
+def _arrivals(params: Any, node_rank: int) -> Any:
+    """The arrival rendezvous over the store torch's c10d backend makes of ``params``, with torch's
+    join and last-call timeouts (``join_timeout``, ``last_call_timeout``: 600 and 30 s)."""
+    from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import create_backend
+
+    timeouts = {key: params.get_as_int(key, default) for key, default in _TIMEOUTS}
+    _, store = create_backend(params)
+    return arrival_handler(store, params.run_id, params.min_nodes, params.max_nodes,
+                           join_timeout_s=timeouts["join_timeout"], last_call_s=timeouts["last_call_timeout"],
+                           node_rank=node_rank, local_addr=params.local_addr)
 
 
 def watched_handler(inner: Any, *, timeout_s: float, restarts: int, endpoint: str,
@@ -164,7 +204,7 @@ def _watched_handler_class() -> type:
             finally:
                 if previous is not None:
                     previous.stop()
-            if self._node_rank >= 0:
+            if self._node_rank >= 0 and not getattr(self._inner, "ranks_by_node_rank", False):
                 info = in_node_rank_order(info, self._node_rank, self._local_addr, bool(self._inner.use_agent_store))
             if info.world_size > 1 and self._timeout_s > 0:
                 self._watch = RoundWatch(
