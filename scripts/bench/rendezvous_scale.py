@@ -1,8 +1,10 @@
 """How the c10d rendezvous scales with the number of nodes: N simulated nodes join one rendezvous
 through a real TCPStore, train (beating and watching as our launcher's watchdog does), lose one
-node and rendezvous again. torch's stock c10d handler, ours (the one our launcher runs: torch's,
-wrapped) and the arrival rendezvous (``torchx_ext/launcher/arrival_rendezvous.py``: a constant
-number of store operations per node) in the same run, each (handler, N) in a process of its own.
+node and rendezvous again. torch's stock c10d handler, ours (what our launcher runs for
+``--rdzv-backend c10d``: the arrival rendezvous, ``torchx_ext/launcher/arrival_rendezvous.py``, a
+constant number of store operations per node, in the launcher's wrapper) and ours-torch (the
+launcher with ``--c10d-handler torch``: torch's handler in the same wrapper) in the same run, each
+(handler, N) in a process of its own.
 
 Each node is a thread with a TCPStore client of its own, as a launcher has; the store is a
 TCPStore server in another process. Reported per case:
@@ -17,12 +19,14 @@ TCPStore server in another process. Reported per case:
   the survivors' watchdogs notice it (``--peer-timeout``) and they rendezvous again, with a
   replacement that joins at once (a restarted replica, or a hot spare): the time from the
   freeze to the first detection, from there to the new round, and the operations per node;
-- the store server's CPU seconds over the whole case, and its open files at most.
+- the store server's CPU seconds over the whole case, and its open files at most;
+- the workers (``--ranks-per-node M``, its own line): N x M ranks each open a client of a workers'
+  store, as ``init_process_group`` does (the launcher adds none of its own), and meet there once.
 
-Both handlers run as our launcher runs a job that may restart (``TORCH_DISABLE_SHARE_RDZV_TCP_STORE``:
+Every handler runs as our launcher runs a job that may restart (``TORCH_DISABLE_SHARE_RDZV_TCP_STORE``:
 with the agents' store shared, as torchrun's default, the replacement waits for ever) and with the
-same watchdog, run by the bench (ours turns its own off here, as its
-watchdog cannot clone a store the bench counts through). The watchdog asks the agent to
+same watchdog, run by the bench (the wrapper's own is off here, as it cannot clone a store the
+bench counts through). The watchdog asks the agent to
 rendezvous again; the bench does so directly.
 
 How this differs from N real nodes: every node shares this host's CPUs and one Python interpreter
@@ -39,8 +43,8 @@ resolver's timeout, 5 s. Run as root, the bench gives each case a mount namespac
 whose /etc/hosts names that address, as a cluster's hosts file or DNS names its nodes; otherwise
 it says that the stalls are in its figures.
 
-    .venv/bin/python scripts/bench/rendezvous_scale.py [--nodes 8,64,256,1024] [--handlers torch,ours]
-        [--timeout 120] [--train-s 60] [--peer-timeout 10]
+    .venv/bin/python scripts/bench/rendezvous_scale.py [--nodes 8,64,256,1024] [--handlers torch,ours,ours-torch]
+        [--timeout 120] [--train-s 60] [--peer-timeout 10] [--ranks-per-node 8]
 """
 
 from __future__ import annotations
@@ -65,7 +69,7 @@ sys.path.insert(0, str(ROOT))
 from torchx_ext.launcher.open_files import raise_open_files_limit  # noqa: E402
 from torchx_ext.launcher.rendezvous_store import FRESH_STORE_PER_ATTEMPT_ENV  # noqa: E402
 
-HANDLERS = ("torch", "ours", "arrivals")
+HANDLERS = ("torch", "ours", "ours-torch")
 STORE_SERVER = """
 import sys
 from torchx_ext.launcher.open_files import raise_open_files_limit
@@ -174,32 +178,34 @@ _KEPT: list[Any] = []
 
 
 def make_handler(kind: str, store: Any, run_id: str, nodes: int, timeout_s: float, endpoint: str) -> Any:
-    """A node's rendezvous handler over ``store``: torch's c10d one; ours, which wraps it as the
-    launcher does (its own watchdog off: the bench runs the same one for every handler); or the
-    arrival rendezvous (torchx_ext/launcher/arrival_rendezvous.py)."""
-    if kind == "arrivals":
-        from torchx_ext.launcher.arrival_rendezvous import arrival_handler
-
-        return arrival_handler(store, run_id, nodes, nodes, join_timeout_s=timeout_s, local_addr="127.0.0.1")
-    from torch.distributed.elastic.rendezvous import RendezvousParameters
-    from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend
-    from torch.distributed.elastic.rendezvous.dynamic_rendezvous import create_handler
-
-    params = RendezvousParameters(backend="c10d", endpoint=endpoint, run_id=run_id, min_nodes=nodes,
-                                  max_nodes=nodes, join_timeout=int(timeout_s), local_addr="127.0.0.1")
-    inner = create_handler(store, C10dRendezvousBackend(store, run_id), params)
-    if kind == "torch":
-        return inner
+    """A node's rendezvous handler over ``store``: torch's stock c10d one; ours, as the launcher
+    runs ``--rdzv-backend c10d`` (the arrival rendezvous in the watched wrapper); or ours with
+    ``--c10d-handler torch`` (torch's, in the same wrapper). The wrapper's own watchdog is off:
+    the bench runs the same one for every handler."""
     from torchx_ext.launcher.watched_rendezvous import watched_handler
 
+    if kind == "ours":
+        from torchx_ext.launcher.arrival_rendezvous import arrival_handler
+
+        inner = arrival_handler(store, run_id, nodes, nodes, join_timeout_s=timeout_s, local_addr="127.0.0.1")
+    else:
+        from torch.distributed.elastic.rendezvous import RendezvousParameters
+        from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend
+        from torch.distributed.elastic.rendezvous.dynamic_rendezvous import create_handler
+
+        params = RendezvousParameters(backend="c10d", endpoint=endpoint, run_id=run_id, min_nodes=nodes,
+                                      max_nodes=nodes, join_timeout=int(timeout_s), local_addr="127.0.0.1")
+        inner = create_handler(store, C10dRendezvousBackend(store, run_id), params)
+        if kind == "torch":
+            return inner
     return watched_handler(inner, timeout_s=0, restarts=3, endpoint=endpoint, on_store_loss=lambda loss: None,
                            node_rank=-1, local_addr="127.0.0.1", spares=0, max_nodes=nodes)
 
 
 def freeze(kind: str, handler: Any) -> None:
     """Stop a node's rendezvous keep-alives, as a frozen host's stop (torch's private timer; the
-    arrival rendezvous has none)."""
-    if kind == "arrivals":
+    arrival rendezvous has none: the watchdog is its only liveness check)."""
+    if kind == "ours":
         return
     inner = handler if kind == "torch" else handler._inner
     inner._stop_heartbeats()
@@ -351,6 +357,39 @@ def run_case(kind: str, nodes: int, timeout_s: float, train_s: float, peer_timeo
     return _finish(result, server, most_files)
 
 
+def run_workers_case(nodes: int, ranks_per_node: int, timeout_s: float) -> dict[str, Any]:
+    """The workers' side of a round: every rank opens its own client of the workers' store (as
+    ``init_process_group`` does, to the store global rank 0 or its agent serves) and meets the
+    others there once. Connections come from 16 threads at a time, as ranks start on many hosts."""
+    import concurrent.futures
+    import torch.distributed as dist
+
+    raise_open_files_limit()
+    ranks = nodes * ranks_per_node
+    server = subprocess.Popen([sys.executable, "-c", STORE_SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert server.stdout is not None
+    port = int(server.stdout.readline())
+    timeout = datetime.timedelta(seconds=timeout_s)
+
+    def rank(_: int) -> Any:
+        client = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timeout)
+        if client.add("arrived", 1) == ranks:
+            client.set("all", "")
+        return client
+
+    began = time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        clients = list(pool.map(rank, range(ranks)))
+    connected = time.monotonic() - began
+    clients[0].wait(["all"])
+    result = {"nodes": nodes, "ranks": ranks, "connect_s": connected, "met_s": time.monotonic() - began,
+              "store_open_files": open_files(server.pid), "store_cpu_s": cpu_seconds(server.pid)}
+    server.kill()
+    server.wait()
+    return result
+
+
 def _finish(result: dict[str, Any], server: subprocess.Popen[str], most_files: int) -> dict[str, Any]:
     result["store_cpu_s"] = cpu_seconds(server.pid)
     result["store_open_files"] = most_files
@@ -379,6 +418,22 @@ def line(result: dict[str, Any]) -> str:
             f" | store CPU {result['store_cpu_s']:6.1f} s, {result['store_open_files']} open files")
 
 
+def workers_line(count: int, args: argparse.Namespace, scratch: Path) -> bool:
+    """Run and print the workers' store case for ``count`` nodes; whether it finished."""
+    command, _ = named_loopback([sys.executable, __file__, "--workers-case", str(count), str(args.ranks_per_node),
+                                 "--timeout", str(args.timeout)], scratch)
+    try:
+        finished = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout + 120)
+        result = json.loads(finished.stdout.strip().splitlines()[-1])
+    except (subprocess.TimeoutExpired, json.JSONDecodeError, IndexError) as error:
+        print(f"{count:>6} {'workers':>8}  the case did not finish: {error}", flush=True)
+        return False
+    print(f"{count:>6} {'workers':>8}  {result['ranks']} ranks ({args.ranks_per_node} per node) connected to the "
+          f"workers' store in {result['connect_s']:.1f} s, met in {result['met_s']:.1f} s; store CPU "
+          f"{result['store_cpu_s']:.1f} s, {result['store_open_files']} open files", flush=True)
+    return True
+
+
 def named_loopback(command: list[str], scratch: Path) -> tuple[list[str], str]:
     """``command`` run where a loopback peer's name is in /etc/hosts (see the docstring), and how."""
     if os.geteuid() != 0 or shutil.which("unshare") is None:
@@ -397,8 +452,14 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds a join or a new round may take")
     parser.add_argument("--train-s", type=float, default=60.0)
     parser.add_argument("--peer-timeout", type=float, default=10.0)
+    parser.add_argument("--ranks-per-node", type=int, default=8,
+                        help="the workers' store: N x this many ranks connect and meet once (0: not measured)")
     parser.add_argument("--case", nargs=2, metavar=("HANDLER", "NODES"), help=argparse.SUPPRESS)
+    parser.add_argument("--workers-case", nargs=2, type=int, metavar=("NODES", "RANKS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.workers_case:
+        print(json.dumps(run_workers_case(*args.workers_case, args.timeout)), flush=True)
+        os._exit(0)
     if args.case:
         print(json.dumps(run_case(args.case[0], int(args.case[1]), args.timeout, args.train_s, args.peer_timeout)),
               flush=True)
@@ -435,6 +496,8 @@ def main() -> int:
                 continue
             times[kind, count] = result.get("join_s")
             print(line(result), flush=True)
+        if args.ranks_per_node > 0:
+            failed += not workers_line(count, args, scratch)
         torchs = times.get(("torch", count))
         for kind in kinds:
             ours = times.get((kind, count))

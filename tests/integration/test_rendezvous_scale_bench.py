@@ -1,6 +1,6 @@
 """scripts/bench/rendezvous_scale.py at a small N, as a smoke test (the bench itself measures up
 to 1,024 nodes, far beyond a CI run): every handler forms a round of every node, notices a lost one
-and forms the next round with its replacement."""
+and forms the next round with its replacement, and the workers' ranks all reach their store."""
 
 from __future__ import annotations
 
@@ -14,12 +14,13 @@ BENCH = Path(__file__).resolve().parents[2] / "scripts" / "bench" / "rendezvous_
 
 def test_every_handler_joins_loses_a_node_and_forms_the_next_round() -> None:
     result = subprocess.run([sys.executable, str(BENCH), "--nodes", "8", "--train-s", "2", "--peer-timeout", "2",
-                             "--timeout", "60"], capture_output=True, text=True, timeout=400)
+                             "--timeout", "60", "--ranks-per-node", "4"], capture_output=True, text=True, timeout=400)
 
     assert result.returncode == 0, result.stdout + result.stderr
-    for handler in ("torch", "ours", "arrivals"):
+    for handler in ("torch", "ours", "ours-torch"):
         line = next(text for text in result.stdout.splitlines() if re.match(rf"\s+8\s+{handler}\s", text))
         # Every figure came out: a join, a detected loss, a next round (none is "-").
         assert re.search(r"join +[\d.]+ s, ops/node", line), line
         assert re.search(r"detected +[\d.]+ s, next round +[\d.]+ s later", line), line
-    assert "join ratio ours/torch" in result.stdout and "join ratio arrivals/torch" in result.stdout
+    assert "join ratio ours/torch" in result.stdout and "join ratio ours-torch/torch" in result.stdout
+    assert re.search(r"\s+8\s+workers\s+32 ranks \(4 per node\) connected", result.stdout), result.stdout

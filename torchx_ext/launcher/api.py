@@ -8,6 +8,7 @@ In the spirit of ``elastic_launch(LaunchConfig, fn)(*args)``: it uses
 
 from __future__ import annotations
 
+import gc
 import os
 import uuid
 from collections.abc import Callable, Mapping
@@ -129,6 +130,7 @@ def launch(
                 ) from error
             finally:
                 os.sched_setaffinity(0, caller_cpus)  # spawning bound this thread child by child
+                gc.collect()  # the rendezvous' store server goes here, not in a child forked later (cli.main)
     return results
 
 

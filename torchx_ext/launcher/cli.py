@@ -9,6 +9,7 @@ and replaces the worker command with the binding bootstrap.
 from __future__ import annotations
 
 import argparse
+import gc
 import dataclasses
 import importlib.util
 import logging
@@ -141,7 +142,7 @@ def console_main() -> None:
     # Node rank 0 serves the store to every node (open_files.py); before the forkserver starts,
     # so that the workers inherit it too. A caller of main() in its own process keeps its limit.
     raise_open_files_limit()
-    code = main(preload_started=preload_server.start_early(sys.argv[1:]))
+    code = main(preload_started=preload_server.start_early(sys.argv[1:]), exits_after=True)
     # atexit is skipped below: multiprocessing's finalizers would remove its temporary directory
     # (the forkserver's socket's) there.
     multiprocessing_util._run_finalizers()  # type: ignore[attr-defined]  # private, in 3.10 to 3.13
@@ -151,13 +152,27 @@ def console_main() -> None:
     os._exit(code)
 
 
-def main(argv: Sequence[str] | None = None, preload_started: bool = False) -> int:
+def main(argv: Sequence[str] | None = None, preload_started: bool = False, exits_after: bool = False) -> int:
     """Run the launcher on ``argv``; returns its exit code (torchx_ext.exit_codes).
 
     Callable in-process, again and again and in a forked child: the caller gets its
     ``os.environ`` and signal handlers back, and the forkserver of preloaded workers lives
-    only as long as the call that started it (see preload_server).
+    only as long as the call that started it (see preload_server). ``exits_after``: the process
+    ends with this call (the console entry), so what the run leaves is not cleaned up.
     """
+    try:
+        return _main(argv, preload_started)
+    finally:
+        if not exits_after:
+            # The rendezvous' store server lives in reference cycles (handler classes, torch's
+            # agent) until a garbage collection. One that runs in a child forked later tears it down
+            # there: it joins its server thread, which the child does not have, and glibc, which gives
+            # the child's new threads the parent's thread stacks, makes that a join of one of the
+            # child's own threads, for ever. So it goes here, in the process whose thread it is.
+            gc.collect()
+
+
+def _main(argv: Sequence[str] | None, preload_started: bool) -> int:
     _configure_logging()
     args = build_parser().parse_args(argv)
     with caller_state_kept(), preload_server.server_of_this_call(started_early=preload_started) as callers_server:
