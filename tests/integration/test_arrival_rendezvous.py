@@ -65,13 +65,15 @@ def test_distinct_node_ranks_are_the_group_ranks_whatever_the_arrival_order(port
 
 
 def test_a_node_beyond_max_waits_and_takes_a_lost_members_place_in_the_next_round(port: int) -> None:
-    first, second, spare = node(port, 2, 2, node_rank=0), node(port, 2, 2, node_rank=1), node(port, 2, 2, node_rank=2)
+    first, second = node(port, 2, 2, node_rank=0), node(port, 2, 2, node_rank=1)
+    spare = node(port, 2, 2, node_rank=2, join_timeout_s=1)  # a spare waits past its join timeout
     assert [result[1] for result in in_threads([first.join, second.join])] == [0, 1]
     spare_result: list[Any] = []
     spare_thread = threading.Thread(target=lambda: spare_result.append(spare.join()), daemon=True)
     spare_thread.start()
-    time.sleep(0.5)
-    assert spare_thread.is_alive() and first.num_nodes_waiting() == 0  # redundant: no new round asked for
+    time.sleep(1.5)
+    assert spare_thread.is_alive() and spare.spare  # in the redundancy list (the launcher marks it "spare")
+    assert first.num_nodes_waiting() == 0  # redundant: no new round asked for
 
     # The second node is lost: the first rendezvouses again (its watchdog told it), the spare joins.
     assert first.join() == (1, 0, 2)

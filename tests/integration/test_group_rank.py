@@ -12,6 +12,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.fixtures.netns import Host, in_host, network, require_netns
 from tests.helpers import free_port
 from tests.integration.launcher_helpers import LAUNCHER, clean_env
@@ -41,8 +43,9 @@ def _run_two(tmp_path: Path, node_ranks: tuple[str, str], hosts: tuple[Host, Hos
     return {report["rank"]: report for report in (json.loads(path.read_text()) for path in out.glob("rank*.json"))}
 
 
-def test_node_rank_k_runs_group_rank_k_whatever_torch_would_order(tmp_path: Path) -> None:
-    reports = _run_two(tmp_path, ("1", "0"))
+@pytest.mark.parametrize("handler", ["arrivals", "torch"])
+def test_node_rank_k_runs_group_rank_k_whatever_torch_would_order(handler: str, tmp_path: Path) -> None:
+    reports = _run_two(tmp_path, ("1", "0"), extra=("--c10d-handler", handler))
 
     assert {rank: (report["group_rank"], report["node_tag"]) for rank, report in reports.items()} == {
         0: (0, "started-1"), 1: (1, "started-0")}
