@@ -343,6 +343,8 @@ def run_case(kind: str, nodes: int, timeout_s: float, train_s: float, peer_timeo
     most_files = max(most_files, open_files(server.pid))
     first = min((moment for i, moment in enumerate(detected) if moment is not None and i != victim), default=None)
     result["detect_s"] = first - frozen_at if first is not None else None
+    noticed = [moment for i, moment in enumerate(detected) if moment is not None and i != victim]
+    result["all_noticed_s"] = max(noticed) - first if first is not None and len(noticed) == nodes - 1 else None
     result["first_loss"] = losses[0] if losses else ""
     result["rejoined"] = sum(moment is not None for moment in done)
     result["not_rejoined"] = [f"{i}{'' if detected[i] is not None or i == victim else ' (no loss noticed)'}"
@@ -413,7 +415,8 @@ def line(result: dict[str, Any]) -> str:
     return (f"{nodes:>6} {result['handler']:>8}  join {shown(result['join_s'])}, ops/node {join['ops_mean']:6.1f} "
             f"(most {join['ops_max']:4d}), {join['kb_mean']:8.1f} KB | training: handler "
             f"{result['train_handler_ops_per_s']:5.2f}, watchdog {result['train_watchdog_ops_per_s']:5.2f} ops/node/s"
-            f" | loss: detected {shown(result['detect_s'])}, next round {shown(result['next_round_s'])} later, "
+            f" | loss: detected {shown(result['detect_s'])} (all survivors {shown(result['all_noticed_s'], 4)} "
+            f"later), next round {shown(result['next_round_s'])} later, "
             f"ops/node {rejoin['ops_mean']:6.1f} (most {rejoin['ops_max']:4d}), {rejoin['kb_mean']:8.1f} KB"
             f" | store CPU {result['store_cpu_s']:6.1f} s, {result['store_open_files']} open files")
 
