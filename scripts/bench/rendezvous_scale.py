@@ -461,7 +461,8 @@ def main() -> int:
     parser.add_argument("--workers-case", nargs=2, type=int, metavar=("NODES", "RANKS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.workers_case:
-        print(json.dumps(run_workers_case(*args.workers_case, args.timeout)), flush=True)
+        nodes, ranks_per_node = args.workers_case
+        print(json.dumps(run_workers_case(nodes, ranks_per_node, args.timeout)), flush=True)
         os._exit(0)
     if args.case:
         print(json.dumps(run_case(args.case[0], int(args.case[1]), args.timeout, args.train_s, args.peer_timeout)),
