@@ -204,8 +204,9 @@ def make_handler(kind: str, store: Any, run_id: str, nodes: int, timeout_s: floa
 
 def freeze(kind: str, handler: Any) -> None:
     """Stop a node's rendezvous keep-alives, as a frozen host's stop (torch's private timer; the
-    arrival rendezvous has none: the watchdog is its only liveness check)."""
+    arrival rendezvous' public ``stop_beating``)."""
     if kind == "ours":
+        handler._inner.rendezvous.stop_beating()
         return
     inner = handler if kind == "torch" else handler._inner
     inner._stop_heartbeats()

@@ -146,3 +146,36 @@ def test_torchs_handler_interface_gives_workers_a_store_address_in_every_round(p
         assert infos[0].bootstrap_store_info.master_port == infos[1].bootstrap_store_info.master_port
     handlers[0].shutdown()
     assert handlers[1].is_closed()
+
+
+def test_nodes_that_come_after_every_member_of_a_sealed_round_died_form_the_next_round(port: int) -> None:
+    # A whole job started again against a store that outlived it (local_cwd's store host): the
+    # round in the store is full, but none of its members beats any more.
+    options = {"keep_alive_s": 0.3, "keep_alive_misses": 2}
+    old = [node(port, 2, 2, **options) for _ in range(2)]
+    assert sorted(result[1] for result in in_threads([member.join for member in old])) == [0, 1]
+    for member in old:
+        member.stop_beating()  # killed
+
+    started = time.monotonic()
+    results = in_threads([member.join for member in [node(port, 2, 2, **options) for _ in range(2)]], timeout_s=30)
+
+    assert sorted(results) == [(1, 0, 2), (1, 1, 2)], results
+    assert time.monotonic() - started < 10
+
+
+def test_a_sealed_round_with_one_member_still_beating_keeps_a_newcomer_waiting(port: int) -> None:
+    options = {"keep_alive_s": 0.3, "keep_alive_misses": 2}
+    alive, lost = node(port, 2, 2, **options), node(port, 2, 2, **options)
+    in_threads([alive.join, lost.join])
+    lost.stop_beating()
+    newcomer = node(port, 2, 2, **options)
+    result: list[Any] = []
+    waiting = threading.Thread(target=lambda: result.append(newcomer.join()), daemon=True)
+    waiting.start()
+
+    time.sleep(2)  # over three times the members' silence allowed
+    assert waiting.is_alive() and newcomer.spare
+    assert alive.join() == (1, 0, 2) or result  # the survivor, told of the loss, opens the next round
+    waiting.join(30)
+    assert result and result[0][0] == 1 and result[0][2] == 2

@@ -21,10 +21,17 @@ bytes each. Here a round is built from keys no node rewrites:
 - a member that rendezvouses again (its workers failed, or the watchdog declared a peer lost)
   opens round k+1; ``closed`` ends every wait (``set_closed``, ``shutdown``).
 
-Each node makes about eight operations to join; the sealer two more whose payload is O(N). What
-torch's handler does that this one does not: it drops a node that joined and then stopped beating
-its keep-alive before the round completed (here such a node is in the round, and the watchdog
-declares it lost once the round runs).
+Each node makes about eight operations to join; the sealer two more whose payload is O(N).
+
+While a node is a member, it adds one to its round's ``r{k}.beats`` every ``keep_alive_s``
+(torch's keep-alive interval), on a connection of its own. A node waiting outside a sealed round
+(a spare, or a node come after the seal) reads that one counter whenever its wait wakes: when it
+has not moved for ``keep_alive_misses`` intervals, every member is gone (all killed, or a whole job
+started again against a store that outlived it) and the waiter opens the next round itself. One
+member still alive keeps the round; the watchdog tells the survivors of a lost peer. What torch's
+handler does that this one does not: it drops a node that joined and then stopped beating its
+keep-alive before the round completed (here such a node is in the round, and the watchdog declares
+it lost once the round runs).
 """
 
 from __future__ import annotations
@@ -41,6 +48,10 @@ from typing import Any
 BACKEND = "torchx_ext-arrivals"
 NUM_NODES_WAITING_CACHE_S = 1.0
 """The agent asks for waiting nodes every monitor interval: one store read a second at most."""
+KEEP_ALIVE_S = 5
+KEEP_ALIVE_MISSES = 3
+"""torch's ``keep_alive_interval`` and ``keep_alive_max_attempt`` defaults: a round none of whose
+members has beaten for 3 x 5 s is over."""
 
 
 @dataclass(frozen=True)
@@ -83,7 +94,8 @@ class ArrivalRendezvous:
     interface is ``arrival_handler``'s."""
 
     def __init__(self, store: Any, run_id: str, min_nodes: int, max_nodes: int, *, join_timeout_s: float = 600,
-                 last_call_s: float = 30, node_rank: int = -1, local_addr: str | None = None) -> None:
+                 last_call_s: float = 30, node_rank: int = -1, local_addr: str | None = None,
+                 keep_alive_s: float = KEEP_ALIVE_S, keep_alive_misses: int = KEEP_ALIVE_MISSES) -> None:
         from torch.distributed import PrefixStore
 
         if not 1 <= min_nodes <= max_nodes:
@@ -92,6 +104,8 @@ class ArrivalRendezvous:
         self.run_id = run_id
         self.min_nodes, self.max_nodes = min_nodes, max_nodes
         self.join_timeout_s, self.last_call_s = join_timeout_s, last_call_s
+        self.keep_alive_s, self.keep_alive_misses = keep_alive_s, keep_alive_misses
+        self._beats_stop = threading.Event()
         with _local_ids_lock:
             local_id = next(_local_ids)
         self.node = NodeDescription(local_addr or socket.getfqdn(), os.getpid(), node_rank, local_id)
@@ -107,10 +121,13 @@ class ArrivalRendezvous:
         RendezvousClosedError, RendezvousGracefulExitError (closed while this node waited as a
         redundant one) or RendezvousTimeoutError."""
         deadline = time.monotonic() + self.join_timeout_s
+        self.stop_beating()  # a member that rendezvouses again has left its round
         try:
-            return self._join(deadline)
+            joined = self._join(deadline)
         finally:
             self.spare = False
+        self._beat(joined[0])
+        return joined
 
     def _join(self, deadline: float) -> tuple[int, int, int]:
         from torch.distributed.elastic.rendezvous import (RendezvousClosedError, RendezvousGracefulExitError,
@@ -178,12 +195,32 @@ class ArrivalRendezvous:
     def is_closed(self) -> bool:
         return bool(self.store.check(["closed"]))
 
+    def stop_beating(self) -> None:
+        """Stop this member's keep-alive (a new join, the end, or as a frozen node would)."""
+        self._beats_stop.set()
+
+    def _beat(self, round_: int) -> None:
+        stop = self._beats_stop = threading.Event()
+
+        def beat() -> None:
+            try:
+                # Its own connection: the agent's waits on this node's client may last minutes.
+                store = self.store.clone()
+                while not stop.is_set():
+                    store.add(f"r{round_}.beats", 1)
+                    stop.wait(self.keep_alive_s)
+            except Exception:  # the store is gone: the agent's own calls and the watchdog tell
+                pass
+
+        threading.Thread(target=beat, daemon=True, name="torchx_ext rendezvous: keep-alive").start()
+
     def first_round_formed(self) -> bool:
         """Whether a first round was sealed (or the rendezvous closed): a hot spare joins after."""
         return bool(self.store.check(["r0.sealed"]) or self.store.check(["closed"])
                     or int(self.store.add("round", 0)) > 0)
 
     def set_closed(self) -> None:
+        self.stop_beating()
         self.store.set("closed", "")
         current = int(self.store.add("round", 0))
         self.store.set(f"r{current + 1}.open", "")  # wakes the nodes waiting for a round
@@ -210,18 +247,28 @@ class ArrivalRendezvous:
         return time.monotonic() + self.join_timeout_s
 
     def _wait_for_round(self, next_round: int, deadline: float) -> None:
+        """Until round ``next_round`` opens: its members open it, or this node does once every
+        member of the round before it stopped beating."""
         from torch.distributed.elastic.rendezvous import RendezvousTimeoutError
 
-        # A redundant node waits without a deadline (torch's redundancy list): for a lost member.
+        sealed = next_round - 1
+        beats, moved_at = -1, time.monotonic()
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise RendezvousTimeoutError(f"the rendezvous {self.run_id!r}: no round for this node in time")
             try:
-                self.store.wait([f"r{next_round}.open"], timedelta(seconds=min(left, 3600)))
+                self.store.wait([f"r{next_round}.open"], timedelta(seconds=min(left, self.keep_alive_s)))
                 return
-            except Exception:  # timed out: once more, until the deadline
-                continue
+            except Exception:  # timed out: are the round's members still there?
+                pass
+            now, seen = time.monotonic(), int(self.store.add(f"r{sealed}.beats", 0))
+            if seen != beats:
+                beats, moved_at = seen, now
+            elif now - moved_at >= self.keep_alive_s * self.keep_alive_misses:
+                self.store.compare_set("round", str(sealed), str(next_round))
+                self.store.set(f"r{next_round}.open", "")
+                return
 
     def _last_call(self, current: int) -> None:
         time.sleep(self.last_call_s)
@@ -247,14 +294,16 @@ class ArrivalRendezvous:
 
 
 def arrival_handler(store: Any, run_id: str, min_nodes: int, max_nodes: int, *, join_timeout_s: float = 600,
-                    last_call_s: float = 30, node_rank: int = -1, local_addr: str | None = None) -> Any:
+                    last_call_s: float = 30, node_rank: int = -1, local_addr: str | None = None,
+                    keep_alive_s: float = KEEP_ALIVE_S, keep_alive_misses: int = KEEP_ALIVE_MISSES) -> Any:
     """torch's ``RendezvousHandler`` over ``ArrivalRendezvous`` (the store: this node's client)."""
     from torch.distributed import TCPStore
     from torch.distributed.elastic.rendezvous import RendezvousHandler, RendezvousInfo
     from torch.distributed.elastic.rendezvous.api import RendezvousStoreInfo
 
     rendezvous = ArrivalRendezvous(store, run_id, min_nodes, max_nodes, join_timeout_s=join_timeout_s,
-                                   last_call_s=last_call_s, node_rank=node_rank, local_addr=local_addr)
+                                   last_call_s=last_call_s, node_rank=node_rank, local_addr=local_addr,
+                                   keep_alive_s=keep_alive_s, keep_alive_misses=keep_alive_misses)
 
     class ArrivalRendezvousHandler(RendezvousHandler):  # type: ignore[misc]  # torch is untyped here
         def __init__(self) -> None:

@@ -78,7 +78,7 @@ def watch_rendezvous(config: Any, timeout_s: float, on_store_loss: Callable[[Los
     if handler not in HANDLERS:
         raise InvalidArgumentError(f"invalid --c10d-handler {handler!r}: expected one of {', '.join(HANDLERS)}")
     for key, _ in _TIMEOUTS:
-        _check_seconds(key, config.rdzv_configs.get(key))
+        _check_whole(key, config.rdzv_configs.get(key))
     config.rdzv_configs.pop(TIMEOUT_KEY, None)
     if config.rdzv_backend != "c10d":
         return
@@ -94,11 +94,12 @@ def watch_rendezvous(config: Any, timeout_s: float, on_store_loss: Callable[[Los
     config.rdzv_configs[_NODE_RANK_KEY] = node_rank if fixed and (several or spares) else -1
 
 
-_TIMEOUTS = (("join_timeout", 600), ("last_call_timeout", 30))
-"""torch's c10d timeouts (``--rdzv-conf``) that both handlers keep, with torch's defaults."""
+_TIMEOUTS = (("join_timeout", 600), ("last_call_timeout", 30), ("keep_alive_interval", 5),
+             ("keep_alive_max_attempt", 3))
+"""torch's c10d settings (``--rdzv-conf``) that both handlers read, with torch's defaults."""
 
 
-def _check_seconds(key: str, given: Any) -> None:
+def _check_whole(key: str, given: Any) -> None:
     if given is None:
         return
     try:
@@ -106,7 +107,8 @@ def _check_seconds(key: str, given: Any) -> None:
     except (TypeError, ValueError):
         seconds = 0
     if seconds <= 0:
-        raise InvalidArgumentError(f"invalid --rdzv-conf {key}={given!r}: expected a whole number of seconds, 1 or more")
+        what = "a whole number, 1 or more" if key == "keep_alive_max_attempt" else "a whole number of seconds, 1 or more"
+        raise InvalidArgumentError(f"invalid --rdzv-conf {key}={given!r}: expected {what}")
 
 
 _store_loss_handler: list[Callable[[Loss], None]] = []
@@ -145,14 +147,15 @@ def _create_handler(params: Any) -> Any:
 
 def _arrivals(params: Any, node_rank: int) -> Any:
     """The arrival rendezvous over the store torch's c10d backend makes of ``params``, with torch's
-    join and last-call timeouts (``join_timeout``, ``last_call_timeout``: 600 and 30 s)."""
+    settings of ``_TIMEOUTS`` and their defaults."""
     from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import create_backend
 
-    timeouts = {key: params.get_as_int(key, default) for key, default in _TIMEOUTS}
+    given = {key: params.get_as_int(key, default) for key, default in _TIMEOUTS}
     _, store = create_backend(params)
     return arrival_handler(store, params.run_id, params.min_nodes, params.max_nodes,
-                           join_timeout_s=timeouts["join_timeout"], last_call_s=timeouts["last_call_timeout"],
-                           node_rank=node_rank, local_addr=params.local_addr)
+                           join_timeout_s=given["join_timeout"], last_call_s=given["last_call_timeout"],
+                           node_rank=node_rank, local_addr=params.local_addr,
+                           keep_alive_s=given["keep_alive_interval"], keep_alive_misses=given["keep_alive_max_attempt"])
 
 
 def watched_handler(inner: Any, *, timeout_s: float, restarts: int, endpoint: str,
