@@ -1,10 +1,10 @@
 """How the c10d rendezvous scales with the number of nodes: N simulated nodes join one rendezvous
 through a real TCPStore, train (beating and watching as our launcher's watchdog does), lose one
 node and rendezvous again. torch's stock c10d handler, ours (what our launcher runs for
-``--rdzv-backend c10d``: the arrival rendezvous, ``torchx_ext/launcher/arrival_rendezvous.py``, a
-constant number of store operations per node, in the launcher's wrapper) and ours-torch (the
-launcher with ``--c10d-handler torch``: torch's handler in the same wrapper) in the same run, each
-(handler, N) in a process of its own.
+``--rdzv-backend c10d`` by default: torch's handler in the launcher's wrapper) and arrivals (the
+launcher with ``--c10d-handler arrivals``: the arrival rendezvous,
+``torchx_ext/launcher/arrival_rendezvous.py``, a constant number of store operations per node, in
+the same wrapper) in the same run, each (handler, N) in a process of its own.
 
 Each node is a thread with a TCPStore client of its own, as a launcher has; the store is a
 TCPStore server in another process. Reported per case:
@@ -43,7 +43,7 @@ resolver's timeout, 5 s. Run as root, the bench gives each case a mount namespac
 whose /etc/hosts names that address, as a cluster's hosts file or DNS names its nodes; otherwise
 it says that the stalls are in its figures.
 
-    .venv/bin/python scripts/bench/rendezvous_scale.py [--nodes 8,64,256,1024] [--handlers torch,ours,ours-torch]
+    .venv/bin/python scripts/bench/rendezvous_scale.py [--nodes 8,64,256,1024] [--handlers torch,ours,arrivals]
         [--timeout 120] [--train-s 60] [--peer-timeout 10] [--ranks-per-node 8]
 """
 
@@ -69,7 +69,7 @@ sys.path.insert(0, str(ROOT))
 from torchx_ext.launcher.open_files import raise_open_files_limit  # noqa: E402
 from torchx_ext.launcher.rendezvous_store import FRESH_STORE_PER_ATTEMPT_ENV  # noqa: E402
 
-HANDLERS = ("torch", "ours", "ours-torch")
+HANDLERS = ("torch", "ours", "arrivals")
 STORE_SERVER = """
 import sys
 from torchx_ext.launcher.open_files import raise_open_files_limit
@@ -179,12 +179,12 @@ _KEPT: list[Any] = []
 
 def make_handler(kind: str, store: Any, run_id: str, nodes: int, timeout_s: float, endpoint: str) -> Any:
     """A node's rendezvous handler over ``store``: torch's stock c10d one; ours, as the launcher
-    runs ``--rdzv-backend c10d`` (the arrival rendezvous in the watched wrapper); or ours with
-    ``--c10d-handler torch`` (torch's, in the same wrapper). The wrapper's own watchdog is off:
-    the bench runs the same one for every handler."""
+    runs ``--rdzv-backend c10d`` (torch's in the watched wrapper); or arrivals, as with
+    ``--c10d-handler arrivals`` (the arrival rendezvous in the same wrapper). The wrapper's own
+    watchdog is off: the bench runs the same one for every handler."""
     from torchx_ext.launcher.watched_rendezvous import watched_handler
 
-    if kind == "ours":
+    if kind == "arrivals":
         from torchx_ext.launcher.arrival_rendezvous import arrival_handler
 
         inner = arrival_handler(store, run_id, nodes, nodes, join_timeout_s=timeout_s, local_addr="127.0.0.1")
@@ -205,7 +205,7 @@ def make_handler(kind: str, store: Any, run_id: str, nodes: int, timeout_s: floa
 def freeze(kind: str, handler: Any) -> None:
     """Stop a node's rendezvous keep-alives, as a frozen host's stop (torch's private timer; the
     arrival rendezvous' public ``stop_beating``)."""
-    if kind == "ours":
+    if kind == "arrivals":
         handler._inner.rendezvous.stop_beating()
         return
     inner = handler if kind == "torch" else handler._inner

@@ -17,10 +17,10 @@ def test_every_handler_joins_loses_a_node_and_forms_the_next_round() -> None:
                              "--timeout", "60", "--ranks-per-node", "4"], capture_output=True, text=True, timeout=400)
 
     assert result.returncode == 0, result.stdout + result.stderr
-    for handler in ("torch", "ours", "ours-torch"):
+    for handler in ("torch", "ours", "arrivals"):
         line = next(text for text in result.stdout.splitlines() if re.match(rf"\s+8\s+{handler}\s", text))
         # Every figure came out: a join, a detected loss, a next round (none is "-").
         assert re.search(r"join +[\d.]+ s, ops/node", line), line
         assert re.search(r"detected +[\d.]+ s \(all survivors +[\d.]+ s later\), next round +[\d.]+ s later", line), line
-    assert "join ratio ours/torch" in result.stdout and "join ratio ours-torch/torch" in result.stdout
+    assert "join ratio ours/torch" in result.stdout and "join ratio arrivals/torch" in result.stdout
     assert re.search(r"\s+8\s+workers\s+32 ranks \(4 per node\) connected", result.stdout), result.stdout

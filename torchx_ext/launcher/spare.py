@@ -1,6 +1,6 @@
 """Hot spares: launchers beyond the rendezvous' node count, waiting to take a lost node's place.
 
-Both c10d rendezvous the launcher runs (the arrival rendezvous, its default, and torch's handler)
+Both c10d rendezvous the launcher runs (torch's handler, its default, and the arrival rendezvous)
 keep a node that arrives when a round is full waiting apart (torch's redundancy list): it trains
 nothing and counts in no ``num_nodes_waiting`` (so it restarts nobody). Once a member rendezvouses
 again (it left after a failure, or the watchdog declared a peer lost), the spare joins the next
