@@ -55,8 +55,8 @@ import json
 import os
 import shutil
 import subprocess
-import tempfile
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -228,6 +228,14 @@ def open_files(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
+def start_store_server() -> tuple[subprocess.Popen[str], int]:
+    """A TCPStore server in a process of its own, and its port."""
+    server = subprocess.Popen([sys.executable, "-c", STORE_SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert server.stdout is not None
+    return server, int(server.stdout.readline())
+
+
 def run_case(kind: str, nodes: int, timeout_s: float, train_s: float, peer_timeout_s: float) -> dict[str, Any]:
     """One (handler, N) case, in this process; what it measured."""
     import torch.distributed as dist
@@ -240,10 +248,7 @@ def run_case(kind: str, nodes: int, timeout_s: float, train_s: float, peer_timeo
     # shared, torch's rank 0 publishes the workers' store address in the first round only, and a
     # replacement ranked after it waits for it in the next round for ever.
     os.environ.update([FRESH_STORE_PER_ATTEMPT_ENV])
-    server = subprocess.Popen([sys.executable, "-c", STORE_SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert server.stdout is not None
-    port = int(server.stdout.readline())
+    server, port = start_store_server()
     endpoint = f"127.0.0.1:{port}"
     result: dict[str, Any] = {"handler": kind, "nodes": nodes}
     most_files = 0
@@ -369,10 +374,7 @@ def run_workers_case(nodes: int, ranks_per_node: int, timeout_s: float) -> dict[
 
     raise_open_files_limit()
     ranks = nodes * ranks_per_node
-    server = subprocess.Popen([sys.executable, "-c", STORE_SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert server.stdout is not None
-    port = int(server.stdout.readline())
+    server, port = start_store_server()
     timeout = datetime.timedelta(seconds=timeout_s)
 
     def rank(_: int) -> Any:

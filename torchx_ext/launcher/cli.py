@@ -9,8 +9,8 @@ and replaces the worker command with the binding bootstrap.
 from __future__ import annotations
 
 import argparse
-import gc
 import dataclasses
+import gc
 import importlib.util
 import logging
 import os
