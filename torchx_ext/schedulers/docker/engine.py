@@ -43,6 +43,8 @@ LABEL_RESTART_OF = "torchx_ext.restart_of"
 LABEL_RESTARTS = "torchx_ext.restarts"
 LABEL_RESTART_CAUSE = "torchx_ext.restart_cause"
 LABEL_CLAIM = "torchx_ext.claim"
+LABEL_KILLED = "torchx_ext.killed"
+LABEL_KILL_CAUSE = "torchx_ext.kill_cause"
 APP_KEY = "*"
 """The restart records' key for a restart of the whole app (a replica's is ``role/id``)."""
 APP_RESTART_WINDOW_S = 120.0
@@ -171,6 +173,27 @@ class Engine:
         self._call(container.start, f"restart {key}")
         self._call(lambda: self.client.volumes.create(name=name, labels=labels), "record a restart")
 
+    def kill_for(self, app_id: str, key: str, restarts: int, container: Any, why: str) -> None:
+        """SIGKILL a replica on its restart number ``restarts`` for a reason its exit code does
+        not tell (frozen), recorded before the kill: whichever process (the watcher, a describe)
+        then sees it exited with 137 restarts or fails it saying why (``kill_causes``)."""
+        name = f"{app_id}-killed-{re.sub(r'[^A-Za-z0-9_.-]', '-', key)}-{restarts}"
+        labels = {LABEL_SCHEDULER: SCHEDULER, LABEL_APP_ID: app_id, LABEL_KILLED: key, LABEL_RESTARTS: str(restarts),
+                  LABEL_KILL_CAUSE: why}
+        self._call(lambda: self.client.volumes.create(name=name, labels=labels), "record a kill")
+        self.kill_and_wait(container)
+
+    def kill_causes(self, app_id: str) -> dict[tuple[str, int], str]:
+        """Why we killed a replica (``kill_for``), by its key and the restart number it was on."""
+        volumes = self._call(lambda: self.client.volumes.list(filters={"label": f"{LABEL_APP_ID}={app_id}"}),
+                             "list volumes")
+        causes = {}
+        for volume in volumes:
+            labels = volume.attrs.get("Labels") or {}
+            if labels.get(LABEL_KILLED) and labels.get(LABEL_RESTARTS, "").isdigit():
+                causes[(labels[LABEL_KILLED], int(labels[LABEL_RESTARTS]))] = labels.get(LABEL_KILL_CAUSE, "")
+        return causes
+
     def read_file(self, container: Any, path: str, limit: int = 1 << 20) -> bytes | None:
         """A file from a container, running or stopped; None when it has none there."""
         import docker.errors
@@ -217,15 +240,6 @@ class Engine:
         except docker.errors.APIError as error:
             if "is not running" not in str(error):
                 raise self._error(f"kill {container.name}", error) from error
-
-    def write_file(self, container: Any, path: str, data: bytes) -> None:
-        """Put a file into a container, running or stopped."""
-        archive = io.BytesIO()
-        with tarfile.open(fileobj=archive, mode="w") as tar:
-            member = tarfile.TarInfo(os.path.basename(path))
-            member.size, member.mtime = len(data), int(time.time())
-            tar.addfile(member, io.BytesIO(data))
-        self._call(lambda: container.put_archive(os.path.dirname(path), archive.getvalue()), f"write {path}")
 
     def record_end(self, app_id: str, end: JobEnd) -> JobEnd:
         """Record ``end`` unless an end is recorded already; returns the one that stands.

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from torchx_ext.error_file import ErrorReport, parse_error_report
+from torchx_ext.error_file import parse_error_report
 from torchx_ext.launcher.liveness import DEFAULT_MAX_AGE_S
 from torchx_ext.schedulers.common.states import JobEnd, State
 from torchx_ext.schedulers.docker.engine import Engine
@@ -81,8 +81,7 @@ def restart_app_if_failed(engine: Engine, current: Snapshot) -> Snapshot:
                    and view.exit_code not in (0, None) and view.restarts < view.max_retries), None)
     if failed is None:
         return current
-    how = "was killed" if failed.exit_code == 137 else "exited"
-    cause = f"replica {failed.key} ({failed.name}) {how} with code {failed.exit_code}"
+    cause = f"replica {failed.key} ({failed.name}) {_how_it_ended(engine, current.app_id, failed)}"
     engine.restart_app(current.app_id, current.app_restarts + 1, cause,
                        [container for _, container in current.containers], current.grace_s)
     return snapshot(engine, current.app_id)
@@ -106,13 +105,8 @@ def kill_if_frozen(engine: Engine, current: Snapshot, paused_too_long: frozenset
             if failed is not None:
                 frozen.append((view, container, failed))
     for view, container, why in frozen:
-        message = f"gave no sign of life ({why}) and was killed"
-        engine.kill_and_wait(container)
-        if view.restarts < view.max_retries and not view.whole_app:  # the whole app's: restart_app_if_failed
-            engine.restart(current.app_id, view.key, container, view.restarts + 1, view.max_retries,
-                           f"replica {view.key} ({view.name}) {message}")
-        else:
-            engine.write_file(container, ERROR_FILE, ErrorReport(message=message, error_code=137).to_json().encode())
+        engine.kill_for(current.app_id, view.key, view.restarts, container, f"gave no sign of life ({why}) and was killed")
+    # Restarted (or failed) by the next steps, in this process or whichever sees the exit first.
     return snapshot(engine, current.app_id) if frozen else current
 
 
@@ -126,10 +120,15 @@ def restart_if_lost(engine: Engine, current: Snapshot) -> Snapshot:
             if view.status == "exited" and view.exit_code not in (0, None) and view.restarts < view.max_retries
             and not view.whole_app]  # those the app's restart starts again
     for view, container in lost:
-        how = "was killed" if view.exit_code == 137 else "exited"
         engine.restart(current.app_id, view.key, container, view.restarts + 1, view.max_retries,
-                       f"replica {view.key} ({view.name}) {how} with code {view.exit_code}")
+                       f"replica {view.key} ({view.name}) {_how_it_ended(engine, current.app_id, view)}")
     return snapshot(engine, current.app_id) if lost else current
+
+
+def _how_it_ended(engine: Engine, app_id: str, view: ContainerView) -> str:
+    if view.exit_code != 137:
+        return f"exited with code {view.exit_code}"
+    return engine.kill_causes(app_id).get((view.key, view.restarts)) or "was killed with code 137"
 
 
 def end_if_failed(engine: Engine, current: Snapshot) -> Snapshot:
@@ -140,15 +139,19 @@ def end_if_failed(engine: Engine, current: Snapshot) -> Snapshot:
     if not current.view.unended or failing is None:
         return current
     found = current.find(failing.role, failing.replica_id)
-    cause = root_cause(engine, failing, found[1] if found else None)
+    cause = root_cause(engine, current.app_id, failing, found[1] if found else None)
     end = JobEnd(State.FAILED, failing.finished_at or time.time(), failure_message(failing, cause), replica=failing.key)
     engine.record_end(current.app_id, end)
     engine.stop(current.running, current.grace_s)
     return snapshot(engine, current.app_id)
 
 
-def root_cause(engine: Engine, view: ContainerView, container: Any) -> str:
-    """The launcher's error file in the container, else the engine's error, else stderr's tail."""
+def root_cause(engine: Engine, app_id: str, view: ContainerView, container: Any) -> str:
+    """Why we killed it, else the launcher's error file in the container, else the engine's
+    error, else stderr's tail."""
+    killed_because = engine.kill_causes(app_id).get((view.key, view.restarts)) if view.exit_code == 137 else None
+    if killed_because:
+        return killed_because
     if container is not None:
         data = engine.read_file(container, ERROR_FILE)
         report = parse_error_report(data) if data else None
