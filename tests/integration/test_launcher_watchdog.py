@@ -154,6 +154,20 @@ def test_a_frozen_store_host_ends_its_peer_in_seconds_naming_the_store(tmp_path:
     assert peer.left() == [], "a worker outlived its launcher"
 
 
+@pytest.mark.parametrize("handler", ["arrivals", "torch"])
+def test_a_killed_store_host_ends_its_peer_naming_the_store(handler: str, tmp_path: Path, nodes: list[Node]) -> None:
+    # Its connections close at once: the peer says so whether a store call or the watchdog saw it first.
+    port = free_port()
+    host, peer = (Node(tmp_path, port, host=is_host, nnodes="2", max_restarts=2, steps=400,
+                       extra=("--c10d-handler", handler)) for is_host in (True, False))
+    nodes += [host, peer]
+    _wait_for_step(tmp_path, 3)
+    host.kill()
+    code, waited = _exit_of(peer, timeout_s=60)
+    assert code == 1 and waited < 3 * TIMEOUT_S, (waited, peer.output()[-2000:])
+    assert f"lost the rendezvous store at 127.0.0.1:{port}: " in peer.output(), peer.output()[-2000:]
+
+
 def test_a_long_step_without_collectives_is_not_a_lost_peer(tmp_path: Path, nodes: list[Node]) -> None:
     # The step sleeps two peer timeouts before its all-reduce: the agents still beat. (A frozen
     # peer's replacement resuming every step is the fault suite's, on every scheduler.)

@@ -28,7 +28,7 @@ from torchx_ext.schedulers.slurm.job_view import (
 from torchx_ext.schedulers.slurm.options import gpu_type_of, partition_of, sbatch_options
 from torchx_ext.schedulers.slurm.records import JobDir
 from torchx_ext.schedulers.slurm.request import build_request
-from torchx_ext.schedulers.slurm.step import record_app_requeue, record_requeue
+from torchx_ext.schedulers.slurm.step import record_app_requeue, record_first_of_incident, record_requeue
 
 EVERY_STATE = {
     "PENDING": State.PENDING, "CONFIGURING": State.PENDING, "RUNNING": State.RUNNING, "COMPLETING": State.RUNNING,
@@ -171,6 +171,26 @@ def test_a_requeued_app_is_one_more_restart_of_the_whole_app(tmp_path: Path) -> 
     with pytest.raises(SystemExit, match=r"restart 3 of the app, over its max_retries \(2\)"):
         record_app_requeue(job, max_restarts=2)
     assert job.read_restarts("trainer") == 1
+
+
+HOST_KILLED = "replica t/0 (node1) was killed by signal 9 (SIGKILL)"
+PEER_LOST_STORE = "replica t/1 (node2) exited with code 1: lost the rendezvous store at node1:29500: its connection closed"
+PEER_FAILED = "replica t/1 (node2) exited with code 1: gloo: connection closed by peer"
+
+
+@pytest.mark.parametrize("first, then, said", [
+    (HOST_KILLED, PEER_LOST_STORE, HOST_KILLED),  # the peer's loss is the consequence
+    (PEER_LOST_STORE, HOST_KILLED, HOST_KILLED),  # the same, the peer quicker to say it
+    (PEER_FAILED, HOST_KILLED, HOST_KILLED),  # a killed replica is a cause whenever it is said
+    (HOST_KILLED, PEER_FAILED, HOST_KILLED),
+], ids=["host-first", "peer-first", "killed-after-a-failure", "failure-after-a-kill"])
+def test_the_last_failure_said_is_the_incidents_cause_in_either_order(
+    tmp_path: Path, first: str, then: str, said: str
+) -> None:
+    path = tmp_path / "t.last_failure"
+    record_first_of_incident(path, first, killed="killed by signal" in first)
+    record_first_of_incident(path, then, killed="killed by signal" in then)
+    assert path.read_text() == said
 
 
 def test_user_arguments_never_reach_the_script() -> None:

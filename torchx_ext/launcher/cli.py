@@ -35,7 +35,8 @@ from torchx_ext.launcher.rendezvous_store import use_fresh_store_per_attempt_if_
 from torchx_ext.launcher.spare import SpareReleased
 from torchx_ext.launcher.watched_rendezvous import BACKEND as WATCHED_BACKEND
 from torchx_ext.launcher.watched_rendezvous import HANDLERS as C10D_HANDLERS
-from torchx_ext.launcher.watched_rendezvous import PeerLostError, exit_for_store_loss, peer_timeout, watch_rendezvous
+from torchx_ext.launcher.watched_rendezvous import (PeerLostError, closed_store_line, exit_for_store_loss, peer_timeout,
+                                                    watch_rendezvous)
 from torchx_ext.launcher.watchdog import DEFAULT_TIMEOUT_S, Loss
 from torchx_ext.launcher.liveness import mark_running, start_touching
 from torchx_ext.launcher.bootstrap import LAUNCHER_PID_ENV
@@ -318,6 +319,11 @@ def run(config: Any, entrypoint: Callable[..., Any] | str, entry_args: list[str]
         print(error.format_msg(), file=sys.stderr)
         return FAILED
     except (RendezvousError, dist.DistError, TimeoutError) as error:
+        lost = closed_store_line(error, config.rdzv_endpoint or "(default)")
+        if lost is not None:
+            _report_launcher_failure(lost)
+            print(f"[torchx_ext.launcher] error: {lost}; stopping", file=sys.stderr)
+            return FAILED
         timeout = config.rdzv_configs.get("join_timeout", config.rdzv_configs.get("timeout", 600))
         print(
             f"error: rendezvous {config.run_id!r} ({_backend_name(config.rdzv_backend)} at {config.rdzv_endpoint or '(default)'}) "

@@ -290,6 +290,26 @@ def in_node_rank_order(info: Any, node_rank: int, local_addr: str | None, shared
     return RendezvousInfo(store, rank, info.world_size, bootstrap)
 
 
+_CLOSED_MARKS = ("Connection was likely closed", "Broken pipe", "Connection reset by peer")
+
+
+def closed_store_line(error: BaseException, endpoint: str) -> str | None:
+    """The line a launcher says when a store call failed because the store's end of the
+    connection closed (its host exited or was killed), before the watchdog's silence judged it
+    lost: the same words (schedulers read them as the consequence of the host's loss). None for
+    other errors (a timeout, a store never reached)."""
+    import torch.distributed as dist
+
+    seen: BaseException | None = error
+    while seen is not None:
+        text = str(seen)
+        if isinstance(seen, dist.DistNetworkError) and any(mark in text for mark in _CLOSED_MARKS):
+            first = next((line.strip() for line in text.splitlines() if line.strip()), type(seen).__name__)
+            return f"lost the rendezvous store at {endpoint}: its connection closed ({first})"
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
 def exit_for_store_loss(loss: Loss, exit_code: int, write_report: Callable[[str], None]) -> None:
     """The launcher's answer to a lost store: report, then leave at once (the agent's own store
     calls hang, so nothing else would end this process). Workers die with the launcher. The report

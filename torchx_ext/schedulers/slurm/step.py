@@ -20,6 +20,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -129,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
             report = read_error_file(job.error_file(role.name, replica_id))
             ended = step_ended(StepEnd(code, time.time(), node), report.message if report else "")
             write_atomically(job.replica_restarts(role.name, replica_id), str(restarts + 1))
-            record_first_of_incident(job.last_failure(role.name), f"replica {role.name}/{replica_id} ({node}) {ended}")
+            record_first_of_incident(job.last_failure(role.name), f"replica {role.name}/{replica_id} ({node}) {ended}",
+                                     killed=code < 0)
             say(f"{role.name}/{replica_id} {ended}; starting it again in place "
                 f"({restarts + 1} of max_retries {role.spec.get('max_retries', 0)})")
             liveness.unlink(missing_ok=True)
@@ -148,18 +150,31 @@ STORE_LOST = "lost the rendezvous store"
 host, not a cause."""
 
 
-def record_first_of_incident(path: Path, text: str) -> None:
-    """Say ``text`` as what failed last, unless another replica's failure was said just before
-    (``CONSEQUENCE_S``; ``INCIDENT_S`` for a lost store): that one is the cause (the store's host
-    killed), this its consequence (its peers' store gone)."""
+def record_first_of_incident(path: Path, text: str, killed: bool = False) -> None:
+    """Say ``text`` as what failed last, unless it is the consequence of another replica's
+    failure said just before (``CONSEQUENCE_S``; ``INCIDENT_S`` for a lost store: its host was
+    killed, its peers' store is gone). A lost store is never the cause: a peer that saw its
+    connection close may say so before the host's own end is said, which then replaces it. A
+    replica ``killed`` by a signal is always a cause: no peer's failure kills it."""
+    # Serialized: the host and its peer end within milliseconds of each other, on their nodes.
+    with open(path.with_name(path.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if _replaces_what_was_said(path, text, killed):
+            write_atomically(path, text)
+
+
+def _replaces_what_was_said(path: Path, text: str, killed: bool) -> bool:
     try:
+        said = path.read_text()
         age = time.time() - path.stat().st_mtime
-        if age < (INCIDENT_S if STORE_LOST in text else CONSEQUENCE_S) and path.read_text().split(" (")[0] != \
-                text.split(" (")[0]:
-            return
     except OSError:
-        pass
-    write_atomically(path, text)
+        return True
+    other_replica = said.split(" (")[0] != text.split(" (")[0]
+    if killed:
+        return True
+    if other_replica and STORE_LOST in text and age < INCIDENT_S:
+        return False
+    return not (other_replica and STORE_LOST not in said and age < CONSEQUENCE_S)
 
 
 def controller_answers(timeout_s: float = 3.0) -> bool:
