@@ -179,3 +179,34 @@ def test_a_sealed_round_with_one_member_still_beating_keeps_a_newcomer_waiting(p
     assert alive.join() == (1, 0, 2)  # the survivor, told of the loss, opens the next round
     waiting.join(30)
     assert result == [(1, 1, 2)]  # the newcomer takes the lost member's place
+
+
+def test_a_reopened_rounds_places_go_to_its_members_first_then_to_spares_in_the_order_they_came(port: int) -> None:
+    first, second = node(port, 2, 2, node_rank=0), node(port, 2, 2, node_rank=1)
+    in_threads([first.join, second.join])
+    spares = [node(port, 2, 2, node_rank=rank) for rank in (2, 3)]
+    results: dict[int, Any] = {}
+    for index, spare in enumerate(spares):  # the first spare waits before the second comes
+        threading.Thread(target=lambda index=index, spare=spare: results.__setitem__(index, spare.join()),
+                         daemon=True).start()
+        deadline = time.monotonic() + 10
+        while not spare.spare and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert spare.spare
+
+    # Both members rendezvous again (their workers failed), the second a moment after the first
+    # opened the round: the woken spares leave it their place.
+    def late_second() -> tuple[int, int, int]:
+        time.sleep(0.5)
+        return second.join()
+
+    assert in_threads([first.join, late_second], timeout_s=20) == [(1, 0, 2), (1, 1, 2)]
+    assert not results
+
+    # The second member is lost: the first rendezvouses again, the spare that came first takes
+    # the place and the other waits on.
+    assert first.join() == (2, 0, 2)
+    deadline = time.monotonic() + 10
+    while 0 not in results and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert results == {0: (2, 1, 2)} and spares[1].spare

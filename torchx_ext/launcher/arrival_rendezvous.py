@@ -17,7 +17,8 @@ bytes each. Here a round is built from keys no node rewrites:
 - a node that arrives after the round is full waits for the next round (torch's redundancy list,
   where hot spares wait); one that arrives after it was sealed below ``max_nodes`` also counts in
   ``r{k+1}.waiting``, which is ``num_nodes_waiting``: the members then rendezvous again, as torch's
-  agent does for a new node;
+  agent does for a new node. Waiters take a ticket (``r{k+1}.queue``); once round k+1 opens, each
+  lets round k's members and the waiters before it arrive first (at most ``TURN_GRACE_S``);
 - a member that rendezvouses again (its workers failed, or the watchdog declared a peer lost)
   opens round k+1; ``closed`` ends every wait (``set_closed``, ``shutdown``).
 
@@ -48,6 +49,9 @@ from typing import Any
 BACKEND = "torchx_ext-arrivals"
 NUM_NODES_WAITING_CACHE_S = 1.0
 """The agent asks for waiting nodes every monitor interval: one store read a second at most."""
+TURN_GRACE_S = 2.0
+"""How long a node waiting for a round lets the round's members and earlier waiters arrive first."""
+TURN_POLL_S = 0.1
 KEEP_ALIVE_S = 5
 KEEP_ALIVE_MISSES = 3
 """torch's ``keep_alive_interval`` and ``keep_alive_max_attempt`` defaults: a round none of whose
@@ -95,7 +99,8 @@ class ArrivalRendezvous:
 
     def __init__(self, store: Any, run_id: str, min_nodes: int, max_nodes: int, *, join_timeout_s: float = 600,
                  last_call_s: float = 30, node_rank: int = -1, local_addr: str | None = None,
-                 keep_alive_s: float = KEEP_ALIVE_S, keep_alive_misses: int = KEEP_ALIVE_MISSES) -> None:
+                 keep_alive_s: float = KEEP_ALIVE_S, keep_alive_misses: int = KEEP_ALIVE_MISSES,
+                 turn_grace_s: float = TURN_GRACE_S) -> None:
         from torch.distributed import PrefixStore
 
         if not 1 <= min_nodes <= max_nodes:
@@ -105,6 +110,7 @@ class ArrivalRendezvous:
         self.min_nodes, self.max_nodes = min_nodes, max_nodes
         self.join_timeout_s, self.last_call_s = join_timeout_s, last_call_s
         self.keep_alive_s, self.keep_alive_misses = keep_alive_s, keep_alive_misses
+        self.turn_grace_s = turn_grace_s
         self._beats_stop = threading.Event()
         with _local_ids_lock:
             local_id = next(_local_ids)
@@ -154,7 +160,7 @@ class ArrivalRendezvous:
             arrival = int(self.store.add(f"r{current}.arrivals", 1))
             if arrival > self.max_nodes:
                 redundant = self.spare = True
-                self._wait_for_round(current + 1, float("inf"))
+                self._wait_for_round(current + 1, float("inf"), members=self.max_nodes)
                 self.spare = False
                 deadline = self._after_spare_wait()
                 continue
@@ -176,7 +182,7 @@ class ArrivalRendezvous:
             size = int(self.store.get(f"r{current}.sealed"))
             if arrival > size:  # sealed just before this node arrived
                 self.store.add(f"r{current + 1}.waiting", 1)
-                self._wait_for_round(current + 1, deadline)
+                self._wait_for_round(current + 1, deadline, members=size)
                 continue
             self.round = current
             self._waiting_read_at = -NUM_NODES_WAITING_CACHE_S
@@ -238,7 +244,7 @@ class ArrivalRendezvous:
         if size < self.max_nodes:
             self.store.add(f"r{current + 1}.waiting", 1)
         self.spare = size >= self.max_nodes
-        self._wait_for_round(current + 1, deadline if size < self.max_nodes else float("inf"))
+        self._wait_for_round(current + 1, deadline if size < self.max_nodes else float("inf"), members=size)
         redundant, self.spare = self.spare, False
         return redundant
 
@@ -246,12 +252,14 @@ class ArrivalRendezvous:
         # A spare may wait for hours: its join timeout counts from when it has a round to join.
         return time.monotonic() + self.join_timeout_s
 
-    def _wait_for_round(self, next_round: int, deadline: float) -> None:
-        """Until round ``next_round`` opens: its members open it, or this node does once every
-        member of the round before it stopped beating."""
+    def _wait_for_round(self, next_round: int, deadline: float, members: int) -> None:
+        """Until round ``next_round`` opens and it is this node's turn to arrive: its ``members``
+        (of the round before it) open it, or this node does once every one of them stopped
+        beating."""
         from torch.distributed.elastic.rendezvous import RendezvousTimeoutError
 
         sealed = next_round - 1
+        ticket = int(self.store.add(f"r{next_round}.queue", 1))  # the waiters' order
         beats, moved_at = -1, time.monotonic()
         while True:
             left = deadline - time.monotonic()
@@ -259,16 +267,28 @@ class ArrivalRendezvous:
                 raise RendezvousTimeoutError(f"the rendezvous {self.run_id!r}: no round for this node in time")
             try:
                 self.store.wait([f"r{next_round}.open"], timedelta(seconds=min(left, self.keep_alive_s)))
-                return
             except Exception:  # timed out: are the round's members still there?
                 pass
+            else:
+                self._await_turn(next_round, members + ticket - 1)
+                return
             now, seen = time.monotonic(), int(self.store.add(f"r{sealed}.beats", 0))
             if seen != beats:
                 beats, moved_at = seen, now
             elif now - moved_at >= self.keep_alive_s * self.keep_alive_misses:
                 self.store.compare_set("round", str(sealed), str(next_round))
                 self.store.set(f"r{next_round}.open", "")
+                self._await_turn(next_round, ticket - 1)  # no member will come
                 return
+
+    def _await_turn(self, round_: int, ahead: int) -> None:
+        """Let ``ahead`` nodes arrive at ``round_`` first: the round before's members, who come back
+        when they rendezvous again, then the waiters that came before this one; at most
+        ``turn_grace_s`` (some of them are gone). So a hot spare takes a lost member's place, not a
+        survivor's, and spares take places in the order they came."""
+        until = time.monotonic() + self.turn_grace_s
+        while time.monotonic() < until and int(self.store.add(f"r{round_}.arrivals", 0)) < ahead:
+            time.sleep(TURN_POLL_S)
 
     def _last_call(self, current: int) -> None:
         time.sleep(self.last_call_s)
