@@ -209,4 +209,33 @@ def test_a_reopened_rounds_places_go_to_its_members_first_then_to_spares_in_the_
     deadline = time.monotonic() + 10
     while 0 not in results and time.monotonic() < deadline:
         time.sleep(0.05)
+    deadline = time.monotonic() + 10
+    while not spares[1].spare and time.monotonic() < deadline:  # once it has seen the round full
+        time.sleep(0.05)
     assert results == {0: (2, 1, 2)} and spares[1].spare
+
+
+def test_a_newcomer_to_a_reopened_round_comes_after_the_spare_that_waited(port: int) -> None:
+    # A lost replica started again in place arrives while the round it left is open: the spare
+    # that waited for that place takes it, and the newcomer waits as the next spare.
+    first, second = node(port, 2, 2, node_rank=0), node(port, 2, 2, node_rank=1)
+    in_threads([first.join, second.join])
+    spare = node(port, 2, 2, node_rank=2)
+    results: dict[str, Any] = {}
+    threading.Thread(target=lambda: results.__setitem__("spare", spare.join()), daemon=True).start()
+    deadline = time.monotonic() + 10
+    while not spare.spare and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+    # The second node is lost; the first rendezvouses again and the replacement comes at once.
+    replacement = node(port, 2, 2, node_rank=1)
+    threading.Thread(target=lambda: results.__setitem__("first", first.join()), daemon=True).start()
+    observer = node(port, 2, 2).store  # a client of its own: the first's waits on its client
+    while int(observer.add("round", 0)) < 1:
+        time.sleep(0.01)
+    threading.Thread(target=lambda: results.__setitem__("replacement", replacement.join()), daemon=True).start()
+
+    deadline = time.monotonic() + 15
+    while not ("first" in results and "spare" in results and replacement.spare) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert results == {"first": (1, 0, 2), "spare": (1, 1, 2)} and replacement.spare, results

@@ -52,6 +52,7 @@ NUM_NODES_WAITING_CACHE_S = 1.0
 TURN_GRACE_S = 2.0
 """How long a node waiting for a round lets the round's members and earlier waiters arrive first."""
 TURN_POLL_S = 0.1
+TURN_STAGGER_S = 0.3
 KEEP_ALIVE_S = 5
 KEEP_ALIVE_MISSES = 3
 """torch's ``keep_alive_interval`` and ``keep_alive_max_attempt`` defaults: a round none of whose
@@ -111,6 +112,8 @@ class ArrivalRendezvous:
         self.join_timeout_s, self.last_call_s = join_timeout_s, last_call_s
         self.keep_alive_s, self.keep_alive_misses = keep_alive_s, keep_alive_misses
         self.turn_grace_s = turn_grace_s
+        self._turn: int | None = None
+        """A round this node arrives at without waiting its turn (it waited, or was in the round before)."""
         self._beats_stop = threading.Event()
         with _local_ids_lock:
             local_id = next(_local_ids)
@@ -146,17 +149,23 @@ class ArrivalRendezvous:
                     raise RendezvousGracefulExitError(f"the rendezvous {self.run_id!r} is closed")
                 raise RendezvousClosedError(f"the rendezvous {self.run_id!r} is closed")
             current = int(self.store.add("round", 0))
-            if self.round is not None and self.round >= current:
-                # A member again: the next round is this node's to open (whoever is first).
-                self.store.compare_set("round", str(current), str(current + 1))
-                self.store.set(f"r{current + 1}.open", "")
-                self.round = None
+            if self.round is not None:
+                # A member again: the next round is this node's to open (whoever is first), and
+                # its place there comes before the waiting nodes'.
+                if self.round >= current:
+                    self.store.compare_set("round", str(current), str(current + 1))
+                    self.store.set(f"r{current + 1}.open", "")
+                self._turn, self.round = self.round + 1, None
                 continue
             if self.store.check([f"r{current}.sealed"]):
                 redundant = self._wait_outside(current, deadline)
                 if redundant:
                     deadline = self._after_spare_wait()
                 continue
+            if current > 0 and self._turn != current:  # come while the round is open: behind the others
+                sealed = self.store.check([f"r{current - 1}.sealed"])
+                self._await_turn(current, int(self.store.get(f"r{current - 1}.sealed")) if sealed else 0,
+                                 int(self.store.add(f"r{current}.queue", 1)))
             arrival = int(self.store.add(f"r{current}.arrivals", 1))
             if arrival > self.max_nodes:
                 redundant = self.spare = True
@@ -270,7 +279,7 @@ class ArrivalRendezvous:
             except Exception:  # timed out: are the round's members still there?
                 pass
             else:
-                self._await_turn(next_round, members + ticket - 1)
+                self._await_turn(next_round, members, ticket)
                 return
             now, seen = time.monotonic(), int(self.store.add(f"r{sealed}.beats", 0))
             if seen != beats:
@@ -278,16 +287,19 @@ class ArrivalRendezvous:
             elif now - moved_at >= self.keep_alive_s * self.keep_alive_misses:
                 self.store.compare_set("round", str(sealed), str(next_round))
                 self.store.set(f"r{next_round}.open", "")
-                self._await_turn(next_round, ticket - 1)  # no member will come
+                self._await_turn(next_round, 0, ticket)  # no member will come
                 return
 
-    def _await_turn(self, round_: int, ahead: int) -> None:
-        """Let ``ahead`` nodes arrive at ``round_`` first: the round before's members, who come back
-        when they rendezvous again, then the waiters that came before this one; at most
-        ``turn_grace_s`` (some of them are gone). So a hot spare takes a lost member's place, not a
-        survivor's, and spares take places in the order they came."""
-        until = time.monotonic() + self.turn_grace_s
-        while time.monotonic() < until and int(self.store.add(f"r{round_}.arrivals", 0)) < ahead:
+    def _await_turn(self, round_: int, members: int, ticket: int) -> None:
+        """Let the ``members`` of the round before ``round_`` (who come back when they rendezvous
+        again) and the waiting nodes whose ``ticket`` is lower arrive at ``round_`` first; at most
+        ``turn_grace_s`` (some of them are gone), a little longer for each node ahead in the queue
+        so that the order holds when several give up waiting at once. So a hot spare takes a lost
+        node's place, not a survivor's nor a newcomer's, and spares take places in the order they
+        came."""
+        self._turn = round_
+        until = time.monotonic() + self.turn_grace_s + TURN_STAGGER_S * (ticket - 1)
+        while time.monotonic() < until and int(self.store.add(f"r{round_}.arrivals", 0)) < members + ticket - 1:
             time.sleep(TURN_POLL_S)
 
     def _last_call(self, current: int) -> None:
