@@ -261,7 +261,7 @@ def test_rendezvous_that_cannot_complete_ends_with_a_clear_message(tmp_path: Pat
         (["--omp-threads", "many"], "invalid --omp-threads 'many'"),
         (["--numa-device-kind", "tpu"], "unknown --numa-device-kind 'tpu'"),
         (["--rdzv-backend", "bogus"], "unknown --rdzv-backend 'bogus': valid values are c10d"),
-        (["--c10d-handler", "fast"], "invalid --c10d-handler 'fast': expected one of torch, arrivals"),
+        (["--c10d-handler", "fast"], "invalid --c10d-handler 'fast': expected one of arrivals, torch"),
         (["--rdzv-conf", "join_timeout=soon"], "invalid --rdzv-conf join_timeout='soon': expected a whole number"),
         (["--nproc-per-node", "3", "--numa-binding", "exclusive", "--numa-strict"], "strict NUMA binding refused"),
     ],
