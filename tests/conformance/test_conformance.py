@@ -35,7 +35,7 @@ def test_2x2_job_succeeds_and_its_logs_hold_every_line_once(runner: Runner, sche
     app = ddp(str(LINES_PER_RANK), script=str(JOBS / "lines.py"), j="2x2", **scheduler.component_args)
     handle = submit(runner, scheduler, app)
 
-    assert wait(runner, handle) == AppState.SUCCEEDED
+    assert wait(runner, handle) == AppState.SUCCEEDED, runner.status(handle)
     seen: Counter[tuple[int, int]] = Counter()
     for replica in (0, 1):
         for line in runner.log_lines(handle, "lines", replica):

@@ -243,7 +243,7 @@ def test_replica_k_runs_group_rank_k(runner: Runner, tmp_path: Path) -> None:
                "os.environ['PET_LOCAL_ADDR'] = f'127.0.0.{20 - k}'; os.execv(sys.executable, [sys.executable, *sys.argv[1:]])")
     role.entrypoint, role.args = sys.executable, ["-c", reverse, *role.args]
     handle = runner.run(app, "local_cwd", cfg={"slice_replicas": False})
-    assert wait(runner, handle, timeout_s=300) == AppState.SUCCEEDED
+    assert wait(runner, handle, timeout_s=300) == AppState.SUCCEEDED, runner.status(handle)
 
     reports = [json.loads(path.read_text()) for path in tmp_path.glob("rank*.json")]
     assert sorted((report["replica"], report["group_rank"], report["rank"]) for report in reports) == [
