@@ -535,6 +535,13 @@ def test_hot_spares_get_a_readiness_probe_that_fails_while_they_wait_on_the_job_
     container = first_pod(app)["spec"]["containers"][0]
 
     assert container["readinessProbe"]["exec"]["command"][-2:] == ["--training", "/tmp/torchx_ext_liveness"]
+    # A frozen pod's probes all time out: its liveness probe must kill it (after the grace period)
+    # before its readiness probe, failing as often, shows it running and not ready, as a spare would.
+    ready, live = container["readinessProbe"], container["livenessProbe"]
+    not_ready_after = ready["failureThreshold"] * max(ready["periodSeconds"], ready["timeoutSeconds"])
+    killed_after = (live["failureThreshold"] * max(live["periodSeconds"], live["timeoutSeconds"]) + live["periodSeconds"]
+                    + live.get("terminationGracePeriodSeconds", first_pod(app)["spec"]["terminationGracePeriodSeconds"]))
+    assert killed_after < not_ready_after, (killed_after, not_ready_after)
     assert "readinessProbe" not in first_pod(ddp(script="train.py", j="2x1", image="registry.example/train:1"))[
         "spec"]["containers"][0]
     for backend in ("jobset", "volcano"):

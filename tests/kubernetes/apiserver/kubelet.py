@@ -58,6 +58,7 @@ class Runtime:
     probe_due: dict[str, float] = field(default_factory=dict)  # container -> next liveness probe
     probe_failures: dict[str, int] = field(default_factory=dict)  # container -> failures in a row
     ready_due: dict[str, float] = field(default_factory=dict)  # container -> next readiness probe
+    ready_runs: dict[str, tuple[bool, int]] = field(default_factory=dict)  # container -> (last result, its run)
 
 
 def _docker_time(text: str) -> str:
@@ -445,7 +446,7 @@ class Kubelet(ControlLoop):
             if failures < int(probe.get("failureThreshold", 3)):
                 return
             runtime.probe_failures[name] = 0
-            grace = int(pod["spec"].get("terminationGracePeriodSeconds", 30))
+            grace = int(probe.get("terminationGracePeriodSeconds", pod["spec"].get("terminationGracePeriodSeconds", 30)))
             try:
                 self._api.stop(container_id, timeout=grace)  # a paused container is thawed and stopped
             except Exception as error:
@@ -461,11 +462,19 @@ class Kubelet(ControlLoop):
         its result is the container's ``ready``, and the pod is Ready when all of them are."""
         for name, container_id, probe in self._due_probes(pod, runtime, states, "readinessProbe", runtime.ready_due,
                                                           ("running",)):
-            self._probes.submit(self._run_readiness_probe, pod, name, container_id, probe)
+            self._probes.submit(self._run_readiness_probe, pod, runtime, name, container_id, probe)
 
-    def _run_readiness_probe(self, pod: Obj, name: str, container_id: str, probe: dict[str, Any]) -> None:
+    def _run_readiness_probe(self, pod: Obj, runtime: Runtime, name: str, container_id: str,
+                             probe: dict[str, Any]) -> None:
         try:
             passed, _ = self._exec_probe(container_id, probe)
+            last, run = runtime.ready_runs.get(name, (passed, 0))
+            run = run + 1 if last == passed else 1
+            runtime.ready_runs[name] = (passed, run)
+            # As the kubelet: the result changes ready only after successThreshold passes, or
+            # failureThreshold failures, in a row (a probe that times out is a failure).
+            if run < int(probe.get("successThreshold" if passed else "failureThreshold", 1 if passed else 3)):
+                return
 
             def set_ready(status: dict[str, Any]) -> None:
                 for entry in status.get("containerStatuses") or []:

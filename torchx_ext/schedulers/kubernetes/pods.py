@@ -39,8 +39,12 @@ LIVENESS_FILE = "/tmp/torchx_ext_liveness"
 # file is 10 s old. Two failures 2 s apart: one slow probe on a loaded node is not a frozen replica.
 # 5 s: the launcher's first beat comes before its imports (a slow start is vouched for by its
 # starting beat, and a missing file fails only a stopped launcher), so only the interpreter's own start is waited for.
-LIVENESS_PROBE = {"initialDelaySeconds": 5, "periodSeconds": 2, "timeoutSeconds": 10, "failureThreshold": 2}
-SPARE_PROBE = {"periodSeconds": 2, "timeoutSeconds": 10, "failureThreshold": 1}
+LIVENESS_PROBE = {"initialDelaySeconds": 5, "periodSeconds": 2, "timeoutSeconds": 10, "failureThreshold": 2,
+                  # A frozen launcher answers no SIGTERM: the pod's grace period would only delay its kill.
+                  "terminationGracePeriodSeconds": 5}
+SPARE_PROBE = {"periodSeconds": 2, "timeoutSeconds": 10, "failureThreshold": 4}
+"""A frozen replica's probes time out (fail) too: its pod must not look like a waiting spare, so
+readiness needs more failures in a row than liveness needs to kill it. A spare shows within ~8 s."""
 UNREACHABLE_TAINTS = ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready")
 UNREACHABLE_TOLERATION_S = 10
 """How long a pod stays bound to a node that stopped answering once the node controller has
