@@ -239,3 +239,15 @@ def test_a_newcomer_to_a_reopened_round_comes_after_the_spare_that_waited(port: 
     while not ("first" in results and "spare" in results and replacement.spare) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert results == {"first": (1, 0, 2), "spare": (1, 1, 2)} and replacement.spare, results
+
+
+def test_a_node_that_ends_after_the_store_host_shuts_down_without_raising_as_torchs_does() -> None:
+    # The store host's launcher ends as soon as its own workers are done; a peer's shutdown then
+    # finds no store. torch's handler logs that and returns False: the job still succeeded.
+    server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    handler = arrival_handler(dist.TCPStore("127.0.0.1", server.port, is_master=False, timeout=timedelta(seconds=5)),
+                              "job", 1, 1, local_addr="127.0.0.1")
+    assert handler.next_rendezvous().rank == 0
+    del server
+
+    assert handler.shutdown() is False

@@ -38,6 +38,7 @@ it lost once the round runs).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import threading
@@ -47,6 +48,7 @@ from datetime import timedelta
 from typing import Any
 
 BACKEND = "torchx_ext-arrivals"
+logger = logging.getLogger(__name__)
 NUM_NODES_WAITING_CACHE_S = 1.0
 """The agent asks for waiting nodes every monitor interval: one store read a second at most."""
 TURN_GRACE_S = 2.0
@@ -386,7 +388,14 @@ def arrival_handler(store: Any, run_id: str, min_nodes: int, max_nodes: int, *, 
             return run_id
 
         def shutdown(self) -> bool:
-            rendezvous.set_closed()
+            # As torch's handler: the store's host may have ended first (its launcher exits once its
+            # own workers are done), and then closing fails without failing this node.
+            try:
+                rendezvous.set_closed()
+            except RuntimeError as error:  # torch's store errors (DistError)
+                logger.warning("could not close the rendezvous %r, its store is gone: %s", run_id,
+                               str(error).splitlines()[0] if str(error) else type(error).__name__)
+                return False
             return True
 
     return ArrivalRendezvousHandler()
