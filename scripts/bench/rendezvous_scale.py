@@ -1,10 +1,10 @@
 """How the c10d rendezvous scales with the number of nodes: N simulated nodes join one rendezvous
 through a real TCPStore, train (beating and watching as our launcher's watchdog does), lose one
-node and rendezvous again. torch's stock c10d handler, ours (what our launcher runs for
-``--rdzv-backend c10d`` by default: torch's handler in the launcher's wrapper) and arrivals (the
-launcher with ``--c10d-handler arrivals``: the arrival rendezvous,
-``torchx_ext/launcher/arrival_rendezvous.py``, a constant number of store operations per node, in
-the same wrapper) in the same run, each (handler, N) in a process of its own.
+node and rendezvous again. torch's stock c10d handler, ours (torch's handler in the launcher's
+wrapper: ``--c10d-handler torch``) and arrivals (what the launcher runs for ``--rdzv-backend c10d``
+by default: the arrival rendezvous, ``torchx_ext/launcher/arrival_rendezvous.py``, a constant
+number of store operations per node, in the same wrapper) in the same run, each (handler, N) in a
+process of its own.
 
 Each node is a thread with a TCPStore client of its own, as a launcher has; the store is a
 TCPStore server in another process. Reported per case:

@@ -113,7 +113,7 @@ def test_script_arguments_reach_the_worker_byte_for_byte(tmp_path: Path) -> None
 
 
 def test_the_open_files_limit_is_raised_to_the_hard_one_for_the_store_and_the_workers(tmp_path: Path) -> None:
-    # Node rank 0's launcher serves the rendezvous store: two connections for each node.
+    # Node rank 0's launcher serves the rendezvous store: three connections for each node.
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     ceiling = open_files_ceiling()  # the hard limit, or fs.nr_open where that is unlimited
     lowered = min(256, ceiling // 2)
@@ -261,7 +261,7 @@ def test_rendezvous_that_cannot_complete_ends_with_a_clear_message(tmp_path: Pat
         (["--omp-threads", "many"], "invalid --omp-threads 'many'"),
         (["--numa-device-kind", "tpu"], "unknown --numa-device-kind 'tpu'"),
         (["--rdzv-backend", "bogus"], "unknown --rdzv-backend 'bogus': valid values are c10d"),
-        (["--c10d-handler", "fast"], "invalid --c10d-handler 'fast': expected one of torch, arrivals"),
+        (["--c10d-handler", "fast"], "invalid --c10d-handler 'fast': expected one of arrivals, torch"),
         (["--rdzv-conf", "join_timeout=soon"], "invalid --rdzv-conf join_timeout='soon': expected a whole number"),
         (["--nproc-per-node", "3", "--numa-binding", "exclusive", "--numa-strict"], "strict NUMA binding refused"),
     ],

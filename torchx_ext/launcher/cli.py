@@ -118,8 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--c10d-handler", "--c10d_handler", action=env, default=C10D_HANDLERS[0], metavar="|".join(C10D_HANDLERS),
-        help="which c10d rendezvous runs, or $PET_C10D_HANDLER: torch (default; torch's dynamic handler, as "
-        "torchrun) or arrivals (each node's join costs a constant number of store operations at any --nnodes)",
+        help="which c10d rendezvous runs, or $PET_C10D_HANDLER: arrivals (default; each node's join costs a "
+        "constant number of store operations at any --nnodes) or torch (torch's dynamic handler, as torchrun)",
     )
     parser.add_argument(
         "--omp-threads", "--omp_threads", metavar="auto|N",

@@ -1,7 +1,7 @@
 """The open-files limit of a process that serves or joins a large job.
 
-The rendezvous store is served by node rank 0's launcher, and every node keeps two connections to
-it (its agent's and its watchdog's): 2,048 of them for 1,024 nodes. Linux gives a process 1,024
+The rendezvous store is served by node rank 0's launcher, and every node keeps three connections
+to it (its agent's, its watchdog's and its keep-alive's): 3,072 of them for 1,024 nodes. Linux gives a process 1,024
 open files by default (the soft limit), and many clusters raise only the hard limit, which any
 process may raise its soft limit to. The workers inherit the raised limit.
 """

@@ -20,7 +20,7 @@ STOP = {signal.SIGTERM, signal.SIGINT}
 def main() -> None:
     # Blocked before the store's threads start, so they inherit it and sigwait alone takes them.
     signal.pthread_sigmask(signal.SIG_BLOCK, STOP)
-    raise_open_files_limit()  # every replica's launcher keeps two connections (open_files.py)
+    raise_open_files_limit()  # every replica's launcher keeps three connections (open_files.py)
     from torch.distributed import TCPStore
 
     store = TCPStore("0.0.0.0", 0, is_master=True, wait_for_workers=False, timeout=datetime.timedelta(seconds=60))

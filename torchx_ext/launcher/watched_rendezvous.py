@@ -2,9 +2,9 @@
 
 Registered through torch's documented registry of rendezvous backends under our own name, it
 wraps a c10d handler over the store torch's c10d backend makes (same endpoint, ``is_host``,
-``store_type`` and ``read_timeout``): by default torch's own handler, whose rounds it leaves as
-they are, or with ``--c10d-handler arrivals`` the arrival rendezvous (``arrival_rendezvous.py``, a
-constant number of store operations per node). A loss the
+``store_type`` and ``read_timeout``): by default the arrival rendezvous (``arrival_rendezvous.py``,
+a constant number of store operations per node), or with ``--c10d-handler torch`` torch's own
+handler, whose rounds it leaves as they are. A loss the
 watchdog declares reaches the agent where it already looks for membership changes,
 ``num_nodes_waiting``: the agent then stops its workers (blocked in a collective) and
 re-rendezvouses, as it does when a node joins. Such restarts are counted here, up to
@@ -41,8 +41,8 @@ _RESTARTS_KEY = "torchx_ext_max_restarts"
 _NODE_RANK_KEY = "torchx_ext_node_rank"
 _SPARES_KEY = "torchx_ext_hot_spares"
 _HANDLER_KEY = "torchx_ext_c10d_handler"
-HANDLERS = ("torch", "arrivals")
-"""``--c10d-handler``: torch's dynamic c10d handler (the default), or the arrival rendezvous."""
+HANDLERS = ("arrivals", "torch")
+"""``--c10d-handler``: the arrival rendezvous (the default), or torch's dynamic c10d handler."""
 _NODE_RANK_PREFIX = "torchx_ext.node_rank."
 
 
