@@ -164,7 +164,7 @@ class Engine:
         wins, as for the end) and the policy is left the retries that remain."""
         labels = {LABEL_SCHEDULER: SCHEDULER, LABEL_APP_ID: app_id, LABEL_RESTART_OF: key, LABEL_RESTARTS: str(restarts),
                   LABEL_RESTART_CAUSE: cause}
-        name = f"{app_id}-restart-{re.sub(r'[^A-Za-z0-9_.-]', '-', key)}-{restarts}"
+        name = _record_name(app_id, "restart", key, restarts)
         remaining = max(0, max_retries - restarts)
         policy = {"Name": "on-failure", "MaximumRetryCount": remaining} if remaining else {"Name": "no"}
         self._call(lambda: container.update(restart_policy=policy), "update the restart policy")
@@ -177,7 +177,7 @@ class Engine:
         """SIGKILL a replica on its restart number ``restarts`` for a reason its exit code does
         not tell (frozen), recorded before the kill: whichever process (the watcher, a describe)
         then sees it exited with 137 restarts or fails it saying why (``kill_causes``)."""
-        name = f"{app_id}-killed-{re.sub(r'[^A-Za-z0-9_.-]', '-', key)}-{restarts}"
+        name = _record_name(app_id, "killed", key, restarts)
         labels = {LABEL_SCHEDULER: SCHEDULER, LABEL_APP_ID: app_id, LABEL_KILLED: key, LABEL_RESTARTS: str(restarts),
                   LABEL_KILL_CAUSE: why}
         self._call(lambda: self.client.volumes.create(name=name, labels=labels), "record a kill")
@@ -502,3 +502,7 @@ def _quietly(action: Any) -> None:
     except Exception:  # cleaning up after a failure: the first error is the one to report
         pass
 
+
+def _record_name(app_id: str, kind: str, key: str, restarts: int) -> str:
+    """A record volume's name: one per (replica, restart number), so the first writer keeps it."""
+    return f"{app_id}-{kind}-{re.sub(r'[^A-Za-z0-9_.-]', '-', key)}-{restarts}"
