@@ -30,6 +30,7 @@ from torchx_ext.schedulers.kubernetes.options import BACKEND_NAMES, ManifestOpti
 
 GOLDEN = Path(__file__).parent / "golden" / "kubernetes"
 SCHEMA_VERSIONS = ("1.34", "1.35")
+CORE_API_VERSIONS = ("v1", "batch/v1", "networking.k8s.io/v1")
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 
 
@@ -37,17 +38,17 @@ def check(manifests: AppManifests) -> list[dict[str, Any]]:
     """Validates every object (API schema, then our own rules); returns them."""
     objects = list(yaml.safe_load_all(manifests.to_yaml()))
     for obj in objects:
-        for core in [obj] if obj["apiVersion"] in ("v1", "batch/v1") else embedded_core_objects(obj):
+        for core in [obj] if obj["apiVersion"] in CORE_API_VERSIONS else embedded_core_objects(obj):
             for version in SCHEMA_VERSIONS:
                 kubernetes_validate.validate(core, version, strict=True)
-        if obj["apiVersion"] not in ("v1", "batch/v1"):
+        if obj["apiVersion"] not in CORE_API_VERSIONS:
             jsonschema.validate(obj, crd_json_schema(obj["kind"], closed=True))  # unknown fields refused
         assert DNS_LABEL.fullmatch(obj["metadata"]["name"]) and len(obj["metadata"]["name"]) <= 63
         for key, value in obj["metadata"].get("labels", {}).items():
             assert len(value) <= 63 and re.fullmatch(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?", value), (key, value)
     if manifests.backend != "job":
         return objects
-    service, *jobs = objects
+    service, *jobs = [obj for obj in objects if obj["kind"] != "NetworkPolicy"]
     assert service["spec"]["clusterIP"] == "None" and service["spec"]["publishNotReadyAddresses"] is True
     for job in jobs:
         spec = job["spec"]
@@ -547,3 +548,63 @@ def test_hot_spares_get_a_readiness_probe_that_fails_while_they_wait_on_the_job_
     for backend in ("jobset", "volcano"):
         with pytest.raises(InvalidArgumentError, match=f"HOT_SPARE .* backend={backend} restarts every pod: give -cfg backend=job"):
             build_manifests(app, app_id="train-abc12345", options=ManifestOptions(backend=backend))
+
+
+@pytest.mark.parametrize("backend", BACKEND_NAMES)
+def test_every_container_asks_for_what_pod_security_restricted_needs_and_the_user_only_when_given(backend: str) -> None:
+    app = ddp(script="train.py", j="2x1", image="registry.example/train:1")
+
+    assert first_pod(app, backend)["spec"]["containers"][0]["securityContext"] == {
+        "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}
+    given = check(build_manifests(app, app_id="train-abc12345", options=ManifestOptions(backend=backend, run_as_user=1000)))
+    assert yaml.safe_dump_all(given).count("runAsNonRoot: true\n") == 1
+    assert yaml.safe_dump_all(given).count("runAsUser: 1000\n") == 1
+
+
+@pytest.mark.parametrize("user", [0, -5, "alice", True])
+def test_a_bad_run_as_user_is_one_line_naming_it(user: Any) -> None:
+    app = ddp(script="train.py", j="1x1", image="img:1")
+    with pytest.raises(InvalidArgumentError, match=rf"^invalid run_as_user {re.escape(repr(user))}: expected a user id "
+                       r"of 1 or more, one the image has \(root, 0, is what Pod Security 'restricted' refuses\)$"):
+        build_manifests(app, app_id="g-abc12345", options=ManifestOptions(run_as_user=user))
+
+
+@pytest.mark.parametrize("backend", BACKEND_NAMES)
+def test_the_admission_check_finds_each_roles_pod_template_in_every_backend(backend: str) -> None:
+    from torchx_ext.schedulers.kubernetes.names import ANNOTATION_ROLE_NAME
+    from torchx_ext.schedulers.kubernetes.pod_security import pod_templates
+
+    roles = [specs.Role(name, image="img:1", entrypoint="python", num_replicas=2) for name in ("trainer", "reader")]
+    objects = build_manifests(specs.AppDef("two", roles=roles), app_id="two-abc12345",
+                              options=ManifestOptions(backend=backend)).objects
+
+    assert sorted(template["metadata"]["annotations"][ANNOTATION_ROLE_NAME]
+                  for template in pod_templates(objects)) == ["reader", "trainer"]
+
+
+@pytest.mark.parametrize("backend", BACKEND_NAMES)
+def test_a_network_policy_comes_first_and_lets_in_the_apps_own_pods_and_the_peers_named(backend: str) -> None:
+    app = ddp(script="train.py", j="2x1", image="registry.example/train:1")
+    options = ManifestOptions(backend=backend, namespace="ml", network_peers=(
+        "app=prometheus", "namespace:monitoring", "10.1.0.0/16", "fd00::/8"))
+
+    policy, *rest = check(build_manifests(app, app_id="train-abc12345", options=options))
+
+    own = {"torchx-ext/app-id": "train-abc12345"}
+    assert first_pod(app, backend)["metadata"]["labels"].items() >= own.items()
+    assert policy["kind"] == "NetworkPolicy" and policy["metadata"]["namespace"] == "ml"
+    assert policy["spec"] == {"podSelector": {"matchLabels": own}, "policyTypes": ["Ingress"], "ingress": [{"from": [
+        {"podSelector": {"matchLabels": own}}, {"podSelector": {"matchLabels": {"app": "prometheus"}}},
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}},
+        {"ipBlock": {"cidr": "10.1.0.0/16"}}, {"ipBlock": {"cidr": "fd00::/8"}}]}]}
+    assert not any(obj["kind"] == "NetworkPolicy" for obj in check(build_manifests(
+        app, app_id="train-abc12345", options=ManifestOptions(backend=backend))))
+
+
+@pytest.mark.parametrize("peer", ["prometheus", "=x", "namespace:", "namespace:Bad_", "10.0.0.0/33", "a b=c"])
+def test_a_bad_network_peer_is_one_line_naming_it_and_the_forms(peer: str) -> None:
+    app = ddp(script="train.py", j="1x1", image="img:1")
+    with pytest.raises(InvalidArgumentError, match=rf"^invalid network_peers entry {re.escape(repr(peer))}: expected "
+                       r"LABEL=VALUE \(pods of the namespace\), namespace:NAME \(every pod of a namespace\) or a "
+                       r"CIDR such as 10.0.0.0/8$"):
+        build_manifests(app, app_id="g-abc12345", options=ManifestOptions(network_peers=(peer,)))

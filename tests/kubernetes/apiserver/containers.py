@@ -145,7 +145,28 @@ def host_config_args(pod: Obj, container: Obj, pod_dir: Path, cpus: list[int], c
             args["cpuset_mems"] = ",".join(map(str, cpu_mems))
     elif "cpu" in limits:
         args["nano_cpus"] = int(parse_quantity(limits["cpu"]) * 10**9)
+    args.update(_security_args(pod, container))
     return args, message_file
+
+
+def _security_args(pod: Obj, container: Obj) -> dict[str, Any]:
+    """The container's securityContext as the runtime applies it (capabilities, no_new_privs,
+    seccomp: Docker's default profile is RuntimeDefault), so a test pod runs as restricted as asked.
+    Not ``runAsUser``: the test image's interpreter is the host's, under /root (mode 700), which
+    no other user can run; admission checks the field, and the pods here run as root without any
+    capability instead."""
+    context = {**(pod["spec"].get("securityContext") or {}), **(container.get("securityContext") or {})}
+    capabilities = context.get("capabilities") or {}
+    args: dict[str, Any] = {}
+    if capabilities.get("drop"):
+        args["cap_drop"] = list(capabilities["drop"])
+    if capabilities.get("add"):
+        args["cap_add"] = list(capabilities["add"])
+    if context.get("allowPrivilegeEscalation") is False:
+        args["security_opt"] = ["no-new-privileges"]
+    if context.get("privileged"):
+        args["privileged"] = True
+    return args
 
 
 def labels(pod: Obj, container: Obj, cluster_id: str) -> dict[str, str]:

@@ -13,8 +13,8 @@ from urllib.parse import parse_qs, urlsplit
 
 from tests.kubernetes.apiserver import api, errors
 from tests.kubernetes.apiserver.logs import flag
-from tests.kubernetes.apiserver.resources import (CUSTOM, JOBS, NAMESPACES, PODS, SERVICES, VOLCANO_QUEUES, Obj,
-                                                  ResourceType)
+from tests.kubernetes.apiserver.resources import (CUSTOM, JOBS, NAMESPACES, NETWORK_POLICIES, PODS, SERVICES,
+                                                  VOLCANO_QUEUES, Obj, ResourceType)
 
 if TYPE_CHECKING:
     from tests.kubernetes.apiserver.server import TestCluster
@@ -26,6 +26,7 @@ ROUTES: list[tuple[re.Pattern[str], ResourceType, bool]] = [
     (re.compile(rf"^/api/v1/namespaces/{_NAME}/pods(?:/{_NAME})?(?:/(log|status))?$"), PODS, True),
     (re.compile(rf"^/api/v1/namespaces/{_NAME}/services(?:/{_NAME})?(?:/(status))?$"), SERVICES, True),
     (re.compile(rf"^/apis/batch/v1/namespaces/{_NAME}/jobs(?:/{_NAME})?(?:/(status))?$"), JOBS, True),
+    (re.compile(rf"^/apis/networking.k8s.io/v1/namespaces/{_NAME}/networkpolicies(?:/{_NAME})?(?:/(status))?$"), NETWORK_POLICIES, True),
     *((re.compile(rf"^/apis/{re.escape(custom.group)}/{custom.version}/namespaces/{_NAME}/{custom.plural}"
                   rf"(?:/{_NAME})?(?:/(status))?$"), custom, True) for custom in CUSTOM),
     (re.compile(rf"^/apis/{re.escape(VOLCANO_QUEUES.group)}/{VOLCANO_QUEUES.version}/queues(?:/{_NAME})?$"),

@@ -110,6 +110,8 @@ NAMESPACES = ResourceType("namespaces", "Namespace", "", "v1", False,
 PODS = ResourceType("pods", "Pod", "", "v1", True, validation.pod_errors, default_pod)
 SERVICES = ResourceType("services", "Service", "", "v1", True, validation.service_errors, default_service)
 JOBS = ResourceType("jobs", "Job", "batch", "v1", True, validation.job_errors, default_job, "Orphan")
+NETWORK_POLICIES = ResourceType("networkpolicies", "NetworkPolicy", "networking.k8s.io", "v1", True,
+                                validation.schema_errors, _no_defaults)
 
 
 
@@ -138,4 +140,4 @@ CUSTOM = (JOBSETS, VOLCANO_JOBS, VOLCANO_COMMANDS, WORKLOADS, LOCAL_QUEUES)
 # Volcano's queues are cluster-scoped; Volcano installs one named "default".
 VOLCANO_QUEUES = ResourceType("queues", "Queue", "scheduling.volcano.sh", "v1beta1", False, _custom_object, _with_status)
 
-BY_KEY = {t.key: t for t in (NAMESPACES, PODS, SERVICES, JOBS, *CUSTOM, VOLCANO_QUEUES)}
+BY_KEY = {t.key: t for t in (NAMESPACES, PODS, SERVICES, JOBS, NETWORK_POLICIES, *CUSTOM, VOLCANO_QUEUES)}

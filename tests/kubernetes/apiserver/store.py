@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from typing import Any
 
-from tests.kubernetes.apiserver import errors
-from tests.kubernetes.apiserver.resources import BY_KEY, JOBS, NAMESPACES, Obj, ResourceType, add_job_selector
+from tests.kubernetes.apiserver import errors, pod_security
+from tests.kubernetes.apiserver.resources import BY_KEY, JOBS, NAMESPACES, PODS, Obj, ResourceType, add_job_selector
 from tests.kubernetes.apiserver.selectors import parse_selector
 
 ObjList = list[Obj]
@@ -110,6 +110,8 @@ class Store:
         with self._lock:
             if rtype.namespaced and not self.namespace_exists(namespace):
                 raise errors.not_found("namespaces", "", namespace)
+            if rtype is PODS:  # admission, for a client's pods and a controller's alike
+                pod_security.admit(obj, self._objects[NAMESPACES.key].get(("", namespace)))
             key = (namespace if rtype.namespaced else "", metadata["name"])
             if key in self._objects[rtype.key]:
                 raise errors.already_exists(rtype.plural, rtype.group, metadata["name"])

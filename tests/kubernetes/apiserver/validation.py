@@ -178,3 +178,17 @@ def job_errors(job: dict[str, Any]) -> list[FieldError]:
     if spec.get("successPolicy") is not None and not indexed:
         errors.append(_invalid("spec.successPolicy", spec["successPolicy"], "requires indexed completion mode"))
     return errors
+
+
+def schema_errors(obj: Any) -> list[FieldError]:
+    """The object against the API's own OpenAPI schema (unknown fields refused, as with
+    ``kubectl --validate=strict``): for the kinds checked no further here."""
+    import kubernetes_validate
+
+    errors = name_errors((obj.get("metadata") or {}).get("name"), "subdomain")
+    try:
+        kubernetes_validate.validate(obj, "1.34", strict=True)
+    except kubernetes_validate.ValidationError as error:
+        path = ".".join(str(part) for part in error.path) or "<root>"
+        errors.append(FieldError(path, "FieldValueInvalid", f"Invalid value: {error.message}"))
+    return errors

@@ -15,7 +15,8 @@ from typing import Any
 from torchx_ext.errors import KubernetesError
 from torchx_ext.schedulers.kubernetes.manifests import AppManifests
 
-_PLURAL = {"Job": "jobs.batch", "Service": "services", "Pod": "pods", "JobSet": "jobsets.jobset.x-k8s.io",
+_PLURAL = {"Job": "jobs.batch", "Service": "services", "Pod": "pods",
+           "NetworkPolicy": "networkpolicies.networking.k8s.io", "JobSet": "jobsets.jobset.x-k8s.io",
            "Volcano Job": "jobs.batch.volcano.sh", "Command": "commands.bus.volcano.sh",
            "Workload": "workloads.kueue.x-k8s.io"}
 
@@ -92,6 +93,7 @@ class Cluster:
         self.core = client.CoreV1Api(connection.api)
         self.batch = client.BatchV1Api(connection.api)
         self.custom = client.CustomObjectsApi(connection.api)
+        self.networking = client.NetworkingV1Api(connection.api)
 
     def create_app(self, manifests: AppManifests, validate: bool = True) -> None:
         """Its objects in order; all or nothing: what was created is deleted again when a later
@@ -124,6 +126,10 @@ class Cluster:
             self._call("create", "Service", name, namespace,
                        lambda: self.core.create_namespaced_service(namespace, obj, _preload_content=False, **how))
             return "Service", name
+        if obj["kind"] == "NetworkPolicy":
+            self._call("create", "NetworkPolicy", name, namespace, lambda: self.networking.create_namespaced_network_policy(
+                namespace, obj, _preload_content=False, **how))
+            return "NetworkPolicy", name
         self._call("create", "Job", name, namespace,
                    lambda: self.batch.create_namespaced_job(namespace, obj, _preload_content=False, **how))
         return "Job", name
@@ -205,6 +211,29 @@ class Cluster:
                                    f"{custom.version}): {custom.install}", 404, error.reason)
         return error
 
+    def admission_refusal(self, namespace: str, pod: dict[str, Any]) -> str | None:
+        """The server's words when its admission refuses ``pod`` (403 naming PodSecurity) on a dry
+        run, which creates nothing; None when admitted, or when this user may not create pods."""
+        try:
+            self._call("create", "Pod", "", namespace, lambda: self._dry_run_pod(namespace, pod))
+        except _Refused as refused:
+            return refused.message
+        except KubernetesError as error:
+            if error.status != 403:
+                raise
+        return None
+
+    def _dry_run_pod(self, namespace: str, pod: dict[str, Any]) -> Any:
+        from kubernetes.client.rest import ApiException
+
+        try:
+            return self.core.create_namespaced_pod(namespace, pod, dry_run="All", _preload_content=False)
+        except ApiException as error:
+            message = _message(error.body)
+            if error.status == 403 and "PodSecurity" in message:
+                raise _Refused(message) from None
+            raise
+
     def jobs(self, namespace: str, selector: str) -> list[dict[str, Any]]:
         return self._items("list", "Job", namespace, lambda: self.batch.list_namespaced_job(
             namespace, label_selector=selector, _preload_content=False))
@@ -253,7 +282,8 @@ class Cluster:
         from kubernetes.client import V1DeleteOptions
 
         options = V1DeleteOptions(propagation_policy="Background")
-        call = self.batch.delete_namespaced_job if kind == "Job" else self.core.delete_namespaced_service
+        call = {"Job": self.batch.delete_namespaced_job, "Service": self.core.delete_namespaced_service,
+                "NetworkPolicy": self.networking.delete_namespaced_network_policy}[kind]
         try:
             self._call("delete", kind, name, namespace, lambda: call(name, namespace, body=options,
                                                                      _preload_content=False))
@@ -320,6 +350,19 @@ def api_error_message(verb: str, kind: str, name: str, namespace: str, status: i
         return (f"{prefix}: the API server refused it as invalid: {detail}; fix the value it names (a -cfg option "
                 "or the component's arguments; --dryrun prints what would be sent)")
     return f"{prefix}: the API server failed: {detail or 'no detail'}; try again, or ask the cluster's admin"
+
+
+class _Refused(Exception):
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+def _message(body: object) -> str:
+    try:
+        return str(json.loads(body or "{}").get("message") or "")  # type: ignore[arg-type]
+    except (ValueError, AttributeError):
+        return str(body or "")
 
 
 def _reason(body: object) -> str:

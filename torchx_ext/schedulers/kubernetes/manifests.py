@@ -21,6 +21,7 @@ from torchx_ext.schedulers.common.checks import check_image
 from torchx_ext.schedulers.kubernetes import names
 from torchx_ext.schedulers.kubernetes.indexed_job import job_objects
 from torchx_ext.schedulers.kubernetes.jobset import jobset
+from torchx_ext.schedulers.kubernetes.network_policy import network_policy, wants_network_policy
 from torchx_ext.schedulers.kubernetes.options import IMAGE_HINT, ManifestOptions
 from torchx_ext.schedulers.kubernetes.volcano import volcano_job
 from torchx_ext.schedulers.kubernetes.workspace import PendingPush
@@ -70,6 +71,8 @@ def build_manifests(app: specs.AppDef, *, app_id: str, options: ManifestOptions,
         objects = (volcano_job(app, app_id, options),)
     else:
         objects = job_objects(app, app_id, options)
+    if wants_network_policy(options):  # first: no pod of the app runs before it is in place
+        objects = (network_policy(app, app_id, options), *objects)
     return AppManifests(app_id, options.namespace, options.backend, objects, pushes, options.validate_spec,
                         options.queue)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -13,6 +14,7 @@ BACKEND_NAMES = ("job", "jobset", "volcano")
 (batch.volcano.sh)."""
 SHM_FORMS = "'auto', or a size such as 512Mi, 2Gi, 512m, 2g"
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
+NETWORK_PEER_FORMS = "LABEL=VALUE (pods of the namespace), namespace:NAME (every pod of a namespace) or a CIDR such as 10.0.0.0/8"
 TOLERATION_FORMS = "KEY=VALUE:EFFECT, KEY:EFFECT (any value) or KEY=VALUE (any effect)"
 EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 DEFAULT_VOLCANO_QUEUE = "default"
@@ -56,12 +58,23 @@ class ManifestOptions:
     """torchx's override of ``vpc.amazonaws.com/efa``: None keeps the role's, 0 removes it, N asks for N."""
     validate_spec: bool = True
     """Each object goes through the API server's dry run before any is created."""
+    network_policy: bool = False
+    """A NetworkPolicy lets only the app's own pods (and ``network_peers``) reach its pods."""
+    network_peers: tuple[str, ...] = ()
+    """More that may reach them (``NETWORK_PEER_FORMS``); any turns the policy on."""
+    run_as_user: int | None = None
+    """The user id the containers run as, with ``runAsNonRoot`` (Pod Security "restricted"); None:
+    the image's user."""
 
     def check(self) -> None:
         for name in ("reserved_millicpu", "reserved_memmb", "efa_device_count"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
                 raise InvalidArgumentError(f"invalid {name} {value!r}: expected an integer of 0 or more")
+        if self.run_as_user is not None and (isinstance(self.run_as_user, bool) or not isinstance(self.run_as_user, int)
+                                             or self.run_as_user < 1):
+            raise InvalidArgumentError(f"invalid run_as_user {self.run_as_user!r}: expected a user id of 1 or more, "
+                                       "one the image has (root, 0, is what Pod Security 'restricted' refuses)")
         if self.backend not in BACKEND_NAMES:
             raise InvalidArgumentError(f"invalid backend {self.backend!r}: expected one of {', '.join(BACKEND_NAMES)} "
                                        "(job: no CRDs needed; jobset: JobSet installed; volcano: Volcano installed)")
@@ -70,6 +83,8 @@ class ManifestOptions:
                 f"invalid image_pull_policy {self.image_pull_policy!r}: expected one of {', '.join(PULL_POLICIES)}")
         for text in self.tolerations:
             parse_toleration(text)
+        for text in self.network_peers:
+            parse_network_peer(text)
         if self.gpu_resource is not None and (not _EXTENDED_RESOURCE.fullmatch(self.gpu_resource)
                                               or "kubernetes.io/" in self.gpu_resource):
             raise InvalidArgumentError(
@@ -102,3 +117,24 @@ def parse_toleration(text: str) -> dict[str, str]:
     return toleration
 
 
+def parse_network_peer(text: str) -> dict[str, object]:
+    """A ``network_peers`` entry as a NetworkPolicy peer."""
+    given = text.strip()
+    namespace = given[len("namespace:"):] if given.startswith("namespace:") else None
+    key, _, value = given.partition("=")
+    if namespace is not None:
+        if namespace and _LABEL_VALUE.fullmatch(namespace):
+            return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}}
+    elif "=" in given:
+        if _LABEL_KEY.fullmatch(key) and _LABEL_VALUE.fullmatch(value):
+            return {"podSelector": {"matchLabels": {key: value}}}
+    elif "/" in given:
+        try:
+            return {"ipBlock": {"cidr": str(ipaddress.ip_network(given, strict=False))}}
+        except ValueError:
+            pass
+    raise InvalidArgumentError(f"invalid network_peers entry {text!r}: expected {NETWORK_PEER_FORMS}")
+
+
+_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+_LABEL_KEY = re.compile(r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")

@@ -117,6 +117,7 @@ def _pod_spec(app: specs.AppDef, role: specs.Role, app_id: str, addressing: PodA
            if role.port_map else {}),
         # The launcher's report when it wrote one, else the end of the output.
         "terminationMessagePolicy": "FallbackToLogsOnError",
+        "securityContext": security_context(options),
     }
     if ours:
         # A frozen or hung replica never exits: the kubelet kills it, and the pod (restartPolicy
@@ -156,6 +157,18 @@ def _pod_spec(app: specs.AppDef, role: specs.Role, app_id: str, addressing: PodA
     if options.image_pull_secrets:
         pod["imagePullSecrets"] = [{"name": secret} for secret in options.image_pull_secrets]
     return pod
+
+
+def security_context(options: ManifestOptions) -> dict[str, Any]:
+    """What Pod Security "restricted" asks of a container. Training needs no privilege, capability
+    or unusual system call (CPU and memory binding act on the process itself; GPUs and EFA come
+    from device plugins), so all of it is set; the user only where given, since the image must
+    have one that is not root."""
+    context: dict[str, Any] = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+                               "seccompProfile": {"type": "RuntimeDefault"}}
+    if options.run_as_user is not None:
+        context.update(runAsNonRoot=True, runAsUser=options.run_as_user)
+    return context
 
 
 def _env_var(name: str, value: str, addressing: PodAddressing) -> dict[str, Any]:

@@ -33,6 +33,7 @@ from torchx_ext.schedulers.common.watch import EndingWindow
 from torchx_ext.schedulers.kubernetes.backends import BACKEND_BY_NAME, Backend, app_selector
 from torchx_ext.schedulers.kubernetes.client import Cluster, WatchLost, connect
 from torchx_ext.schedulers.kubernetes.manifests import AppManifests, build_manifests, check_role
+from torchx_ext.schedulers.kubernetes.pod_security import check_pods_admitted
 from torchx_ext.schedulers.kubernetes.queues import check_queue
 from torchx_ext.schedulers.kubernetes.options import (
     DEFAULT_CANCEL_GRACE_S,
@@ -41,6 +42,7 @@ from torchx_ext.schedulers.kubernetes.options import (
     DEFAULT_PULL_TIMEOUT_S,
     GPU_RESOURCE_EXAMPLES,
     IMAGE_HINT,
+    NETWORK_PEER_FORMS,
     ManifestOptions,
 )
 from torchx_ext.schedulers.kubernetes.app_view import AppView, end_due
@@ -73,6 +75,9 @@ class KubernetesOpts(CancelGraceOpts, total=False):
     reserved_millicpu: Optional[int]
     reserved_memmb: Optional[int]
     efa_device_count: Optional[int]
+    network_policy: Optional[bool]
+    network_peers: Optional[List[str]]
+    run_as_user: Optional[int]
 
 
 class KubernetesScheduler(WorkspaceMixin[None], SchedulerShell[KubernetesOpts]):
@@ -136,6 +141,15 @@ class KubernetesScheduler(WorkspaceMixin[None], SchedulerShell[KubernetesOpts]):
                  "its limit when NUMA-aligned, where they are equal)")
         opts.add("efa_device_count", type_=int, default=None,
                  help="EFA devices (vpc.amazonaws.com/efa) per pod over the named resource's: 0 asks for none")
+        opts.add("network_policy", type_=bool, default=False,
+                 help="a NetworkPolicy lets only the app's own pods (and network_peers) reach its pods: its "
+                 "rendezvous store has no authentication (enforced where the network plugin supports it)")
+        opts.add("network_peers", type_=List[str], default=None,
+                 help=f"also let these reach the app's pods (turns network_policy on): {NETWORK_PEER_FORMS}, "
+                 "comma-separated")
+        opts.add("run_as_user", type_=int, default=None,
+                 help="user id the containers run as, with runAsNonRoot (what Pod Security 'restricted' also asks; "
+                 "the image needs that user); default: the image's user")
         return opts
 
     def workspace_opts(self) -> runopts:
@@ -162,6 +176,7 @@ class KubernetesScheduler(WorkspaceMixin[None], SchedulerShell[KubernetesOpts]):
     def schedule(self, dryrun_info: AppDryRunInfo[Any]) -> str:
         manifests: AppManifests = dryrun_info.request
         check_queue(self.cluster, manifests.backend, manifests.namespace, manifests.queue)
+        check_pods_admitted(self.cluster, manifests.namespace, manifests.objects)
         # Pushed first: a push that fails leaves nothing on the cluster.
         pinned = dataclasses.replace(manifests, objects=push_and_pin(manifests.objects, manifests.pushes), pushes=())
         self.cluster.create_app(pinned, validate=manifests.validate)
@@ -280,6 +295,11 @@ class KubernetesScheduler(WorkspaceMixin[None], SchedulerShell[KubernetesOpts]):
         namespace, backend, name = self._split(app_id)
         if not backend.delete(self.cluster, namespace, name):
             raise self.unknown_app(app_id)
+        try:
+            self.cluster.delete("NetworkPolicy", name, namespace)  # -cfg network_policy's, if the app had one
+        except KubernetesError as error:
+            if error.status != 403:  # a user who may not touch NetworkPolicies made none
+                raise
 
     def close(self) -> None:
         # Jobs belong to the cluster, not this process: they outlive the CLI that started them.
@@ -324,6 +344,9 @@ def _options(cfg: Mapping[str, Any]) -> ManifestOptions:
         reserved_memmb=_or_default(cfg.get("reserved_memmb"), DEFAULT_RESERVED_MEMMB),
         efa_device_count=cfg.get("efa_device_count"),
         validate_spec=_or_default(cfg.get("validate_spec"), True),
+        network_policy=bool(cfg.get("network_policy")),
+        network_peers=tuple(cfg.get("network_peers") or ()),
+        run_as_user=cfg.get("run_as_user"),
     )
 
 
