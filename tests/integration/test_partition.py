@@ -20,6 +20,7 @@ from tests.conformance.test_faults import _history
 from tests.fixtures.netns import WRAPPER, hosts, require_netns
 from tests.helpers import STATE_ROOT_ENV
 from torchx_ext.components.dist import ddp
+from torchx_ext.launcher.store_host import STORE_ADDR_ENV
 
 CHECKPOINTED = str(Path(__file__).parents[1] / "conformance" / "jobs" / "checkpointed.py")
 STEPS = 24
@@ -31,6 +32,7 @@ def test_a_replica_cut_off_the_network_is_replaced_and_every_step_is_done_once(
     require_netns()
     monkeypatch.setenv(STATE_ROOT_ENV, str(tmp_path / "state"))
     monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
+    monkeypatch.setenv(STORE_ADDR_ENV, "0.0.0.0")  # local_cwd's store, reached from the hosts' namespaces
     directory = tmp_path / "checkpoints"
     directory.mkdir()
     # Replica 1 gets a second host for its restart: a replacement node.

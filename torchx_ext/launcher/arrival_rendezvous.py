@@ -329,9 +329,16 @@ class ArrivalRendezvous:
 
 def arrival_handler(store: Any, run_id: str, min_nodes: int, max_nodes: int, *, join_timeout_s: float = 600,
                     last_call_s: float = 30, node_rank: int = -1, local_addr: str | None = None,
-                    keep_alive_s: float = KEEP_ALIVE_S, keep_alive_misses: int = KEEP_ALIVE_MISSES) -> Any:
-    """torch's ``RendezvousHandler`` over ``ArrivalRendezvous`` (the store: this node's client)."""
+                    keep_alive_s: float = KEEP_ALIVE_S, keep_alive_misses: int = KEEP_ALIVE_MISSES,
+                    loopback: bool = False) -> Any:
+    """torch's ``RendezvousHandler`` over ``ArrivalRendezvous`` (the store: this node's client).
+    Rank 0's launcher serves its workers' store: on 127.0.0.1 only for a job on this host alone
+    (``loopback``), and a new one each round where torch's switch asks for a fresh store per
+    attempt (``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``, rendezvous_store.py), which torch would
+    leave to rank 0's worker to serve on every interface."""
     from torch.distributed import TCPStore
+
+    from torchx_ext.launcher.loopback import LOOPBACK_ADDRESS, serve_store
     from torch.distributed.elastic.rendezvous import RendezvousHandler, RendezvousInfo
     from torch.distributed.elastic.rendezvous.api import RendezvousStoreInfo
 
@@ -349,18 +356,20 @@ def arrival_handler(store: Any, run_id: str, min_nodes: int, max_nodes: int, *, 
 
         @property
         def use_agent_store(self) -> bool:
-            return os.getenv("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "0") != "1"  # torch's switch
+            return True  # the workers connect to the store rank 0's launcher serves them
 
         def next_rendezvous(self) -> Any:
             round_, rank, size = rendezvous.join()
             store = rendezvous.round_store(round_)
-            addr = rendezvous.node.addr
-            if not self.use_agent_store:
-                return RendezvousInfo(store, rank, size, RendezvousStoreInfo.build(rank, store, local_addr=addr))
-            # torch's rank 0 serves the workers a store of its own; published in every round (torch
-            # publishes it in the first only, and a node ranked after it in a later round waits).
+            addr = LOOPBACK_ADDRESS if loopback else rendezvous.node.addr
+            fresh = os.getenv("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "0") == "1"  # torch's switch
+            if rank != 0 or fresh:
+                self._workers_store = None  # the previous round's workers are stopped
+            # Published in every round (torch publishes it in the first only, and a node ranked
+            # after it in a later round waits).
             if rank == 0 and self._workers_store is None:
-                self._workers_store = TCPStore(host_name=addr, port=0, is_master=True, multi_tenant=True)
+                self._workers_store = (serve_store(0, 300) if loopback else
+                                       TCPStore(host_name=addr, port=0, is_master=True, multi_tenant=True))
             port = self._workers_store.port if rank == 0 else None
             return RendezvousInfo(store, rank, size, RendezvousStoreInfo.build(rank, store, local_addr=addr,
                                                                                server_port=port))

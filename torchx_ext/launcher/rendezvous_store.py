@@ -8,7 +8,8 @@ from typing import Any
 # With the c10d rendezvous, torchelastic by default hands workers the agent's own TCPStore,
 # one key space for every restart: a restarted attempt can read the previous attempt's gloo
 # addresses and fail or hang in init_process_group (torchrun: 2 of 10 restarts here). This
-# documented switch gives each attempt a fresh store hosted by its rank 0. It costs about
+# documented switch gives each attempt a fresh store hosted by its rank 0 (rank 0's worker with
+# torch's handler, rank 0's launcher with the arrival rendezvous). It costs about
 # 0.3 s per start here, so it is only used where a second attempt or round can happen.
 FRESH_STORE_PER_ATTEMPT_ENV = ("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
 

@@ -10,11 +10,14 @@ outlives any replica and the survivors re-rendezvous with the one restarted.
 from __future__ import annotations
 
 import datetime
+import os
 import signal
 
+from torchx_ext.launcher.loopback import LOOPBACK_ADDRESS, serve_store
 from torchx_ext.launcher.open_files import raise_open_files_limit
 
 STOP = {signal.SIGTERM, signal.SIGINT}
+STORE_ADDR_ENV = "TORCHX_EXT_STORE_ADDR"
 
 
 def main() -> None:
@@ -23,7 +26,13 @@ def main() -> None:
     raise_open_files_limit()  # every replica's launcher keeps three connections (open_files.py)
     from torch.distributed import TCPStore
 
-    store = TCPStore("0.0.0.0", 0, is_master=True, wait_for_workers=False, timeout=datetime.timedelta(seconds=60))
+    # The replicas are on this host: on loopback only (loopback.py), unless $TORCHX_EXT_STORE_ADDR names
+    # where replicas elsewhere reach it (the tests' network namespaces do).
+    address = os.environ.get(STORE_ADDR_ENV, LOOPBACK_ADDRESS)
+    if address == LOOPBACK_ADDRESS:
+        store = serve_store(0, 60)
+    else:
+        store = TCPStore(address, 0, is_master=True, wait_for_workers=False, timeout=datetime.timedelta(seconds=60))
     print(store.port, flush=True)
     signal.sigwait(STOP)
 

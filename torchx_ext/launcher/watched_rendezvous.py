@@ -26,6 +26,7 @@ from typing import Any
 
 from torchx_ext.errors import InvalidArgumentError, TorchxExtError
 from torchx_ext.launcher.arrival_rendezvous import arrival_handler
+from torchx_ext.launcher.loopback import LOOPBACK_ADDRESS, is_loopback, rendezvous_store
 from torchx_ext.launcher.rendezvous_pauses import prompt_pauses
 from torchx_ext.launcher.spare import let_the_first_round_form, marked_while_spare
 from torchx_ext.launcher.watchdog import DEFAULT_TIMEOUT_S, Loss, RoundWatch
@@ -139,20 +140,39 @@ def _create_handler(params: Any) -> Any:
         local_addr=params.local_addr,
         **config,
     )
-    inner = rendezvous_handler_registry.create_handler(c10d) if kind == "torch" else _arrivals(c10d, node_rank)
+    # A job on this host alone: its store on loopback (loopback.py). torch's handler tells the workers
+    # its --local-addr (else the host's name) as the store's address: 127.0.0.1 when none is given.
+    local = rendezvous_store(c10d) if kind != "torch" or params.local_addr is None else None
+    if kind == "torch":
+        if local is not None:
+            c10d.local_addr = LOOPBACK_ADDRESS
+        inner = rendezvous_handler_registry.create_handler(c10d) if local is None else _torch_handler(local, c10d)
+    else:
+        inner = _arrivals(c10d, node_rank, local)
     return watched_handler(inner, timeout_s=timeout, restarts=restarts, endpoint=params.endpoint,
                            on_store_loss=_store_loss_handler[0], node_rank=node_rank, local_addr=params.local_addr,
                            spares=spares, max_nodes=params.max_nodes)
 
 
-def _arrivals(params: Any, node_rank: int) -> Any:
-    """The arrival rendezvous over the store torch's c10d backend makes of ``params``, with torch's
-    settings of ``_TIMEOUTS`` and their defaults."""
+def _torch_handler(store: Any, params: Any) -> Any:
+    """torch's c10d handler over ``store``, as torch's registry builds it over the store it makes."""
+    from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend
+    from torch.distributed.elastic.rendezvous.dynamic_rendezvous import create_handler
+
+    return create_handler(store, C10dRendezvousBackend(store, params.run_id), params)
+
+
+def _arrivals(params: Any, node_rank: int, store: Any | None) -> Any:
+    """The arrival rendezvous over ``store``, else the store torch's c10d backend makes of
+    ``params``, with torch's settings of ``_TIMEOUTS`` and their defaults."""
     from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import create_backend
+    from torch.distributed.elastic.rendezvous.utils import parse_rendezvous_endpoint
 
     given = {key: params.get_as_int(key, default) for key, default in _TIMEOUTS}
-    _, store = create_backend(params)
-    return arrival_handler(store, params.run_id, params.min_nodes, params.max_nodes,
+    if store is None:
+        _, store = create_backend(params)
+    local = is_loopback(parse_rendezvous_endpoint(params.endpoint, default_port=29400)[0])
+    return arrival_handler(store, params.run_id, params.min_nodes, params.max_nodes, loopback=local,
                            join_timeout_s=given["join_timeout"], last_call_s=given["last_call_timeout"],
                            node_rank=node_rank, local_addr=params.local_addr,
                            keep_alive_s=given["keep_alive_interval"], keep_alive_misses=given["keep_alive_max_attempt"])
