@@ -337,10 +337,10 @@ def arrival_handler(store: Any, run_id: str, min_nodes: int, max_nodes: int, *, 
     attempt (``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``, rendezvous_store.py), which torch would
     leave to rank 0's worker to serve on every interface."""
     from torch.distributed import TCPStore
-
-    from torchx_ext.launcher.loopback import LOOPBACK_ADDRESS, serve_store
     from torch.distributed.elastic.rendezvous import RendezvousHandler, RendezvousInfo
     from torch.distributed.elastic.rendezvous.api import RendezvousStoreInfo
+
+    from torchx_ext.launcher.loopback import LOOPBACK_ADDRESS, serve_store
 
     rendezvous = ArrivalRendezvous(store, run_id, min_nodes, max_nodes, join_timeout_s=join_timeout_s,
                                    last_call_s=last_call_s, node_rank=node_rank, local_addr=local_addr,

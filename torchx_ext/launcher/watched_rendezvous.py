@@ -26,7 +26,7 @@ from typing import Any
 
 from torchx_ext.errors import InvalidArgumentError, TorchxExtError
 from torchx_ext.launcher.arrival_rendezvous import arrival_handler
-from torchx_ext.launcher.loopback import LOOPBACK_ADDRESS, is_loopback, rendezvous_store
+from torchx_ext.launcher.loopback import LOOPBACK_ADDRESS, endpoint_is_loopback, rendezvous_store
 from torchx_ext.launcher.rendezvous_pauses import prompt_pauses
 from torchx_ext.launcher.spare import let_the_first_round_form, marked_while_spare
 from torchx_ext.launcher.watchdog import DEFAULT_TIMEOUT_S, Loss, RoundWatch
@@ -166,13 +166,12 @@ def _arrivals(params: Any, node_rank: int, store: Any | None) -> Any:
     """The arrival rendezvous over ``store``, else the store torch's c10d backend makes of
     ``params``, with torch's settings of ``_TIMEOUTS`` and their defaults."""
     from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import create_backend
-    from torch.distributed.elastic.rendezvous.utils import parse_rendezvous_endpoint
 
     given = {key: params.get_as_int(key, default) for key, default in _TIMEOUTS}
     if store is None:
         _, store = create_backend(params)
-    local = is_loopback(parse_rendezvous_endpoint(params.endpoint, default_port=29400)[0])
-    return arrival_handler(store, params.run_id, params.min_nodes, params.max_nodes, loopback=local,
+    return arrival_handler(store, params.run_id, params.min_nodes, params.max_nodes,
+                           loopback=endpoint_is_loopback(params.endpoint),
                            join_timeout_s=given["join_timeout"], last_call_s=given["last_call_timeout"],
                            node_rank=node_rank, local_addr=params.local_addr,
                            keep_alive_s=given["keep_alive_interval"], keep_alive_misses=given["keep_alive_max_attempt"])

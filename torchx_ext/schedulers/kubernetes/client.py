@@ -327,10 +327,7 @@ class Cluster:
 
 def api_error_message(verb: str, kind: str, name: str, namespace: str, status: int, body: object) -> str:
     """One line for an API error: what was refused, the server's words, what to do."""
-    try:
-        detail = str(json.loads(body or "{}").get("message") or "")  # type: ignore[arg-type]
-    except (ValueError, AttributeError):
-        detail = str(body or "")
+    detail = _message(body)
     what = f"{kind} {name!r}" if name else _PLURAL.get(kind, kind)
     where = f"in namespace {namespace!r}"
     prefix = f"cannot {verb} {what} {where} ({status})"
