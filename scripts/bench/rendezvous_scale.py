@@ -108,10 +108,12 @@ def _size(part: object) -> int:
     return 8 if isinstance(part, int) else 0
 
 
-def counting_store(inner: Any, tally: Tally, prefix: str = "", clone_to: Any = None) -> Any:
+def counting_store(inner: Any, tally: Tally, prefix: str = "", clone_to: Sequence[Any] = ()) -> Any:
     """``inner`` (a TCPStore client) whose every call is counted in ``tally``; keys under ``prefix``;
-    ``clone_to``: the client a clone uses (made beforehand: TCPStore's clone took up to 0.25 s here,
-    which many nodes' watchdogs cloning at once in one process wait for one after another)."""
+    ``clone_to``: the clients clones use, one each (made beforehand: TCPStore's clone took up to
+    0.25 s here, which many nodes' watchdogs cloning at once in one process wait for one after
+    another); past them a clone connects itself."""
+    spare_clients = list(clone_to)
     import torch.distributed as dist
 
     class CountingStore(dist.Store):  # type: ignore[misc]  # torch is untyped here
@@ -165,8 +167,8 @@ def counting_store(inner: Any, tally: Tally, prefix: str = "", clone_to: Any = N
         def set_timeout(self, timeout: datetime.timedelta) -> None:
             inner.set_timeout(timeout)
 
-        def clone(self) -> Any:  # a connection of its own, counted alike (the watchdog's)
-            return counting_store(clone_to if clone_to is not None else inner.clone(), tally, prefix)
+        def clone(self) -> Any:  # a connection of its own, counted alike (the watchdog's two)
+            return counting_store(spare_clients.pop() if spare_clients else inner.clone(), tally, prefix)
 
     store = CountingStore()
     # A C++ PrefixStore over it keeps only its C++ half alive: the Python half must live on.
@@ -236,8 +238,41 @@ def start_store_server() -> tuple[subprocess.Popen[str], int]:
     return server, int(server.stdout.readline())
 
 
-def run_case(kind: str, nodes: int, timeout_s: float, train_s: float, peer_timeout_s: float) -> dict[str, Any]:
-    """One (handler, N) case, in this process; what it measured."""
+class Channel:
+    """JSON lines to and from a process: the case's commands to a node group, its replies."""
+
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        self.process = process
+
+    def send(self, message: dict[str, Any]) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(json.dumps(message) + "\n")
+        self.process.stdin.flush()
+
+    def receive(self) -> dict[str, Any]:
+        assert self.process.stdout is not None
+        text = self.process.stdout.readline()
+        if not text:
+            raise RuntimeError(f"a node group (pid {self.process.pid}) ended with {self.process.wait()}")
+        return dict(json.loads(text))
+
+
+def _send(message: dict[str, Any]) -> None:
+    print(json.dumps(message), flush=True)
+
+
+def _receive() -> dict[str, Any]:
+    return dict(json.loads(sys.stdin.readline()))
+
+
+def _sleep_until(moment: float) -> None:
+    time.sleep(max(0.0, moment - time.monotonic()))
+
+
+def run_group(kind: str, nodes: int, first: int, end: int, port: int, timeout_s: float, peer_timeout_s: float) -> None:
+    """Nodes ``first`` to ``end - 1`` of one case, as threads of this process, each phase started
+    by the case's process (stdin) and reported to it (stdout). Times are CLOCK_MONOTONIC, which
+    every process of this host shares."""
     import torch.distributed as dist
 
     from torchx_ext.launcher.watchdog import Loss, RoundWatch
@@ -248,121 +283,181 @@ def run_case(kind: str, nodes: int, timeout_s: float, train_s: float, peer_timeo
     # shared, torch's rank 0 publishes the workers' store address in the first round only, and a
     # replacement ranked after it waits for it in the next round for ever.
     os.environ.update([FRESH_STORE_PER_ATTEMPT_ENV])
-    server, port = start_store_server()
     endpoint = f"127.0.0.1:{port}"
-    result: dict[str, Any] = {"handler": kind, "nodes": nodes}
-    most_files = 0
 
     def client() -> Any:
         return dist.TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=timeout_s + 60))
 
+    mine = range(first, end)
     # Connections are made before the clock starts: connecting is not the rendezvous.
-    tallies = [Tally() for _ in range(nodes)]
-    clients = [client() for _ in range(nodes)]
-    handlers = [make_handler(kind, counting_store(clients[i], tallies[i]), f"bench-{kind}", nodes, timeout_s, endpoint)
-                for i in range(nodes)]
-    done: list[float | None] = [None] * nodes
-    infos: list[Any] = [None] * nodes
+    tallies = {i: Tally() for i in mine}
+    handlers = {i: make_handler(kind, counting_store(client(), tallies[i]), f"bench-{kind}", nodes, timeout_s, endpoint)
+                for i in mine}
+    done: dict[int, float] = {}
+    infos: dict[int, Any] = {}
     failures: list[str] = []
 
-    def join(index: int, handler: Any, start: threading.Barrier | None, after: Callable[[], None] | None = None) -> None:
-        if start is not None:
-            start.wait()
-        if after is not None:
-            after()
+    def join(index: int, handler: Any, at: float) -> None:
+        _sleep_until(at)
         try:
             infos[index] = handler.next_rendezvous()
             done[index] = time.monotonic()
         except Exception as error:  # timed out, or the store went away at the end of a case
             failures.append(f"{type(error).__name__}: {error}")
 
-    start = threading.Barrier(nodes + 1)
-    threads = [threading.Thread(target=join, args=(i, handlers[i], start), daemon=True) for i in range(nodes)]
-    for thread in threads:
-        thread.start()
-    start.wait()
-    began = time.monotonic()
-    for thread in threads:
-        thread.join(max(0.0, began + timeout_s - time.monotonic()))
-        most_files = max(most_files, open_files(server.pid))
-    joined = [moment for moment in done if moment is not None]
-    result["joined"] = len(joined)
-    result["join_s"] = max(joined) - began if len(joined) == nodes else None
-    result["join"] = per_node([tally.snapshot() for tally in tallies])
-    if len(joined) < nodes:
-        result["first_failure"] = failures[0] if failures else ""
-        return _finish(result, server, most_files)
+    def run_all(threads: list[threading.Thread], deadline: float) -> None:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+    _send({"ready": True})
+    at = _receive()["at"]
+    run_all([threading.Thread(target=join, args=(i, handlers[i], at), daemon=True) for i in mine], at + timeout_s)
+    _send({"done": list(done.items()), "join": [tally.snapshot() for tally in tallies.values()],
+           "failures": failures[:1]})
+    command = _receive()
+    if "train_until" not in command:
+        os._exit(0)
 
     # Training: every node beats and watches its ring neighbours, as the launcher's watchdog does.
-    detected: list[float | None] = [None] * nodes
-    noticed_events = [threading.Event() for _ in range(nodes)]  # a survivor sleeps until its own
-    watch_tallies = [Tally() for _ in range(nodes)]
-
+    detected: dict[int, float] = {}
+    noticed_events = {i: threading.Event() for i in mine}  # a survivor sleeps until its own
+    watch_tallies = {i: Tally() for i in mine}
     losses: list[str] = []
 
     def on_loss(index: int) -> Callable[[Loss], None]:
         def noticed(loss: Loss) -> None:
-            if detected[index] is None:
+            if index not in detected:
                 detected[index] = time.monotonic()
                 losses.append(loss.line)
                 noticed_events[index].set()
         return noticed
 
-    watch_clients = [client() for _ in range(nodes)]
-    watches = [RoundWatch(counting_store(clients[i], watch_tallies[i], "bench.round1/", clone_to=watch_clients[i]),
-                          infos[i].rank, nodes, peer_timeout_s, on_loss(i), endpoint).start() for i in range(nodes)]
-    handler_before = [tally.snapshot() for tally in tallies]
-    watch_before = [tally.snapshot() for tally in watch_tallies]
-    time.sleep(train_s)
-    most_files = max(most_files, open_files(server.pid))
-    result["train_handler_ops_per_s"] = sum(
-        tally.snapshot()[0] - before[0] for tally, before in zip(tallies, handler_before)) / nodes / train_s
-    result["train_watchdog_ops_per_s"] = sum(
-        tally.snapshot()[0] - before[0] for tally, before in zip(watch_tallies, watch_before)) / nodes / train_s
+    clients = {i: counting_store(client(), watch_tallies[i], "bench.round1/", clone_to=(client(), client()))
+               for i in mine}  # the round's store, and its clones: the watchdog's beats' and its listener's
+    handler_before = {i: tally.snapshot() for i, tally in tallies.items()}
+    watches = {i: RoundWatch(clients[i], infos[i].rank, nodes, peer_timeout_s, on_loss(i), endpoint).start()
+               for i in mine}
+    watch_before = {i: tally.snapshot() for i, tally in watch_tallies.items()}
+    started = time.monotonic()
+    _sleep_until(command["train_until"])
+    spent = time.monotonic() - started
+    _send({"handler_ops_per_s": sum(tallies[i].snapshot()[0] - handler_before[i][0] for i in mine) / spent,
+           "watchdog_ops_per_s": sum(watch_tallies[i].snapshot()[0] - watch_before[i][0] for i in mine) / spent})
 
     # A loss: the victim stops; a replacement joins at once; the survivors once they notice.
-    victim = nodes // 2
-    watches[victim].stop()
-    freeze(kind, handlers[victim])
-    frozen_at = time.monotonic()
-    before = [tally.snapshot() for tally in tallies]
-    done = [None] * nodes
+    command = _receive()
+    victim, deadline = command["victim"], command["deadline"]
+    before = {i: tally.snapshot() for i, tally in tallies.items()}
+    done.clear()
+    threads = []
+    frozen_at = None
     replacement_tally = Tally()
-    replacement = make_handler(kind, counting_store(client(), replacement_tally), f"bench-{kind}", nodes, timeout_s,
-                               endpoint)
-    deadline = frozen_at + peer_timeout_s * 3 + timeout_s
+    if victim in mine:
+        watches[victim].stop()
+        freeze(kind, handlers[victim])
+        frozen_at = time.monotonic()
+        replacement = make_handler(kind, counting_store(client(), replacement_tally), f"bench-{kind}", nodes,
+                                   timeout_s, endpoint)
+        threads.append(threading.Thread(target=join, args=(victim, replacement, 0.0), daemon=True))
 
     def survivor(index: int) -> None:
         # Waiting on an event, not polling: a thousand threads polling would hold the GIL from
         # the watchdogs and time the bench, not the rendezvous.
         noticed_events[index].wait(max(0.0, deadline - time.monotonic()))
         watches[index].stop()
-        if detected[index] is not None:
-            join(index, handlers[index], None)
+        if index in detected:
+            join(index, handlers[index], 0.0)
 
-    threads = [threading.Thread(target=join, args=(victim, replacement, None), daemon=True)]
-    threads += [threading.Thread(target=survivor, args=(i,), daemon=True) for i in range(nodes) if i != victim]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(max(0.0, deadline - time.monotonic()))
-    most_files = max(most_files, open_files(server.pid))
-    first = min((moment for i, moment in enumerate(detected) if moment is not None and i != victim), default=None)
-    result["detect_s"] = first - frozen_at if first is not None else None
-    noticed = [moment for i, moment in enumerate(detected) if moment is not None and i != victim]
-    result["all_noticed_s"] = max(noticed) - first if first is not None and len(noticed) == nodes - 1 else None
-    result["first_loss"] = losses[0] if losses else ""
-    result["rejoined"] = sum(moment is not None for moment in done)
-    result["not_rejoined"] = [f"{i}{'' if detected[i] is not None or i == victim else ' (no loss noticed)'}"
-                              for i, moment in enumerate(done) if moment is None]
-    result["next_round_s"] = (max(moment for moment in done if moment is not None) - first
-                              if first is not None and all(moment is not None for moment in done) else None)
-    deltas = [(tally.snapshot()[0] - was[0], tally.snapshot()[1] - was[1])
-              for i, (tally, was) in enumerate(zip(tallies, before)) if i != victim]
-    result["rejoin"] = per_node([*deltas, replacement_tally.snapshot()])
-    if failures:
-        result["first_failure"] = failures[0]
-    return _finish(result, server, most_files)
+    threads += [threading.Thread(target=survivor, args=(i,), daemon=True) for i in mine if i != victim]
+    run_all(threads, deadline)
+    rejoin = [(tallies[i].snapshot()[0] - before[i][0], tallies[i].snapshot()[1] - before[i][1])
+              for i in mine if i != victim]
+    _send({"frozen_at": frozen_at, "detected": list(detected.items()), "done": list(done.items()),
+           "losses": losses[:1], "rejoin": rejoin + ([replacement_tally.snapshot()] if victim in mine else []),
+           "failures": failures[:1]})
+    _receive()
+    os._exit(0)  # threads still waiting on a store that is gone do not hold the process
+
+
+def groups_of(nodes: int, processes: int) -> list[tuple[int, int]]:
+    """The nodes each process runs: ``processes`` spans at most, of 16 nodes or more."""
+    count = max(1, min(processes, nodes // 16))
+    return [(nodes * part // count, nodes * (part + 1) // count) for part in range(count)]
+
+
+def run_case(kind: str, nodes: int, timeout_s: float, train_s: float, peer_timeout_s: float,
+             processes: int) -> dict[str, Any]:
+    """One (handler, N) case, its nodes in up to ``processes`` processes; what it measured."""
+    raise_open_files_limit()
+    server, port = start_store_server()
+    result: dict[str, Any] = {"handler": kind, "nodes": nodes}
+    most_files = [open_files(server.pid)]
+    sampling = threading.Event()
+
+    def sample() -> None:
+        while not sampling.wait(0.5):
+            most_files[0] = max(most_files[0], open_files(server.pid))
+
+    threading.Thread(target=sample, daemon=True).start()
+    groups = [Channel(subprocess.Popen(
+        [sys.executable, __file__, "--group", kind, str(nodes), str(first), str(end), str(port), "--timeout",
+         str(timeout_s), "--peer-timeout", str(peer_timeout_s)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)) for first, end in groups_of(nodes, processes)]
+    result["processes"] = len(groups)
+
+    def everyone(message: dict[str, Any]) -> list[dict[str, Any]]:
+        for group in groups:
+            group.send(message)
+        return [group.receive() for group in groups]
+
+    try:
+        for group in groups:
+            group.receive()  # ready: every node has its connection and handler
+        began = time.monotonic() + 1.0
+        replies = everyone({"at": began})
+        done = dict(pair for reply in replies for pair in reply["done"])
+        failures = [failure for reply in replies for failure in reply["failures"]]
+        result["joined"] = len(done)
+        result["join_s"] = max(done.values()) - began if len(done) == nodes else None
+        result["join"] = per_node([tuple(tally) for reply in replies for tally in reply["join"]])
+        if len(done) < nodes:
+            result["first_failure"] = failures[0] if failures else ""
+            for group in groups:
+                group.send({"end": True})
+            return _finish(result, server, most_files[0])
+
+        replies = everyone({"train_until": time.monotonic() + train_s})
+        result["train_handler_ops_per_s"] = sum(reply["handler_ops_per_s"] for reply in replies) / nodes
+        result["train_watchdog_ops_per_s"] = sum(reply["watchdog_ops_per_s"] for reply in replies) / nodes
+
+        victim = nodes // 2
+        replies = everyone({"victim": victim, "deadline": time.monotonic() + peer_timeout_s * 3 + timeout_s})
+        for group in groups:
+            group.send({"end": True})
+        frozen_at = next(reply["frozen_at"] for reply in replies if reply["frozen_at"] is not None)
+        detected = dict(pair for reply in replies for pair in reply["detected"])
+        done = dict(pair for reply in replies for pair in reply["done"])
+        losses = [line for reply in replies for line in reply["losses"]]
+        failures += [failure for reply in replies for failure in reply["failures"]]
+        noticed = [moment for index, moment in detected.items() if index != victim]
+        first = min(noticed, default=None)
+        result["detect_s"] = first - frozen_at if first is not None else None
+        result["all_noticed_s"] = max(noticed) - first if first is not None and len(noticed) == nodes - 1 else None
+        result["first_loss"] = losses[0] if losses else ""
+        result["rejoined"] = len(done)
+        result["not_rejoined"] = [f"{i}{'' if i in detected or i == victim else ' (no loss noticed)'}"
+                                  for i in range(nodes) if i not in done]
+        result["next_round_s"] = max(done.values()) - first if first is not None and len(done) == nodes else None
+        result["rejoin"] = per_node([tuple(tally) for reply in replies for tally in reply["rejoin"]])
+        if failures:
+            result["first_failure"] = failures[0]
+        return _finish(result, server, most_files[0])
+    finally:
+        sampling.set()
+        for group in groups:
+            group.process.kill()
 
 
 def run_workers_case(nodes: int, ranks_per_node: int, timeout_s: float) -> dict[str, Any]:
@@ -460,16 +555,23 @@ def main() -> int:
     parser.add_argument("--peer-timeout", type=float, default=10.0)
     parser.add_argument("--ranks-per-node", type=int, default=8,
                         help="the workers' store: N x this many ranks connect and meet once (0: not measured)")
+    parser.add_argument("--processes", type=int, default=8,
+                        help="the processes a case's nodes run in (at most one per 16 nodes)")
     parser.add_argument("--case", nargs=2, metavar=("HANDLER", "NODES"), help=argparse.SUPPRESS)
+    parser.add_argument("--group", nargs=5, metavar=("HANDLER", "NODES", "FIRST", "END", "PORT"), help=argparse.SUPPRESS)
     parser.add_argument("--workers-case", nargs=2, type=int, metavar=("NODES", "RANKS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.workers_case:
         nodes, ranks_per_node = args.workers_case
         print(json.dumps(run_workers_case(nodes, ranks_per_node, args.timeout)), flush=True)
         os._exit(0)
+    if args.group:
+        kind, *numbers = args.group
+        nodes, first, end, port = map(int, numbers)
+        run_group(kind, nodes, first, end, port, args.timeout, args.peer_timeout)
     if args.case:
-        print(json.dumps(run_case(args.case[0], int(args.case[1]), args.timeout, args.train_s, args.peer_timeout)),
-              flush=True)
+        print(json.dumps(run_case(args.case[0], int(args.case[1]), args.timeout, args.train_s, args.peer_timeout,
+                                  args.processes)), flush=True)
         os._exit(0)  # threads still waiting on a store that is gone do not hold the process
     try:
         counts = [int(count) for count in args.nodes.split(",")]
@@ -477,14 +579,16 @@ def main() -> int:
         parser.error(f"--nodes {args.nodes!r}: expected numbers of nodes, e.g. 8,64,256,1024")
     kinds = args.handlers.split(",")
     unknown = [kind for kind in kinds if kind not in HANDLERS]
+    if args.processes < 1:
+        parser.error(f"--processes {args.processes}: expected 1 or more")
     if unknown or any(count < 2 for count in counts):
         parser.error(f"--handlers {args.handlers!r} / --nodes {args.nodes!r}: handlers are {', '.join(HANDLERS)}; "
                      "at least 2 nodes")
     before, after = raise_open_files_limit()
     scratch = Path(tempfile.mkdtemp(prefix="rendezvous-scale-"))
     _, names = named_loopback([], scratch)
-    print(f"rendezvous_scale: N nodes as threads, each with its own TCPStore client (a second for the watchdog); "
-          f"one store server process; peer timeout {args.peer_timeout:g} s, training {args.train_s:g} s; "
+    print(f"rendezvous_scale: N nodes as threads of up to {args.processes} processes (one per 16 nodes at most), "
+          f"each with its own TCPStore client (two more for the watchdog); one store server process; peer timeout {args.peer_timeout:g} s, training {args.train_s:g} s; "
           f"open files {before} -> {after}; {names}", flush=True)
     times: dict[tuple[str, int], float | None] = {}
     failed = 0
@@ -494,7 +598,8 @@ def main() -> int:
             try:
                 command, _ = named_loopback(
                     [sys.executable, __file__, "--case", kind, str(count), "--timeout", str(args.timeout),
-                     "--train-s", str(args.train_s), "--peer-timeout", str(args.peer_timeout)], scratch)
+                     "--train-s", str(args.train_s), "--peer-timeout", str(args.peer_timeout), "--processes",
+                     str(args.processes)], scratch)
                 finished = subprocess.run(command, capture_output=True, text=True, timeout=limit)
                 result = json.loads(finished.stdout.strip().splitlines()[-1])
             except (subprocess.TimeoutExpired, json.JSONDecodeError, IndexError) as error:

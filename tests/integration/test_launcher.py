@@ -113,7 +113,7 @@ def test_script_arguments_reach_the_worker_byte_for_byte(tmp_path: Path) -> None
 
 
 def test_the_open_files_limit_is_raised_to_the_hard_one_for_the_store_and_the_workers(tmp_path: Path) -> None:
-    # Node rank 0's launcher serves the rendezvous store: three connections for each node.
+    # Node rank 0's launcher serves the rendezvous store: four connections for each node.
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     ceiling = open_files_ceiling()  # the hard limit, or fs.nr_open where that is unlimited
     lowered = min(256, ceiling // 2)

@@ -7,7 +7,10 @@ beats a counter of its own in the rendezvous store and watches its two ring neig
 counters on its own monotonic clock (no clocks are compared between hosts; each agent does the
 same work at any scale). A neighbour whose counter has not moved for ``timeout`` seconds is
 lost, and so is the store when it has not answered for as long. The first agent to notice a
-loss writes it to the store, so every agent acts on it, not only the neighbours.
+loss writes it to the store, so every agent acts on it, not only the neighbours, and at once: each
+agent waits for its own wake key on a connection of its own (a wait the store server answers, no
+polling), and the agent that notices sets every agent's in one ``multi_set``. Each agent's load
+stays constant in N while nothing is lost; the one that notices a loss writes N short keys once.
 
 A TCPStore client waits forever on a host that stopped without closing the connection (its own
 timeout did not end a ``get`` on a SIGSTOPped store here), so the store calls run on a thread
@@ -21,6 +24,7 @@ import os
 import socket
 import threading
 import time
+from datetime import timedelta
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +39,10 @@ a slow import or a busy CPU does not delay them; 10 s is five missed beats."""
 BEATS_PER_TIMEOUT = 5
 NEIGHBOURS = 2
 KEY_PREFIX = "torchx_ext.watchdog"
+LISTEN_FOR = timedelta(days=1)
+"""How long one listener's wait may last. Ended early by a loss or the round's end; a round that
+trains longer than this is still watched by the beats, and only learns of a loss a neighbour
+declared at its own next look."""
 
 
 @dataclass(frozen=True)
@@ -128,11 +136,14 @@ class RoundWatch:
         self._reported: str | None = None  # a loss another agent wrote to the store
         self._loss: Loss | None = None
         self._store_only = False
+        self._world_size = world_size
         self._lock = threading.Lock()
         self._stopped = threading.Event()
+        self._woken = threading.Event()  # the judge looks now: stopped, or a loss was reported
         self._threads = [
             threading.Thread(target=self._beat, name="torchx_ext watchdog: beat", daemon=True),
             threading.Thread(target=self._watch, name="torchx_ext watchdog: judge", daemon=True),
+            threading.Thread(target=self._listen, name="torchx_ext watchdog: listen", daemon=True),
         ]
 
     def start(self) -> RoundWatch:
@@ -141,8 +152,10 @@ class RoundWatch:
         return self
 
     def stop(self) -> None:
-        """Stop judging at once; a beat stuck in a store call ends with the process."""
+        """Stop judging at once; a beat stuck in a store call ends with the process. The beat
+        thread then ends the listener's wait."""
         self._stopped.set()
+        self._woken.set()
 
     def loss(self) -> Loss | None:
         with self._lock:
@@ -165,7 +178,6 @@ class RoundWatch:
             while not self._stopped.is_set():
                 store.add(f"beat.{self._rank}", 1)
                 counts = {rank: store.add(f"beat.{rank}", 0) for rank in self._watched}
-                reported = store.get("lost").decode() if store.check(["lost"]) else None
                 for rank in self._watched:
                     if rank not in self._names and store.check([f"name.{rank}"]):
                         self._names[rank] = store.get(f"name.{rank}").decode()
@@ -174,17 +186,50 @@ class RoundWatch:
                     self._judge.store_answered(now)
                     for rank, count in counts.items():
                         self._judge.saw(rank, count, now)
-                    self._reported = self._reported or reported
                 self._stopped.wait(self._interval)
+            store.set(f"wake.{self._rank}", "")  # this round's watch is over: so is the listener's wait
         except Exception as error:  # the judge tells a store that stopped answering
             logger.debug("watchdog: store call failed: %s", error)
+
+    def _listen(self) -> None:
+        """Wait until this agent's wake key is set: by the agent that noticed a loss, or by this
+        one's beat thread once the watch stops. The wait runs in the store server and holds no
+        lock here."""
+        from torch.distributed import PrefixStore
+
+        store: Any = None
+        while not self._stopped.is_set():
+            try:
+                store = store or PrefixStore(KEY_PREFIX, self._round_store.clone())
+                store.wait([f"wake.{self._rank}"], LISTEN_FOR)
+                if self._stopped.is_set():
+                    return
+                reported = store.get("lost").decode()
+            except Exception as error:  # a wait of a day ended, or the store is gone (the judge tells)
+                logger.debug("watchdog: listening for a loss: %s", error)
+                self._stopped.wait(self._interval)
+                continue
+            with self._lock:
+                self._reported = self._reported or reported
+            self._woken.set()
+            return
+
+    def _wake(self, ranks: list[int]) -> None:
+        try:
+            self._store.multi_set([f"wake.{rank}" for rank in ranks], [""] * len(ranks))
+        except Exception as error:  # the store is gone: the listeners' waits end with the process
+            logger.debug("watchdog: waking %d agents failed: %s", len(ranks), error)
 
     def _watch(self) -> None:
         # A lost peer is the agent's to act on, from its loop; that loop may then be stuck in a
         # call to a store that stopped too (a frozen store host is also a silent peer, often
         # noticed first), so the store stays judged until this round's watch stops.
         woke = self._clock()
-        while not self._stopped.wait(self._interval):
+        while not self._stopped.is_set():
+            self._woken.wait(self._interval)
+            if self._stopped.is_set():
+                return
+            self._woken.clear()
             now, slept = self._clock(), self._clock() - woke
             woke = now
             with self._lock:
@@ -200,10 +245,20 @@ class RoundWatch:
                 first = loss.line != self._reported
             if first and not loss.of_store and self._store is not None:
                 # On a thread of its own: the judge never waits on the store.
-                threading.Thread(target=self._store.set, args=("lost", loss.line), daemon=True).start()
+                threading.Thread(target=self._declare, args=(loss.line,), daemon=True).start()
             self._on_loss(loss)
             if loss.of_store:
                 return
+
+    def _declare(self, line: str) -> None:
+        """Write the loss for every agent, then wake them all (the line first: a woken listener
+        reads it)."""
+        try:
+            self._store.set("lost", line)
+        except Exception as error:  # the judge tells a store that stopped answering
+            logger.debug("watchdog: writing the loss failed: %s", error)
+            return
+        self._wake([rank for rank in range(self._world_size) if rank != self._rank])
 
     def _verdict(self, now: float) -> Loss | None:
         timeout = self._judge.timeout_s
