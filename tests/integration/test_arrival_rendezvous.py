@@ -46,6 +46,26 @@ def in_threads(calls: list[Callable[[], Any]], timeout_s: float = 60) -> list[An
     return results
 
 
+def in_background(call: Callable[[], Any], results: dict[Any, Any] | list[Any], key: Any = None) -> threading.Thread:
+    """``call`` on a thread of its own, started; what it returns goes into ``results`` (appended to a
+    list, or under ``key``). A call still waiting when the test's store goes away raises nothing
+    there: the test has judged by what arrived in ``results``."""
+
+    def run() -> None:
+        try:
+            value = call()
+        except Exception:
+            return
+        if isinstance(results, list):
+            results.append(value)
+        else:
+            results[key] = value
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
 def test_sixty_four_nodes_form_one_round_with_every_rank_once(port: int) -> None:
     nodes = [node(port, 64, 64) for _ in range(64)]
 
@@ -69,8 +89,7 @@ def test_a_node_beyond_max_waits_and_takes_a_lost_members_place_in_the_next_roun
     spare = node(port, 2, 2, node_rank=2, join_timeout_s=1)  # a spare waits past its join timeout
     assert [result[1] for result in in_threads([first.join, second.join])] == [0, 1]
     spare_result: list[Any] = []
-    spare_thread = threading.Thread(target=lambda: spare_result.append(spare.join()), daemon=True)
-    spare_thread.start()
+    spare_thread = in_background(spare.join, spare_result)
     time.sleep(1.5)
     assert spare_thread.is_alive() and spare.spare  # in the redundancy list (the launcher marks it "spare")
     assert first.num_nodes_waiting() == 0  # redundant: no new round asked for
@@ -90,7 +109,7 @@ def test_min_max_rounds_close_after_the_last_call_and_a_late_node_asks_for_the_n
     assert {result[2] for result in results} == {2} and time.monotonic() - started >= 0.5
     late = node(port, 2, 3, last_call_s=0.5)
     late_result: list[Any] = []
-    threading.Thread(target=lambda: late_result.append(late.join()), daemon=True).start()
+    in_background(late.join, late_result)
     deadline = time.monotonic() + 10
     while early[0].num_nodes_waiting() == 0 and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -171,8 +190,7 @@ def test_a_sealed_round_with_one_member_still_beating_keeps_a_newcomer_waiting(p
     lost.stop_beating()
     newcomer = node(port, 2, 2, **options)
     result: list[Any] = []
-    waiting = threading.Thread(target=lambda: result.append(newcomer.join()), daemon=True)
-    waiting.start()
+    waiting = in_background(newcomer.join, result)
 
     time.sleep(2)  # over three times the members' silence allowed
     assert waiting.is_alive() and newcomer.spare
@@ -187,8 +205,7 @@ def test_a_reopened_rounds_places_go_to_its_members_first_then_to_spares_in_the_
     spares = [node(port, 2, 2, node_rank=rank) for rank in (2, 3)]
     results: dict[int, Any] = {}
     for index, spare in enumerate(spares):  # the first spare waits before the second comes
-        threading.Thread(target=lambda index=index, spare=spare: results.__setitem__(index, spare.join()),
-                         daemon=True).start()
+        in_background(spare.join, results, index)
         deadline = time.monotonic() + 10
         while not spare.spare and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -222,18 +239,18 @@ def test_a_newcomer_to_a_reopened_round_comes_after_the_spare_that_waited(port: 
     in_threads([first.join, second.join])
     spare = node(port, 2, 2, node_rank=2)
     results: dict[str, Any] = {}
-    threading.Thread(target=lambda: results.__setitem__("spare", spare.join()), daemon=True).start()
+    in_background(spare.join, results, "spare")
     deadline = time.monotonic() + 10
     while not spare.spare and time.monotonic() < deadline:
         time.sleep(0.05)
 
     # The second node is lost; the first rendezvouses again and the replacement comes at once.
     replacement = node(port, 2, 2, node_rank=1)
-    threading.Thread(target=lambda: results.__setitem__("first", first.join()), daemon=True).start()
+    in_background(first.join, results, "first")
     observer = node(port, 2, 2).store  # a client of its own: the first's waits on its client
     while int(observer.add("round", 0)) < 1:
         time.sleep(0.01)
-    threading.Thread(target=lambda: results.__setitem__("replacement", replacement.join()), daemon=True).start()
+    in_background(replacement.join, results, "replacement")
 
     deadline = time.monotonic() + 15
     while not ("first" in results and "spare" in results and replacement.spare) and time.monotonic() < deadline:
