@@ -6,8 +6,9 @@ by default: the arrival rendezvous, ``torchx_ext/launcher/arrival_rendezvous.py`
 number of store operations per node, in the same wrapper) in the same run, each (handler, N) in a
 process of its own.
 
-Each node is a thread with a TCPStore client of its own, as a launcher has; the store is a
-TCPStore server in another process. Reported per case:
+Each node is a thread with a TCPStore client of its own, as a launcher has, in one of up to
+``--processes`` processes (8; at most one per 16 nodes), which the case's process starts and steps
+through the phases; the store is a TCPStore server in another process. Reported per case:
 
 - join: from the moment every node calls ``next_rendezvous`` until the last has its round (or how
   many had one when ``--timeout`` ran out), and the store operations and bytes each node spent
@@ -29,9 +30,10 @@ same watchdog, run by the bench (the wrapper's own is off here, as it cannot clo
 bench counts through). The watchdog asks the agent to
 rendezvous again; the bench does so directly.
 
-How this differs from N real nodes: every node shares this host's CPUs and one Python interpreter
-(the GIL), so one node's work (unpickling torch's state blob, for one) delays the others, and the
-nodes of one case run one after another where the GIL is held; the network is loopback (no
+How this differs from N real nodes: every node shares this host's CPUs, and a process's nodes share
+one Python interpreter (the GIL), so one node's work (unpickling torch's state blob, for one) delays
+the others of its process, and they run one after another where the GIL is held (a loss that wakes
+every node wakes a few hundred threads a process at once); the network is loopback (no
 latency, no bandwidth limit); the store's host is a process of its own, not one of the nodes. The
 absolute times are worse than on real nodes; how they grow with N is the point.
 
@@ -44,7 +46,7 @@ whose /etc/hosts names that address, as a cluster's hosts file or DNS names its 
 it says that the stalls are in its figures.
 
     .venv/bin/python scripts/bench/rendezvous_scale.py [--nodes 8,64,256,1024] [--handlers torch,ours,arrivals]
-        [--timeout 120] [--train-s 60] [--peer-timeout 10] [--ranks-per-node 8]
+        [--timeout 120] [--train-s 60] [--peer-timeout 10] [--ranks-per-node 8] [--processes 8]
 """
 
 from __future__ import annotations
