@@ -24,8 +24,8 @@ import os
 import socket
 import threading
 import time
-from datetime import timedelta
 from collections.abc import Callable, Iterable
+from datetime import timedelta
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,9 +40,9 @@ BEATS_PER_TIMEOUT = 5
 NEIGHBOURS = 2
 KEY_PREFIX = "torchx_ext.watchdog"
 LISTEN_FOR = timedelta(days=1)
-"""How long one listener's wait may last. Ended early by a loss or the round's end; a round that
-trains longer than this is still watched by the beats, and only learns of a loss a neighbour
-declared at its own next look."""
+"""How long one wait of the listener lasts. A loss or the round's end ends it sooner; in a round
+that trains longer, the listener waits again (the key, once set, stays: a loss declared in between
+ends the next wait at once)."""
 
 
 @dataclass(frozen=True)
