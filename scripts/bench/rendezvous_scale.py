@@ -293,8 +293,9 @@ def run_group(kind: str, nodes: int, first: int, end: int, port: int, timeout_s:
     mine = range(first, end)
     # Connections are made before the clock starts: connecting is not the rendezvous.
     tallies = {i: Tally() for i in mine}
-    handlers = {i: make_handler(kind, counting_store(client(), tallies[i]), f"bench-{kind}", nodes, timeout_s, endpoint)
-                for i in mine}
+    clients = {i: client() for i in mine}
+    handlers = {i: make_handler(kind, counting_store(clients[i], tallies[i]), f"bench-{kind}", nodes, timeout_s,
+                                endpoint) for i in mine}
     done: dict[int, float] = {}
     infos: dict[int, Any] = {}
     failures: list[str] = []
@@ -318,8 +319,7 @@ def run_group(kind: str, nodes: int, first: int, end: int, port: int, timeout_s:
     run_all([threading.Thread(target=join, args=(i, handlers[i], at), daemon=True) for i in mine], at + timeout_s)
     _send({"done": list(done.items()), "join": [tally.snapshot() for tally in tallies.values()],
            "failures": failures[:1]})
-    command = _receive()
-    if "train_until" not in command:
+    if "prepare" not in _receive():
         os._exit(0)
 
     # Training: every node beats and watches its ring neighbours, as the launcher's watchdog does.
@@ -336,15 +336,19 @@ def run_group(kind: str, nodes: int, first: int, end: int, port: int, timeout_s:
                 noticed_events[index].set()
         return noticed
 
-    clients = {i: counting_store(client(), watch_tallies[i], "bench.round1/", clone_to=(client(), client()))
-               for i in mine}  # the round's store, and its clones: the watchdog's beats' and its listener's
+    # The round's store (the agent's client), with the connections its clones get made beforehand:
+    # the watchdog's beats' and its listener's. Every group has them before any watch starts.
+    round_stores = {i: counting_store(clients[i], watch_tallies[i], "bench.round1/", clone_to=(client(), client()))
+                    for i in mine}
+    _send({"ready": True})
+    command = _receive()
+    _sleep_until(command["train_from"])
     handler_before = {i: tally.snapshot() for i, tally in tallies.items()}
-    watches = {i: RoundWatch(clients[i], infos[i].rank, nodes, peer_timeout_s, on_loss(i), endpoint).start()
-               for i in mine}
     watch_before = {i: tally.snapshot() for i, tally in watch_tallies.items()}
-    started = time.monotonic()
+    watches = {i: RoundWatch(round_stores[i], infos[i].rank, nodes, peer_timeout_s, on_loss(i), endpoint).start()
+               for i in mine}
     _sleep_until(command["train_until"])
-    spent = time.monotonic() - started
+    spent = time.monotonic() - command["train_from"]
     _send({"handler_ops_per_s": sum(tallies[i].snapshot()[0] - handler_before[i][0] for i in mine) / spent,
            "watchdog_ops_per_s": sum(watch_tallies[i].snapshot()[0] - watch_before[i][0] for i in mine) / spent})
 
@@ -400,7 +404,10 @@ def run_case(kind: str, nodes: int, timeout_s: float, train_s: float, peer_timeo
 
     def sample() -> None:
         while not sampling.wait(0.5):
-            most_files[0] = max(most_files[0], open_files(server.pid))
+            try:
+                most_files[0] = max(most_files[0], open_files(server.pid))
+            except OSError:  # the case is over: the server is gone
+                return
 
     threading.Thread(target=sample, daemon=True).start()
     groups = [Channel(subprocess.Popen(
@@ -430,7 +437,9 @@ def run_case(kind: str, nodes: int, timeout_s: float, train_s: float, peer_timeo
                 group.send({"end": True})
             return _finish(result, server, most_files[0])
 
-        replies = everyone({"train_until": time.monotonic() + train_s})
+        everyone({"prepare": True})  # each group's watchdog connections made
+        train_from = time.monotonic() + 1.0
+        replies = everyone({"train_from": train_from, "train_until": train_from + train_s})
         result["train_handler_ops_per_s"] = sum(reply["handler_ops_per_s"] for reply in replies) / nodes
         result["train_watchdog_ops_per_s"] = sum(reply["watchdog_ops_per_s"] for reply in replies) / nodes
 

@@ -47,15 +47,15 @@ def in_threads(calls: list[Callable[[], Any]], timeout_s: float = 60) -> list[An
 
 
 def in_background(call: Callable[[], Any], results: dict[Any, Any] | list[Any], key: Any = None) -> threading.Thread:
-    """``call`` on a thread of its own, started; what it returns goes into ``results`` (appended to a
-    list, or under ``key``). A call still waiting when the test's store goes away raises nothing
-    there: the test has judged by what arrived in ``results``."""
+    """``call`` on a thread of its own, started; what it returns or raises goes into ``results``
+    (appended to a list, or under ``key``). So a call still waiting when the test's store goes away
+    raises nothing on its thread: the test has judged by what arrived in ``results`` by then."""
 
     def run() -> None:
         try:
             value = call()
-        except Exception:
-            return
+        except Exception as error:
+            value = error
         if isinstance(results, list):
             results.append(value)
         else:

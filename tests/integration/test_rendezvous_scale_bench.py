@@ -24,3 +24,16 @@ def test_every_handler_joins_loses_a_node_and_forms_the_next_round() -> None:
         assert re.search(r"detected +[\d.]+ s \(all survivors +[\d.]+ s later\), next round +[\d.]+ s later", line), line
     assert "join ratio ours/torch" in result.stdout and "join ratio arrivals/torch" in result.stdout
     assert re.search(r"\s+8\s+workers\s+32 ranks \(4 per node\) connected", result.stdout), result.stdout
+
+
+def test_nodes_in_two_processes_join_lose_a_node_and_form_the_next_round_together() -> None:
+    # 32 nodes in 2 processes: the lost node is in the second, the replies of both are one case.
+    result = subprocess.run([sys.executable, str(BENCH), "--nodes", "32", "--handlers", "arrivals", "--processes", "2",
+                             "--train-s", "2", "--peer-timeout", "2", "--timeout", "60", "--ranks-per-node", "0"],
+                            capture_output=True, text=True, timeout=400)
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "up to 2 processes" in result.stdout
+    line = next(text for text in result.stdout.splitlines() if re.match(r"\s+32\s+arrivals\s", text))
+    assert re.search(r"join +[\d.]+ s, ops/node", line), line
+    assert re.search(r"detected +[\d.]+ s \(all survivors +[\d.]+ s later\), next round +[\d.]+ s later", line), line

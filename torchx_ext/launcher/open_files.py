@@ -1,9 +1,9 @@
 """The open-files limit of a process that serves or joins a large job.
 
-The rendezvous store is served by node rank 0's launcher, and every node keeps three connections
-to it (its agent's, its watchdog's and its keep-alive's): 3,072 of them for 1,024 nodes. Linux gives a process 1,024
-open files by default (the soft limit), and many clusters raise only the hard limit, which any
-process may raise its soft limit to. The workers inherit the raised limit.
+The rendezvous store is served by node rank 0's launcher, and every node keeps four connections
+to it (its agent's, its watchdog's two and its keep-alive's): 4,096 of them for 1,024 nodes. Linux
+gives a process 1,024 open files by default (the soft limit), and many clusters raise only the hard
+limit, which any process may raise its soft limit to. The workers inherit the raised limit.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ STORE_ADDR_ENV = "TORCHX_EXT_STORE_ADDR"
 def main() -> None:
     # Blocked before the store's threads start, so they inherit it and sigwait alone takes them.
     signal.pthread_sigmask(signal.SIG_BLOCK, STOP)
-    raise_open_files_limit()  # every replica's launcher keeps three connections (open_files.py)
+    raise_open_files_limit()  # every replica's launcher keeps four connections (open_files.py)
     from torch.distributed import TCPStore
 
     # The replicas are on this host: on loopback only (loopback.py), unless $TORCHX_EXT_STORE_ADDR names

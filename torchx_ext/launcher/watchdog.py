@@ -9,8 +9,10 @@ same work at any scale). A neighbour whose counter has not moved for ``timeout``
 lost, and so is the store when it has not answered for as long. The first agent to notice a
 loss writes it to the store, so every agent acts on it, not only the neighbours, and at once: each
 agent waits for its own wake key on a connection of its own (a wait the store server answers, no
-polling), and the agent that notices sets every agent's in one ``multi_set``. Each agent's load
-stays constant in N while nothing is lost; the one that notices a loss writes N short keys once.
+polling), and the agent that notices sets every agent's in one ``multi_set`` (each neighbour of
+the lost node may). Each agent also reads the loss once a timeout itself, in case its listener's
+idle connection was dropped on the way. Each agent's load stays constant in N while nothing is
+lost; an agent that notices a loss writes N short keys once.
 
 A TCPStore client waits forever on a host that stopped without closing the connection (its own
 timeout did not end a ``get`` on a SIGSTOPped store here), so the store calls run on a thread
@@ -175,17 +177,26 @@ class RoundWatch:
             # (the agent's exit barrier, up to 300 s), and beats must not queue behind that.
             store = self._store = PrefixStore(KEY_PREFIX, self._round_store.clone())
             store.set(f"name.{self._rank}", node_name())
+            beats = 0
             while not self._stopped.is_set():
                 store.add(f"beat.{self._rank}", 1)
                 counts = {rank: store.add(f"beat.{rank}", 0) for rank in self._watched}
                 for rank in self._watched:
                     if rank not in self._names and store.check([f"name.{rank}"]):
                         self._names[rank] = store.get(f"name.{rank}").decode()
+                beats += 1
+                # Once a timeout, the loss itself: the listener's idle connection may have been
+                # dropped on the way (a NAT's or a proxy's idle timeout) without a word.
+                reported = (store.get("lost").decode() if beats % BEATS_PER_TIMEOUT == 0 and store.check(["lost"])
+                            else None)
                 now = self._clock()
                 with self._lock:
                     self._judge.store_answered(now)
                     for rank, count in counts.items():
                         self._judge.saw(rank, count, now)
+                    self._reported = self._reported or reported
+                if reported is not None:
+                    self._woken.set()
                 self._stopped.wait(self._interval)
             store.set(f"wake.{self._rank}", "")  # this round's watch is over: so is the listener's wait
         except Exception as error:  # the judge tells a store that stopped answering
