@@ -3,10 +3,9 @@
 A two-replica job trains (its agents' store, its workers' store and gloo all up). Every port its
 rank 0 container listens on is then tried three ways: from the other replica's container, on the
 job's network (each that is not bound to the container's loopback connects: the test can tell a
-port that answers); from the engine's host, at
-its loopback; and from a second test host (a network namespace the test makes) at this host's
-address (each is refused: nothing is published). Every container is on the job's network alone,
-with no port bindings.
+port that answers); from the engine's host, at its loopback; and from a second test host (a
+network namespace the test makes) at this host's address (each is refused: nothing is published).
+Every container is on the job's network alone, with no port bindings.
 
 What is not shown here: that a container of another network cannot route to the job's. That is
 the engine's own isolation (its iptables rules), which the test engine runs without
@@ -27,23 +26,11 @@ from torchx.runner import Runner
 from tests.conformance.test_faults import _wait_for_step
 from tests.docker.test_local_docker import app_id_of, of_app, scheduler  # noqa: F401  (a fixture)
 from tests.fixtures.netns import in_host, network, require_netns
-from tests.integration.test_local_isolation import CONNECT_EACH
+from tests.integration.test_local_isolation import CONNECT_EACH, listening
 from torchx_ext.components.dist import ddp
 from torchx_ext.schedulers.docker.scheduler import DockerScheduler
 
 CHECKPOINTED = Path(__file__).parents[1] / "conformance" / "jobs" / "checkpointed.py"
-
-
-def _listening(pid: int) -> dict[int, str]:
-    """The TCP ports listening in the network namespace of ``pid`` (a container's process), and
-    the address each is bound to."""
-    shown = subprocess.run(["nsenter", "-t", str(pid), "-n", "ss", "-ltnH"], capture_output=True, text=True,
-                           check=True).stdout
-    found = {}
-    for line in shown.splitlines():
-        address, _, port = line.split()[3].rpartition(":")
-        found[int(port)] = address.strip("[]").split("%")[0].replace("*", "0.0.0.0")  # ss's "every address"
-    return found
 
 
 def _tried(argv_prefix: list[str], address: str, ports: list[int]) -> dict[str, str]:
@@ -73,12 +60,13 @@ def test_a_job_publishes_nothing_on_the_host_and_listens_only_in_its_own_network
         assert container.attrs["HostConfig"]["PublishAllPorts"] is False, container.name
         assert not any(container.attrs["NetworkSettings"]["Ports"].values()), container.name
     rank0, rank1 = containers
-    listening = _listening(rank0.attrs["State"]["Pid"])
-    ports = sorted(listening)
+    in_rank0 = ["nsenter", "-t", str(rank0.attrs["State"]["Pid"]), "-n"]
+    bound = {port: address for address, port in listening(in_rank0)}
+    ports = sorted(bound)
     # The agents' store and the workers' store, at least, for the other replica to reach (what
     # listens on loopback in the container serves that container alone).
-    served = sorted(port for port, address in listening.items() if not ipaddress.ip_address(address).is_loopback)
-    assert len(served) >= 2, listening
+    served = sorted(port for port, address in bound.items() if not ipaddress.ip_address(address).is_loopback)
+    assert len(served) >= 2, bound
     rank0_address = rank0.attrs["NetworkSettings"]["Networks"][app_id]["IPAddress"]
 
     on_its_network = _tried(["nsenter", "-t", str(rank1.attrs["State"]["Pid"]), "-n"], rank0_address, served)

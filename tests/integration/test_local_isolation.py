@@ -35,15 +35,15 @@ CONNECT_EACH = ("import json, socket, sys\n"
                 "print(json.dumps(said))\n")
 
 
-def listening(namespace: str) -> list[tuple[str, int]]:
-    """(address, port) of every TCP socket listening in the network namespace."""
-    shown = subprocess.run(["ip", "netns", "exec", namespace, "ss", "-ltnH"], capture_output=True, text=True,
-                           check=True).stdout
+def listening(in_namespace: list[str]) -> list[tuple[str, int]]:
+    """(address, port) of every TCP socket listening in a network namespace, which
+    ``in_namespace`` enters (``ip netns exec NAME``, ``nsenter -t PID -n``)."""
+    shown = subprocess.run([*in_namespace, "ss", "-ltnH"], capture_output=True, text=True, check=True).stdout
     found = []
     for line in shown.splitlines():
         local = line.split()[3]
         address, _, port = local.rpartition(":")
-        found.append((address.strip("[]").split("%")[0], int(port)))
+        found.append((address.strip("[]").split("%")[0].replace("*", "0.0.0.0"), int(port)))  # ss's "every address"
     return found
 
 
@@ -70,7 +70,7 @@ def test_a_second_host_cannot_connect_to_anything_a_local_job_listens_on(tmp_pat
             while len(_history(directory)) < 2:  # both ranks have met in gloo and trained
                 assert time.monotonic() < deadline, "no second step"
                 time.sleep(0.1)
-            listeners = listening(job_host.namespace)
+            listeners = listening(["ip", "netns", "exec", job_host.namespace])
 
             # The agents' store and the workers' (one each, or local_cwd's store process), gloo's pairs.
             assert len(listeners) >= 3, listeners

@@ -225,12 +225,6 @@ class RoundWatch:
             self._woken.set()
             return
 
-    def _wake(self, ranks: list[int]) -> None:
-        try:
-            self._store.multi_set([f"wake.{rank}" for rank in ranks], [""] * len(ranks))
-        except Exception as error:  # the store is gone: the listeners' waits end with the process
-            logger.debug("watchdog: waking %d agents failed: %s", len(ranks), error)
-
     def _watch(self) -> None:
         # A lost peer is the agent's to act on, from its loop; that loop may then be stuck in a
         # call to a store that stopped too (a frozen store host is also a silent peer, often
@@ -269,7 +263,11 @@ class RoundWatch:
         except Exception as error:  # the judge tells a store that stopped answering
             logger.debug("watchdog: writing the loss failed: %s", error)
             return
-        self._wake([rank for rank in range(self._world_size) if rank != self._rank])
+        others = [rank for rank in range(self._world_size) if rank != self._rank]
+        try:
+            self._store.multi_set([f"wake.{rank}" for rank in others], [""] * len(others))
+        except Exception as error:  # the store is gone: the listeners' waits end with the process
+            logger.debug("watchdog: waking %d agents failed: %s", len(others), error)
 
     def _verdict(self, now: float) -> Loss | None:
         timeout = self._judge.timeout_s
