@@ -189,7 +189,7 @@ def make_handler(kind: str, store: Any, run_id: str, nodes: int, timeout_s: floa
     from torchx_ext.launcher.watched_rendezvous import watched_handler
 
     if kind == "arrivals":
-        from torchx_ext.launcher.arrival_rendezvous import arrival_handler
+        from torchx_ext.launcher.arrival_handler import arrival_handler
 
         inner = arrival_handler(store, run_id, nodes, nodes, join_timeout_s=timeout_s, local_addr="127.0.0.1")
     else:

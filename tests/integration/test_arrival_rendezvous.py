@@ -14,18 +14,27 @@ import torch.distributed as dist
 from torch.distributed.elastic.rendezvous import (RendezvousClosedError, RendezvousGracefulExitError,
                                                   RendezvousTimeoutError)
 
-from torchx_ext.launcher.arrival_rendezvous import ArrivalRendezvous, NodeDescription, arrival_handler, ranks_of
+from torchx_ext.launcher.arrival_handler import arrival_handler
+from torchx_ext.launcher.arrival_rendezvous import ArrivalRendezvous, NodeDescription, ranks_of
+
+
+_nodes: list[ArrivalRendezvous] = []
 
 
 @pytest.fixture
 def port() -> Any:
     server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
     yield server.port
+    for made in _nodes:  # as each launcher's shutdown does: no keep-alive outlives the test's store
+        made.stop_beating()
+    _nodes.clear()
 
 
 def node(port: int, min_nodes: int, max_nodes: int, **options: Any) -> ArrivalRendezvous:
     client = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=60))
-    return ArrivalRendezvous(client, "job", min_nodes, max_nodes, local_addr="127.0.0.1", **options)
+    made = ArrivalRendezvous(client, "job", min_nodes, max_nodes, local_addr="127.0.0.1", **options)
+    _nodes.append(made)
+    return made
 
 
 def in_threads(calls: list[Callable[[], Any]], timeout_s: float = 60) -> list[Any]:
@@ -81,7 +90,9 @@ def test_distinct_node_ranks_are_the_group_ranks_whatever_the_arrival_order(port
     results = in_threads([member.join for member in nodes])
 
     assert [result[1] for result in results] == [3, 1, 0, 2]
-    assert ranks_of([NodeDescription("b", 1, -1, 0), NodeDescription("a", 2, -1, 1)]) == [1, 0]  # torch's order
+    assert ranks_of([NodeDescription("b", 1, -1, "t0"), NodeDescription("a", 2, -1, "t1")]) == [1, 0]  # torch's order
+    # Two launchers with the same host name and pid (host-network containers, pid 1) still differ.
+    assert sorted(ranks_of([NodeDescription("h", 1, -1, "x"), NodeDescription("h", 1, -1, "y")])) == [0, 1]
 
 
 def test_a_node_beyond_max_waits_and_takes_a_lost_members_place_in_the_next_round(port: int) -> None:
@@ -165,6 +176,7 @@ def test_torchs_handler_interface_gives_workers_a_store_address_in_every_round(p
         assert infos[0].bootstrap_store_info.master_port == infos[1].bootstrap_store_info.master_port
     handlers[0].shutdown()
     assert handlers[1].is_closed()
+    handlers[1].shutdown()
 
 
 def test_nodes_that_come_after_every_member_of_a_sealed_round_died_form_the_next_round(port: int) -> None:
@@ -183,18 +195,22 @@ def test_nodes_that_come_after_every_member_of_a_sealed_round_died_form_the_next
     assert time.monotonic() - started < 10
 
 
-def test_a_sealed_round_with_one_member_still_beating_keeps_a_newcomer_waiting(port: int) -> None:
+def test_a_newcomer_waits_as_a_spare_until_a_member_stops_its_keep_alive_then_the_members_see_it(port: int) -> None:
     options = {"keep_alive_s": 0.3, "keep_alive_misses": 2}
     alive, lost = node(port, 2, 2, **options), node(port, 2, 2, **options)
     in_threads([alive.join, lost.join])
-    lost.stop_beating()
     newcomer = node(port, 2, 2, **options)
     result: list[Any] = []
     waiting = in_background(newcomer.join, result)
+    time.sleep(1.5)  # over twice the members' silence allowed: both beat, the round is full
+    assert waiting.is_alive() and newcomer.spare and alive.num_nodes_waiting() == 0
 
-    time.sleep(2)  # over three times the members' silence allowed
-    assert waiting.is_alive() and newcomer.spare
-    assert alive.join() == (1, 0, 2)  # the survivor, told of the loss, opens the next round
+    lost.stop_beating()  # as torch's handler: off the redundancy list, onto the wait list
+    deadline = time.monotonic() + 5
+    while alive.num_nodes_waiting() == 0 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert alive.num_nodes_waiting() == 1 and waiting.is_alive() and not newcomer.spare
+    assert alive.join() == (1, 0, 2)  # the survivor rendezvouses again
     waiting.join(30)
     assert result == [(1, 1, 2)]  # the newcomer takes the lost member's place
 

@@ -1,38 +1,42 @@
-"""A c10d-store rendezvous whose join costs each node a constant number of store operations.
+"""A c10d-store rendezvous whose join costs each node a constant number of store operations, and
+which keeps torch's ``DynamicRendezvousHandler`` contract.
 
-torch's c10d handler keeps one state blob (every node, its heartbeat, the lists) that each node
+torch's c10d handler keeps one state blob (every node, its keep-alive, the lists) that each node
 rewrites by compare-and-set: N nodes joining together make on the order of N² attempts of O(N)
-bytes each. Here a round is built from keys no node rewrites:
+bytes each. Here a round is built from keys no node rewrites (all under ``torchx_ext.rdzv/<run>/``):
 
-- ``round`` names the round open now; ``r{k}.open`` exists once round k is open (nodes wait on
-  it, server-side, instead of polling);
-- a node joins round k by ``add(r{k}.arrivals, 1)``: its arrival number ``a``, and writes its
-  description (address, pid, ``--node-rank``) under ``r{k}.node.{a}``;
-- the node that arrives ``max_nodes``-th seals the round at once; the ``min_nodes``-th seals it
-  after the last-call timeout with those arrived by then (torch's MIN:MAX). Sealing is claimed by
-  a compare-and-set, so one node seals: it reads the descriptions in one ``multi_get``, gives the
-  ranks (by ``--node-rank`` when those are distinct, else as torch orders nodes: by address, then
-  pid), writes them in one ``multi_set`` and then ``r{k}.sealed`` (the round's size), on which
-  every member waits;
-- a node that arrives after the round is full waits for the next round (torch's redundancy list,
-  where hot spares wait); one that arrives after it was sealed below ``max_nodes`` also counts in
-  ``r{k+1}.waiting``, which is ``num_nodes_waiting``: the members then rendezvous again, as torch's
-  agent does for a new node. Waiters take a ticket (``r{k+1}.queue``); once round k+1 opens, each
-  lets round k's members and the waiters before it arrive first (at most ``TURN_GRACE_S``);
-- a member that rendezvouses again (its workers failed, or the watchdog declared a peer lost)
-  opens round k+1; ``closed`` ends every wait (``set_closed``, ``shutdown``).
+- ``round`` names the round open now; ``r{k}.open`` exists once round k is open;
+- a node joins round k by ``add(r{k}.arrivals, 1)``: its arrival number ``a``. It writes its
+  description (address, pid, ``--node-rank``, a random token, the round it was last a member of)
+  under ``r{k}.node.{a}`` and its keep-alive (its wall-clock time, as torch's handler does) under
+  ``r{k}.alive.{a}`` every ``keep_alive_s`` from then on, while a participant and while a member;
+- the round is sealed by one compare-and-set of ``r{k}.seal`` from nothing to the arrival numbers
+  in rank order: at once when ``max_nodes`` live participants are there, else at the last-call
+  deadline (``r{k}.deadline``, set by the first to see ``min_nodes`` arrivals) with the live ones.
+  Any participant may seal: the node that saw ``max_nodes`` arrive tries at once, and at the
+  deadline participant ``a`` tries ``SEAL_STAGGER_S`` x (a - 1) after it (a few at most), so one
+  does the O(N) reading and a dead one never holds the round. Live means: not withdrawn (a node
+  whose join timed out takes its description back) and a keep-alive younger than ``keep_alive_s``
+  x ``keep_alive_misses``. Places go to the last round's members first, then in arrival order; ranks
+  by ``--node-rank`` when those are distinct, else as torch orders nodes (address, pid, token);
+- a participant waits for the seal on a wake key of its own, inside the store: the sealer wakes
+  all, ``set_closed`` wakes all, its keep-alive thread wakes it at each beat and deadline;
+- a node that comes after a round was sealed waits outside it, polling (a waiting TCPStore client
+  logs a warning every time a wait times out): as a counted waiter (``r{k+1}.waiter.{t}``, which it
+  keeps alive) when the round has room or one of its members stopped its keep-alive, which
+  ``num_nodes_waiting`` counts so that the members rendezvous again; else as a redundant one (a hot
+  spare; torch's redundancy list), counted by nobody;
+- a member that rendezvouses again opens round k+1 and arrives there at once: the other members
+  count it in ``num_nodes_waiting``. When round k+1 opens, the last round's live members take their
+  places first, then the waiting nodes in the order they came (each waits ``TURN_GRACE_S`` at most,
+  ``TURN_STAGGER_S`` more per node ahead): a spare takes a lost node's place, not a survivor's;
+- a waiter that sees every member of the sealed round stop its keep-alive (a whole job started
+  again against a store that outlived it) opens the next round itself;
+- ``closed`` ends every wait (``set_closed``, ``shutdown``);
+- whoever seals round k deletes round k-2's keys (the rendezvous', and the agents' and watchdog's
+  in its round store), so the store holds two rounds whatever the number of restarts.
 
-Each node makes about eight operations to join; the sealer two more whose payload is O(N).
-
-While a node is a member, it adds one to its round's ``r{k}.beats`` every ``keep_alive_s``
-(torch's keep-alive interval), on a connection of its own. A node waiting outside a sealed round
-(a spare, or a node come after the seal) reads that one counter whenever its wait wakes: when it
-has not moved for ``keep_alive_misses`` intervals, every member is gone (all killed, or a whole job
-started again against a store that outlived it) and the waiter opens the next round itself. One
-member still alive keeps the round; the watchdog tells the survivors of a lost peer. What torch's
-handler does that this one does not: it drops a node that joined and then stopped beating its
-keep-alive before the round completed (here such a node is in the round, and the watchdog declares
-it lost once the round runs).
+Each node makes about a dozen operations to join; the sealer a few more whose payload is O(N).
 """
 
 from __future__ import annotations
@@ -41,24 +45,32 @@ import json
 import logging
 import os
 import socket
-import threading
 import time
+import uuid
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from torchx_ext.launcher.arrival_keepalive import KeepAlive
+
 BACKEND = "torchx_ext-arrivals"
 logger = logging.getLogger(__name__)
 NUM_NODES_WAITING_CACHE_S = 1.0
-"""The agent asks for waiting nodes every monitor interval: one store read a second at most."""
+"""The agent asks for waiting nodes every monitor interval: a few store reads a second at most."""
 TURN_GRACE_S = 2.0
 """How long a node waiting for a round lets the round's members and earlier waiters arrive first."""
 TURN_POLL_S = 0.1
 TURN_STAGGER_S = 0.3
+WAIT_POLL_S = 0.25
+"""How often a node waiting outside a sealed round looks whether the next one opened."""
+SEAL_STAGGER_S = 0.3
+SEAL_STAGGER_MAX = 10
 KEEP_ALIVE_S = 5
 KEEP_ALIVE_MISSES = 3
-"""torch's ``keep_alive_interval`` and ``keep_alive_max_attempt`` defaults: a round none of whose
-members has beaten for 3 x 5 s is over."""
+"""torch's ``keep_alive_interval`` and ``keep_alive_max_attempt`` defaults: a node whose keep-alive
+is 3 x 5 s old is gone."""
+WITHDRAWN = "-"
+FOREVER = timedelta(days=1)
 
 
 @dataclass(frozen=True)
@@ -66,34 +78,43 @@ class NodeDescription:
     addr: str
     pid: int
     node_rank: int
-    local_id: int
+    token: str
+    member_of: int = -1
+    """The round this node was last a member of: its place comes first in the next."""
 
     def to_json(self) -> str:
-        return json.dumps([self.addr, self.pid, self.node_rank, self.local_id])
+        return json.dumps([self.addr, self.pid, self.node_rank, self.token, self.member_of])
 
     @staticmethod
     def from_json(text: bytes | str) -> "NodeDescription":
-        addr, pid, node_rank, local_id = json.loads(text)
-        return NodeDescription(str(addr), int(pid), int(node_rank), int(local_id))
+        addr, pid, node_rank, token, member_of = json.loads(text)
+        return NodeDescription(str(addr), int(pid), int(node_rank), str(token), int(member_of))
 
 
 def ranks_of(nodes: list[NodeDescription]) -> list[int]:
     """Each node's rank in its round: by ``--node-rank`` when every node gave a distinct one (a hot
-    spare's, N or above, then takes the place of the node it replaced), else by (address, pid, id),
-    as torch's c10d handler orders its participants."""
+    spare's, N or above, then takes the place of the node it replaced), else by (address, pid,
+    token), as torch's c10d handler orders its participants (the token tells apart two launchers
+    whose host name and pid are the same: host-network containers, pid 1)."""
     given = [node.node_rank for node in nodes]
     if min(given) >= 0 and len(set(given)) == len(given):
         order = sorted(range(len(nodes)), key=lambda index: given[index])
     else:
-        order = sorted(range(len(nodes)), key=lambda index: (nodes[index].addr, nodes[index].pid, nodes[index].local_id))
+        order = sorted(range(len(nodes)), key=lambda index: (nodes[index].addr, nodes[index].pid, nodes[index].token))
     ranks = [0] * len(nodes)
     for rank, index in enumerate(order):
         ranks[index] = rank
     return ranks
 
 
-_local_ids = iter(range(1 << 62))
-_local_ids_lock = threading.Lock()
+def _alive(value: bytes | None, now: float, expiry_s: float) -> bool:
+    """A keep-alive value (None: not written yet, the node has just come) still fresh at ``now``."""
+    if value is None:
+        return True
+    text = value.decode()
+    if text == WITHDRAWN:
+        return False
+    return now - float(text.split()[0]) <= expiry_s
 
 
 class ArrivalRendezvous:
@@ -108,45 +129,46 @@ class ArrivalRendezvous:
 
         if not 1 <= min_nodes <= max_nodes:
             raise ValueError(f"min_nodes {min_nodes} and max_nodes {max_nodes}: expected 1 <= min <= max")
-        self.store = PrefixStore(f"torchx_ext.rdzv/{run_id}/", store)
+        self._prefix = f"torchx_ext.rdzv/{run_id}"
+        self._client = store
+        self.store = PrefixStore(self._prefix, store)
         self.run_id = run_id
         self.min_nodes, self.max_nodes = min_nodes, max_nodes
         self.join_timeout_s, self.last_call_s = join_timeout_s, last_call_s
         self.keep_alive_s, self.keep_alive_misses = keep_alive_s, keep_alive_misses
+        self.expiry_s = keep_alive_s * keep_alive_misses
         self.turn_grace_s = turn_grace_s
         self._turn: int | None = None
         """A round this node arrives at without waiting its turn (it waited, or was in the round before)."""
-        self._beats_stop = threading.Event()
-        with _local_ids_lock:
-            local_id = next(_local_ids)
-        self.node = NodeDescription(local_addr or socket.getfqdn(), os.getpid(), node_rank, local_id)
+        self.node = NodeDescription(local_addr or socket.getfqdn(), os.getpid(), node_rank, uuid.uuid4().hex)
         self.round: int | None = None
-        """The round this node was last a member of."""
+        """The round this node is a member of."""
+        self._member_of = -1
         self.spare = False
         """Whether this node now waits because a round was full (torch's redundancy list)."""
         self._waiting_read_at = -NUM_NODES_WAITING_CACHE_S
         self._waiting = 0
+        self._keep_alive: KeepAlive | None = None
 
     def join(self) -> tuple[int, int, int]:
         """Wait for a round with this node in it: (round, rank, world size). Raises torch's
         RendezvousClosedError, RendezvousGracefulExitError (closed while this node waited as a
         redundant one) or RendezvousTimeoutError."""
-        deadline = time.monotonic() + self.join_timeout_s
-        self.stop_beating()  # a member that rendezvouses again has left its round
+        if self._keep_alive is None:
+            self._keep_alive = KeepAlive(self._client, self._prefix, self.keep_alive_s)
+        self._keep_alive.beat(None)  # a member that rendezvouses again has left its round
         try:
-            joined = self._join(deadline)
+            return self._join(time.monotonic() + self.join_timeout_s)
         finally:
             self.spare = False
-        self._beat(joined[0])
-        return joined
 
     def _join(self, deadline: float) -> tuple[int, int, int]:
-        from torch.distributed.elastic.rendezvous import (RendezvousClosedError, RendezvousGracefulExitError,
-                                                          RendezvousTimeoutError)
+        from torch.distributed.elastic.rendezvous import RendezvousClosedError, RendezvousGracefulExitError
 
         redundant = False
         while True:
-            if self.store.check(["closed"]):
+            if self.is_closed():
+                self._beat(None)
                 if redundant:
                     raise RendezvousGracefulExitError(f"the rendezvous {self.run_id!r} is closed")
                 raise RendezvousClosedError(f"the rendezvous {self.run_id!r} is closed")
@@ -155,142 +177,259 @@ class ArrivalRendezvous:
                 # A member again: the next round is this node's to open (whoever is first), and
                 # its place there comes before the waiting nodes'.
                 if self.round >= current:
-                    self.store.compare_set("round", str(current), str(current + 1))
-                    self.store.set(f"r{current + 1}.open", "")
+                    self._open(current + 1)
                 self._turn, self.round = self.round + 1, None
                 continue
-            if self.store.check([f"r{current}.sealed"]):
-                redundant = self._wait_outside(current, deadline)
+            if self.store.check([f"r{current}.seal"]):
+                redundant = self._wait_outside(current, deadline) or redundant
                 if redundant:
-                    deadline = self._after_spare_wait()
+                    deadline = time.monotonic() + self.join_timeout_s  # counted from when it has a round
                 continue
             if current > 0 and self._turn != current:  # come while the round is open: behind the others
-                sealed = self.store.check([f"r{current - 1}.sealed"])
-                self._await_turn(current, int(self.store.get(f"r{current - 1}.sealed")) if sealed else 0,
-                                 int(self.store.add(f"r{current}.queue", 1)))
-            arrival = int(self.store.add(f"r{current}.arrivals", 1))
-            if arrival > self.max_nodes:
-                redundant = self.spare = True
-                self._wait_for_round(current + 1, float("inf"), members=self.max_nodes)
-                self.spare = False
-                deadline = self._after_spare_wait()
-                continue
-            self.store.set(f"r{current}.node.{arrival}", self.node.to_json())
-            if arrival == self.max_nodes:
-                self._seal(self.store, current, self.max_nodes)
-            elif arrival == self.min_nodes:
-                threading.Thread(target=self._last_call, args=(current,), daemon=True,
-                                 name="torchx_ext rendezvous: last call").start()
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise RendezvousTimeoutError(f"the rendezvous {self.run_id!r} did not complete in time")
-            try:
-                self.store.wait([f"r{current}.sealed"], timedelta(seconds=left))
-            except Exception as error:  # the store's wait timed out (DistStoreError)
+                members = len(self._seal_of(current - 1) or [])
+                self._await_turn(current, members, self._take_ticket(current, counted=False))
+            joined = self._participate(current, deadline)
+            if joined is not None:
+                self._member_of = self.round = joined[0]
+                self._waiting_read_at = -NUM_NODES_WAITING_CACHE_S
+                return joined
+
+    def _participate(self, current: int, deadline: float) -> tuple[int, int, int] | None:
+        """Arrive at round ``current`` and wait until it is sealed: this node's place, or None when
+        the round was sealed without it (it then waits outside)."""
+        from torch.distributed.elastic.rendezvous import RendezvousClosedError, RendezvousTimeoutError
+
+        store = self.store
+        arrival = int(store.add(f"r{current}.arrivals", 1))
+        description = NodeDescription(self.node.addr, self.node.pid, self.node.node_rank, self.node.token,
+                                      self._member_of).to_json()
+        store.set(f"r{current}.node.{arrival}", description)
+        wake = f"r{current}.wake.{arrival}"
+        self._beat(f"r{current}.alive.{arrival}", wake_key=wake)
+        store.set(f"r{current}.alive.{arrival}", f"{time.time():.3f}")
+        full_since: float | None = None  # when this node first saw max_nodes arrive, the round unsealed
+        while True:
+            seal = self._seal_of(current)
+            if seal is not None:
+                if arrival in seal:
+                    return current, seal.index(arrival), len(seal)
+                self._beat(None)
+                return None
+            closed = self.is_closed()
+            if closed or time.monotonic() >= deadline:
+                store.set(f"r{current}.node.{arrival}", WITHDRAWN)
+                store.set(f"r{current}.alive.{arrival}", WITHDRAWN)
+                seal = self._seal_of(current)
+                if seal is not None and arrival in seal and not closed:  # sealed just before: a member
+                    self._beat(f"r{current}.alive.{arrival}")
+                    return current, seal.index(arrival), len(seal)
+                self._beat(None)
+                if closed:
+                    raise RendezvousClosedError(f"the rendezvous {self.run_id!r} is closed")
                 raise RendezvousTimeoutError(
                     f"the rendezvous {self.run_id!r} did not complete in {self.join_timeout_s:g} s: "
-                    f"{arrival} of {self.min_nodes}..{self.max_nodes} nodes had arrived") from error
-            size = int(self.store.get(f"r{current}.sealed"))
-            if arrival > size:  # sealed just before this node arrived
-                self.store.add(f"r{current + 1}.waiting", 1)
-                self._wait_for_round(current + 1, deadline, members=size)
-                continue
-            self.round = current
-            self._waiting_read_at = -NUM_NODES_WAITING_CACHE_S
-            return current, int(self.store.get(f"r{current}.rank.{arrival}")), size
+                    f"{int(store.add(f'r{current}.arrivals', 0))} of {self.min_nodes}..{self.max_nodes} nodes had arrived")
+            arrived = int(store.add(f"r{current}.arrivals", 0))
+            stagger = SEAL_STAGGER_S * min(arrival - 1, SEAL_STAGGER_MAX)
+            wake_at = deadline
+            if arrived >= self.max_nodes:
+                # The node that made the round full seals it at once; the others only if it stays
+                # unsealed (that node died, or a participant left): one reads O(N), not all.
+                full_since = time.monotonic() if full_since is None else full_since
+                if arrival >= self.max_nodes or time.monotonic() >= full_since + stagger:
+                    self._try_seal(current, arrived)
+                else:
+                    wake_at = min(wake_at, full_since + stagger)
+            else:
+                due = self._seal_due(current, arrival, arrived, stagger)
+                if due is not None and time.time() >= due:
+                    self._try_seal(current, arrived)
+                elif due is not None:
+                    wake_at = min(wake_at, time.monotonic() + due - time.time())
+            if self._seal_of(current) is None:
+                assert self._keep_alive is not None
+                self._keep_alive.wake_at(wake_at)
+                store.wait([wake], FOREVER)
+                store.delete_key(wake)
+
+    def _seal_due(self, current: int, arrival: int, arrived: int, stagger: float) -> float | None:
+        """When (wall clock) this participant tries to seal at the last call: None before
+        ``min_nodes`` came. The first to see them sets the deadline, and wakes those before it."""
+        store = self.store
+        if arrived < self.min_nodes:
+            return None
+        key = f"r{current}.deadline"
+        mine = f"{time.time() + self.last_call_s:.3f}"
+        deadline = store.compare_set(key, "", mine).decode()
+        if deadline == mine and arrival > 1:
+            store.multi_set([f"r{current}.wake.{a}" for a in range(1, arrival)], [""] * (arrival - 1))
+        return float(deadline) + stagger
+
+    def _try_seal(self, current: int, arrived: int) -> None:
+        """Seal round ``current`` if it can be sealed now: with ``max_nodes`` live participants,
+        or, past the last call, with ``min_nodes`` or more. One compare-and-set decides."""
+        store = self.store
+        numbers = list(range(1, arrived + 1))
+        descriptions = self._read([f"r{current}.node.{a}" for a in numbers])
+        keep_alives = self._read([f"r{current}.alive.{a}" for a in numbers])
+        now = time.time()
+        live = [(NodeDescription.from_json(text), a) for a, text, beat in zip(numbers, descriptions, keep_alives)
+                if text is not None and text.decode() != WITHDRAWN and _alive(beat, now, self.expiry_s)]
+        if len(live) >= self.max_nodes:
+            live.sort(key=lambda entry: (entry[0].member_of != current - 1, entry[1]))
+            chosen = live[:self.max_nodes]
+        elif len(live) >= self.min_nodes and store.check([f"r{current}.deadline"]) and \
+                now >= float(store.get(f"r{current}.deadline")):
+            chosen = live
+        else:
+            if len(live) < self.min_nodes:
+                # torch: a round below min_nodes again has no deadline until min_nodes are back
+                store.delete_key(f"r{current}.deadline")
+            return
+        ranks = ranks_of([node for node, _ in chosen])
+        order = [a for _, a in sorted(zip(ranks, [a for _, a in chosen]))]
+        seal = json.dumps(order)
+        if store.compare_set(f"r{current}.seal", "", seal).decode() != seal:
+            return
+        store.multi_set([f"r{current}.wake.{a}" for a in numbers], [""] * len(numbers))
+        if current >= 2 and self._keep_alive is not None:
+            self._keep_alive.later(self._forget(current - 2))
+
+    def _forget(self, old: int) -> Any:
+        """A chore: delete round ``old``'s keys (those of the rendezvous and of its round store)."""
+        marks = (f"{self._prefix}/r{old}.", f"{self._prefix}/r{old}/")
+
+        def forget(client: Any) -> None:
+            for key in client.list_keys():
+                if key.startswith(marks):
+                    client.delete_key(key)
+
+        return forget
+
+    def _read(self, keys: list[str]) -> list[bytes | None]:
+        """The values of ``keys``, None for one not written yet (a store's get waits for it)."""
+        if not keys:
+            return []
+        if self.store.check(keys):
+            return list(self.store.multi_get(keys))
+        return [self.store.get(key) if self.store.check([key]) else None for key in keys]
+
+    def _seal_of(self, round_: int) -> list[int] | None:
+        if round_ < 0 or not self.store.check([f"r{round_}.seal"]):
+            return None
+        return [int(a) for a in json.loads(self.store.get(f"r{round_}.seal"))]
+
+    def _open(self, next_round: int) -> None:
+        self.store.compare_set("round", str(next_round - 1), str(next_round))
+        self.store.set(f"r{next_round}.open", "")
 
     def num_nodes_waiting(self) -> int:
-        """Nodes waiting for a round after this node's (each read at most once a second)."""
+        """Live nodes waiting for a round after this member's: counted waiters, and nodes that
+        arrived at the next round (a member that rendezvoused again among them). Read at most once
+        a second; more than one when several wait, not always how many."""
         if self.round is None:
             return 0
         now = time.monotonic()
         if now - self._waiting_read_at >= NUM_NODES_WAITING_CACHE_S:
-            self._waiting = int(self.store.add(f"r{self.round + 1}.waiting", 0))
+            self._waiting = self._count_waiting(self.round + 1)
             self._waiting_read_at = now
         return self._waiting
+
+    def _count_waiting(self, next_round: int) -> int:
+        store = self.store
+        tickets = int(store.add(f"r{next_round}.queue", 0))
+        arrived = int(store.add(f"r{next_round}.arrivals", 0))
+        if tickets == 0 and arrived == 0:
+            return 0
+        now = time.time()
+        waiters = self._read([f"r{next_round}.waiter.{t}" for t in range(1, tickets + 1)])
+        counted = sum(1 for value in waiters if value is not None and value.decode().endswith(" 1")
+                      and _alive(value, now, self.expiry_s))
+        alive = self._read([f"r{next_round}.alive.{a}" for a in range(1, arrived + 1)])
+        return counted + sum(1 for value in alive if _alive(value, now, self.expiry_s))
 
     def is_closed(self) -> bool:
         return bool(self.store.check(["closed"]))
 
     def stop_beating(self) -> None:
-        """Stop this member's keep-alive (a new join, the end, or as a frozen node would)."""
-        self._beats_stop.set()
+        """Stop this node's keep-alive for good (the end, or as a node killed or frozen would)."""
+        if self._keep_alive is not None:
+            self._keep_alive.stop()
 
-    def _beat(self, round_: int) -> None:
-        stop = self._beats_stop = threading.Event()
-
-        def beat() -> None:
-            try:
-                # Its own connection: the agent's waits on this node's client may last minutes.
-                store = self.store.clone()
-                while not stop.is_set():
-                    store.add(f"r{round_}.beats", 1)
-                    stop.wait(self.keep_alive_s)
-            except Exception:  # the store is gone: the agent's own calls and the watchdog tell
-                pass
-
-        threading.Thread(target=beat, daemon=True, name="torchx_ext rendezvous: keep-alive").start()
+    def _beat(self, key: str | None, counted: bool | None = None, wake_key: str | None = None) -> None:
+        if self._keep_alive is None:
+            return
+        if counted is None:
+            self._keep_alive.beat(key, lambda: f"{time.time():.3f}", wake_key=wake_key)
+        else:
+            flag = "1" if counted else "0"
+            self._keep_alive.beat(key, lambda: f"{time.time():.3f} {flag}", wake_key=wake_key)
 
     def first_round_formed(self) -> bool:
         """Whether a first round was sealed (or the rendezvous closed): a hot spare joins after."""
-        return bool(self.store.check(["r0.sealed"]) or self.store.check(["closed"])
+        return bool(self.store.check(["r0.seal"]) or self.store.check(["closed"])
                     or int(self.store.add("round", 0)) > 0)
 
     def set_closed(self) -> None:
         self.stop_beating()
         self.store.set("closed", "")
         current = int(self.store.add("round", 0))
-        self.store.set(f"r{current + 1}.open", "")  # wakes the nodes waiting for a round
+        arrived = int(self.store.add(f"r{current}.arrivals", 0))
+        if arrived:  # participants waiting for a seal; the nodes waiting outside look every WAIT_POLL_S
+            self.store.multi_set([f"r{current}.wake.{a}" for a in range(1, arrived + 1)], [""] * arrived)
 
     def round_store(self, round_: int) -> Any:
         from torch.distributed import PrefixStore
 
-        return PrefixStore(f"r{round_}/", self.store)
+        return PrefixStore(f"r{round_}", self.store)
 
-    def _wait_outside(self, current: int, deadline: float) -> bool:
-        """This node came after round ``current`` was sealed: it waits for the next round, counted
-        as waiting if the round has room (its members then rendezvous again). Whether it waited
-        as a redundant node."""
-        size = int(self.store.get(f"r{current}.sealed"))
-        if size < self.max_nodes:
-            self.store.add(f"r{current + 1}.waiting", 1)
-        self.spare = size >= self.max_nodes
-        self._wait_for_round(current + 1, deadline if size < self.max_nodes else float("inf"), members=size)
-        redundant, self.spare = self.spare, False
-        return redundant
+    def _take_ticket(self, next_round: int, counted: bool) -> int:
+        ticket = int(self.store.add(f"r{next_round}.queue", 1))  # the waiters' order
+        key = f"r{next_round}.waiter.{ticket}"
+        self.store.set(key, f"{time.time():.3f} {'1' if counted else '0'}")
+        self._beat(key, counted=counted)
+        return ticket
 
-    def _after_spare_wait(self) -> float:
-        # A spare may wait for hours: its join timeout counts from when it has a round to join.
-        return time.monotonic() + self.join_timeout_s
-
-    def _wait_for_round(self, next_round: int, deadline: float, members: int) -> None:
-        """Until round ``next_round`` opens and it is this node's turn to arrive: its ``members``
-        (of the round before it) open it, or this node does once every one of them stopped
-        beating."""
+    def _wait_outside(self, sealed: int, deadline: float) -> bool:
+        """This node came after round ``sealed`` was sealed: it waits for the next round, counted
+        as waiting if the round has room or lost a member (its members then rendezvous again), else
+        redundant. Whether it waited as a redundant node."""
         from torch.distributed.elastic.rendezvous import RendezvousTimeoutError
 
-        sealed = next_round - 1
-        ticket = int(self.store.add(f"r{next_round}.queue", 1))  # the waiters' order
-        beats, moved_at = -1, time.monotonic()
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise RendezvousTimeoutError(f"the rendezvous {self.run_id!r}: no round for this node in time")
-            try:
-                self.store.wait([f"r{next_round}.open"], timedelta(seconds=min(left, self.keep_alive_s)))
-            except Exception:  # timed out: are the round's members still there?
-                pass
-            else:
-                self._await_turn(next_round, members, ticket)
-                return
-            now, seen = time.monotonic(), int(self.store.add(f"r{sealed}.beats", 0))
-            if seen != beats:
-                beats, moved_at = seen, now
-            elif now - moved_at >= self.keep_alive_s * self.keep_alive_misses:
-                self.store.compare_set("round", str(sealed), str(next_round))
-                self.store.set(f"r{next_round}.open", "")
-                self._await_turn(next_round, 0, ticket)  # no member will come
-                return
+        members = self._seal_of(sealed) or []
+        next_round = sealed + 1
+        counted = len(members) < self.max_nodes
+        ticket = self._take_ticket(next_round, counted)
+        redundant = self.spare = not counted
+        live, looked_at = len(members), time.monotonic()
+        try:
+            while True:
+                if self.is_closed():
+                    return redundant
+                if int(self.store.add("round", 0)) > sealed:
+                    self._await_turn(next_round, live, ticket)
+                    return redundant
+                now = time.monotonic()
+                if counted and now >= deadline:
+                    self.store.set(f"r{next_round}.waiter.{ticket}", WITHDRAWN)
+                    raise RendezvousTimeoutError(f"the rendezvous {self.run_id!r}: no round for this node in time")
+                if now - looked_at >= self.keep_alive_s:
+                    looked_at = now
+                    wall = time.time()
+                    beats = self._read([f"r{sealed}.alive.{a}" for a in members])
+                    live = sum(1 for value in beats if _alive(value, wall, self.expiry_s))
+                    if live == 0:  # every member is gone: nobody else will open the next round
+                        self._open(next_round)
+                        self._await_turn(next_round, 0, ticket)
+                        return redundant
+                    if live < len(members) and not counted:  # torch: off the redundancy list, onto the wait list
+                        counted, self.spare = True, False
+                        deadline = now + self.join_timeout_s
+                        self.store.set(f"r{next_round}.waiter.{ticket}", f"{wall:.3f} 1")
+                        self._beat(f"r{next_round}.waiter.{ticket}", counted=True)
+                time.sleep(WAIT_POLL_S)
+        finally:
+            self.spare = False
 
     def _await_turn(self, round_: int, members: int, ticket: int) -> None:
         """Let the ``members`` of the round before ``round_`` (who come back when they rendezvous
@@ -303,108 +442,3 @@ class ArrivalRendezvous:
         until = time.monotonic() + self.turn_grace_s + TURN_STAGGER_S * (ticket - 1)
         while time.monotonic() < until and int(self.store.add(f"r{round_}.arrivals", 0)) < members + ticket - 1:
             time.sleep(TURN_POLL_S)
-
-    def _last_call(self, current: int) -> None:
-        time.sleep(self.last_call_s)
-        try:
-            # A connection of its own: this node's waits on its client until the round is sealed.
-            store = self.store.clone()
-            if not store.check([f"r{current}.sealed"]):
-                self._seal(store, current, min(int(store.add(f"r{current}.arrivals", 0)), self.max_nodes))
-        except Exception:  # the store went away: every member's wait reports it
-            pass
-
-    def _seal(self, store: Any, current: int, size: int) -> None:
-        """Claim round ``current``'s sealing; the winner gives the ranks, then seals it."""
-        claim = self.node.to_json()
-        if store.compare_set(f"r{current}.claim", "", claim).decode() != claim:
-            return
-        keys = [f"r{current}.node.{arrival}" for arrival in range(1, size + 1)]
-        store.wait(keys, timedelta(seconds=60))  # each arrived node writes its own next
-        nodes = [NodeDescription.from_json(value) for value in store.multi_get(keys)]
-        ranks = ranks_of(nodes)
-        store.multi_set([f"r{current}.rank.{arrival}" for arrival in range(1, size + 1)], [str(rank) for rank in ranks])
-        store.set(f"r{current}.sealed", str(size))
-
-
-def arrival_handler(store: Any, run_id: str, min_nodes: int, max_nodes: int, *, join_timeout_s: float = 600,
-                    last_call_s: float = 30, node_rank: int = -1, local_addr: str | None = None,
-                    keep_alive_s: float = KEEP_ALIVE_S, keep_alive_misses: int = KEEP_ALIVE_MISSES,
-                    loopback: bool = False) -> Any:
-    """torch's ``RendezvousHandler`` over ``ArrivalRendezvous`` (the store: this node's client).
-    Rank 0's launcher serves its workers' store: on 127.0.0.1 only for a job on this host alone
-    (``loopback``), and a new one each round where torch's switch asks for a fresh store per
-    attempt (``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``, rendezvous_store.py), which torch would
-    leave to rank 0's worker to serve on every interface."""
-    from torch.distributed import TCPStore
-    from torch.distributed.elastic.rendezvous import RendezvousHandler, RendezvousInfo
-    from torch.distributed.elastic.rendezvous.api import RendezvousStoreInfo
-
-    from torchx_ext.launcher.loopback import LOOPBACK_ADDRESS, serve_store
-
-    rendezvous = ArrivalRendezvous(store, run_id, min_nodes, max_nodes, join_timeout_s=join_timeout_s,
-                                   last_call_s=last_call_s, node_rank=node_rank, local_addr=local_addr,
-                                   keep_alive_s=keep_alive_s, keep_alive_misses=keep_alive_misses)
-
-    class ArrivalRendezvousHandler(RendezvousHandler):  # type: ignore[misc]  # torch is untyped here
-        def __init__(self) -> None:
-            self.rendezvous = rendezvous
-            self._workers_store: Any = None  # rank 0's, when the agents' store is shared
-
-        def get_backend(self) -> str:
-            return BACKEND
-
-        @property
-        def use_agent_store(self) -> bool:
-            return True  # the workers connect to the store rank 0's launcher serves them
-
-        def next_rendezvous(self) -> Any:
-            round_, rank, size = rendezvous.join()
-            store = rendezvous.round_store(round_)
-            addr = LOOPBACK_ADDRESS if loopback else rendezvous.node.addr
-            fresh = os.getenv("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "0") == "1"  # torch's switch
-            if rank != 0 or fresh:
-                self._workers_store = None  # the previous round's workers are stopped
-            # Published in every round (torch publishes it in the first only, and a node ranked
-            # after it in a later round waits).
-            if rank == 0 and self._workers_store is None:
-                self._workers_store = (serve_store(0, 300) if loopback else
-                                       TCPStore(host_name=addr, port=0, is_master=True, multi_tenant=True))
-            port = self._workers_store.port if rank == 0 else None
-            return RendezvousInfo(store, rank, size, RendezvousStoreInfo.build(rank, store, local_addr=addr,
-                                                                               server_port=port))
-
-        def is_closed(self) -> bool:
-            return rendezvous.is_closed()
-
-        def set_closed(self) -> None:
-            rendezvous.set_closed()
-
-        def num_nodes_waiting(self) -> int:
-            return rendezvous.num_nodes_waiting()
-
-        def first_round_formed(self) -> bool:  # for spare.py
-            return rendezvous.first_round_formed()
-
-        def waiting_as_spare(self) -> bool:  # for spare.py
-            return rendezvous.spare
-
-        @property
-        def ranks_by_node_rank(self) -> bool:  # the watched handler need not reorder
-            return True
-
-        def get_run_id(self) -> str:
-            return run_id
-
-        def shutdown(self) -> bool:
-            # As torch's handler: the store's host may have ended first (its launcher exits once its
-            # own workers are done), and then closing fails without failing this node.
-            try:
-                rendezvous.set_closed()
-            except RuntimeError as error:  # torch's store errors (DistError)
-                logger.warning("could not close the rendezvous %r, its store is gone: %s", run_id,
-                               str(error).splitlines()[0] if str(error) else type(error).__name__)
-                return False
-            return True
-
-    return ArrivalRendezvousHandler()

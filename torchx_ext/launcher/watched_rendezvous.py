@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 import threading
 from collections.abc import Callable
 from typing import Any
 
 from torchx_ext.errors import InvalidArgumentError, TorchxExtError
-from torchx_ext.launcher.arrival_rendezvous import arrival_handler
+from torchx_ext.launcher.arrival_handler import arrival_handler
 from torchx_ext.launcher.loopback import LOOPBACK_ADDRESS, endpoint_is_loopback, rendezvous_store
 from torchx_ext.launcher.rendezvous_pauses import prompt_pauses
 from torchx_ext.launcher.spare import let_the_first_round_form, marked_while_spare
@@ -123,7 +124,7 @@ def _register(on_store_loss: Callable[[Loss], None]) -> None:
 
 
 def _create_handler(params: Any) -> Any:
-    from torch.distributed.elastic.rendezvous import RendezvousParameters, rendezvous_handler_registry
+    from torch.distributed.elastic.rendezvous import RendezvousParameters
 
     config = dict(params.config)
     timeout = float(config.pop(TIMEOUT_KEY))
@@ -143,15 +144,21 @@ def _create_handler(params: Any) -> Any:
     # A job on this host alone: its store on loopback (loopback.py). torch's handler tells the workers
     # its --local-addr (else the host's name) as the store's address: 127.0.0.1 when none is given.
     local = rendezvous_store(c10d) if kind != "torch" or params.local_addr is None else None
+    forget: Callable[[], None] | None = None
     if kind == "torch":
         if local is not None:
             c10d.local_addr = LOOPBACK_ADDRESS
-        inner = rendezvous_handler_registry.create_handler(c10d) if local is None else _torch_handler(local, c10d)
+        else:
+            from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import create_backend
+
+            _, local = create_backend(c10d)  # as torch's registry does for c10d
+        inner = _torch_handler(local, c10d)
+        forget = _old_torch_rounds_forgetter(inner, local, params.run_id)
     else:
-        inner = _arrivals(c10d, node_rank, local)
+        inner = _arrivals(c10d, node_rank, local)  # it deletes old rounds itself
     return watched_handler(inner, timeout_s=timeout, restarts=restarts, endpoint=params.endpoint,
                            on_store_loss=_store_loss_handler[0], node_rank=node_rank, local_addr=params.local_addr,
-                           spares=spares, max_nodes=params.max_nodes)
+                           spares=spares, max_nodes=params.max_nodes, forget_old_rounds=forget)
 
 
 def _torch_handler(store: Any, params: Any) -> Any:
@@ -160,6 +167,24 @@ def _torch_handler(store: Any, params: Any) -> Any:
     from torch.distributed.elastic.rendezvous.dynamic_rendezvous import create_handler
 
     return create_handler(store, C10dRendezvousBackend(store, params.run_id), params)
+
+
+def _old_torch_rounds_forgetter(inner: Any, store: Any, run_id: str) -> Callable[[], None]:
+    """Deletes the keys of torch's handler's rounds before the one before its current round: its
+    round stores (``torch.rendezvous.<run>.<round>/``: the agents' and the watchdog's keys), which
+    torch never deletes. Its own state is one key, rewritten."""
+    pattern = re.compile(rf"^torch\.rendezvous\.{re.escape(run_id)}\.(\d+)/")
+
+    def forget() -> None:
+        current = getattr(getattr(getattr(inner, "_state_holder", None), "state", None), "round", None)
+        if not isinstance(current, int):
+            return  # a torch whose internals differ
+        for key in store.list_keys():
+            match = pattern.match(key)
+            if match is not None and int(match.group(1)) < current - 1:
+                store.delete_key(key)
+
+    return forget
 
 
 def _arrivals(params: Any, node_rank: int, store: Any | None) -> Any:
@@ -179,10 +204,11 @@ def _arrivals(params: Any, node_rank: int, store: Any | None) -> Any:
 
 def watched_handler(inner: Any, *, timeout_s: float, restarts: int, endpoint: str,
                     on_store_loss: Callable[[Loss], None], node_rank: int, local_addr: str | None, spares: int,
-                    max_nodes: int) -> Any:
-    """torch's c10d handler ``inner`` as our launcher runs it (also what scripts/bench measures)."""
+                    max_nodes: int, forget_old_rounds: Callable[[], None] | None = None) -> Any:
+    """torch's c10d handler ``inner`` as our launcher runs it (also what scripts/bench measures);
+    its round's rank 0 calls ``forget_old_rounds`` after each rendezvous."""
     return _watched_handler_class()(inner, timeout_s, restarts, endpoint, on_store_loss, node_rank, local_addr,
-                                    spares, max_nodes)
+                                    spares, max_nodes, forget_old_rounds)
 
 
 def _watched_handler_class() -> type:
@@ -191,8 +217,9 @@ def _watched_handler_class() -> type:
     class WatchedRendezvousHandler(RendezvousHandler):  # type: ignore[misc]  # torch is untyped here
         def __init__(self, inner: Any, timeout_s: float, restarts: int, endpoint: str,
                      on_store_loss: Callable[[Loss], None], node_rank: int, local_addr: str | None,
-                     spares: int, max_nodes: int) -> None:
+                     spares: int, max_nodes: int, forget_old_rounds: Callable[[], None] | None) -> None:
             self._inner = inner
+            self._forget_old_rounds = forget_old_rounds
             self._max_nodes = max_nodes
             self._spares = spares
             self._joined = False
@@ -228,6 +255,11 @@ def _watched_handler_class() -> type:
                     previous.stop()
             if self._node_rank >= 0 and not getattr(self._inner, "ranks_by_node_rank", False):
                 info = in_node_rank_order(info, self._node_rank, self._local_addr, bool(self._inner.use_agent_store))
+            if info.rank == 0 and self._forget_old_rounds is not None:
+                try:
+                    self._forget_old_rounds()
+                except Exception as error:  # a store that fails here fails the agent's next call too
+                    logger.debug("could not delete old rounds' keys: %s", error)
             if info.world_size > 1 and self._timeout_s > 0:
                 self._watch = RoundWatch(
                     info.store, info.rank, info.world_size, self._timeout_s, self._on_loss, self._endpoint

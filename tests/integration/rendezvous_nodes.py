@@ -1,0 +1,43 @@
+"""Rendezvous handlers built as the launcher builds them (``watch_rendezvous``, then torch's
+registry of handlers, over a store client to ``127.0.0.1:PORT``), with either c10d handler; and
+nodes in processes of their own, which a test can kill."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+HANDLER_KINDS = ("arrivals", "torch")
+FAST = {"join_timeout": 60, "last_call_timeout": 2, "keep_alive_interval": 1, "keep_alive_max_attempt": 3}
+"""Settings that make a contract test take seconds: a keep-alive 3 s old is expired. (torch's handler
+drops its own live members at 1 s x 2: it reads its state through a cache of 1 s.)"""
+NODE_SCRIPT = Path(__file__).parent / "jobs" / "rendezvous_node.py"
+
+
+def make_handler(kind: str, port: int, min_nodes: int, max_nodes: int, node_rank: int = -1, **settings: Any) -> Any:
+    """The launcher's c10d handler (``kind``: ``--c10d-handler``), with no watchdog."""
+    from torch.distributed.launcher.api import LaunchConfig
+    from torch.distributed.elastic.rendezvous import RendezvousParameters, rendezvous_handler_registry
+
+    from torchx_ext.launcher.watched_rendezvous import watch_rendezvous
+
+    configs = {**FAST, "is_host": False, **settings}
+    config = LaunchConfig(min_nodes=min_nodes, max_nodes=max_nodes, nproc_per_node=1, run_id="contract",
+                          rdzv_endpoint=f"127.0.0.1:{port}", rdzv_backend="c10d", rdzv_configs=configs, max_restarts=0)
+    watch_rendezvous(config, 0, lambda loss: None, node_rank=node_rank, handler=kind)
+    return rendezvous_handler_registry.create_handler(RendezvousParameters(
+        backend=config.rdzv_backend, endpoint=config.rdzv_endpoint, run_id=config.run_id, min_nodes=min_nodes,
+        max_nodes=max_nodes, local_addr="127.0.0.1", **config.rdzv_configs))
+
+
+def start_node(kind: str, port: int, min_nodes: int, max_nodes: int, **settings: Any) -> subprocess.Popen[str]:
+    """A node in a process of its own, once it is about to call ``next_rendezvous`` (it said "ready")."""
+    process = subprocess.Popen([sys.executable, str(NODE_SCRIPT), kind, str(port), str(min_nodes), str(max_nodes),
+                                json.dumps(settings)], stdout=subprocess.PIPE, text=True)
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    assert line.strip() == "ready", line
+    return process
