@@ -19,18 +19,10 @@ NODE_SCRIPT = Path(__file__).parent / "jobs" / "rendezvous_node.py"
 
 def make_handler(kind: str, port: int, min_nodes: int, max_nodes: int, node_rank: int = -1, **settings: Any) -> Any:
     """The launcher's c10d handler (``kind``: ``--c10d-handler``), with no watchdog."""
-    from torch.distributed.launcher.api import LaunchConfig
-    from torch.distributed.elastic.rendezvous import RendezvousParameters, rendezvous_handler_registry
+    from torchx_ext.launcher.watched_rendezvous import c10d_handler
 
-    from torchx_ext.launcher.watched_rendezvous import watch_rendezvous
-
-    configs = {**FAST, "is_host": False, **settings}
-    config = LaunchConfig(min_nodes=min_nodes, max_nodes=max_nodes, nproc_per_node=1, run_id="contract",
-                          rdzv_endpoint=f"127.0.0.1:{port}", rdzv_backend="c10d", rdzv_configs=configs, max_restarts=0)
-    watch_rendezvous(config, 0, lambda loss: None, node_rank=node_rank, handler=kind)
-    return rendezvous_handler_registry.create_handler(RendezvousParameters(
-        backend=config.rdzv_backend, endpoint=config.rdzv_endpoint, run_id=config.run_id, min_nodes=min_nodes,
-        max_nodes=max_nodes, local_addr="127.0.0.1", **config.rdzv_configs))
+    return c10d_handler(min_nodes, max_nodes, f"127.0.0.1:{port}", "contract", {**FAST, "is_host": False, **settings},
+                        handler=kind, node_rank=node_rank, local_addr="127.0.0.1")
 
 
 def start_node(kind: str, port: int, min_nodes: int, max_nodes: int, **settings: Any) -> subprocess.Popen[str]:

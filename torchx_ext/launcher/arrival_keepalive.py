@@ -1,10 +1,10 @@
 """The arrival rendezvous' keep-alive: one thread per node, on a store connection of its own.
 
 It writes this node's keep-alive key every ``keep_alive_s`` (a participant's or member's
-``r{k}.alive.{a}``, a waiter's ``r{k}.waiter.{t}``: the wall-clock time, as torch's handler
-writes its keep-alives), wakes this node's wait for a seal at its deadlines (the node waits in the
-store, which has no wait with a deadline that does not log a warning when it ends), and deletes
-old rounds' keys off the node's own path. A store call that fails is logged and tried again at
+``r{k}.node.{a}``, a waiter's ``r{k}.waiter.{t}``: the wall-clock time, as torch's handler writes
+its keep-alives, and what the node says of itself), and wakes this node's wait for a seal at each
+beat and at its deadlines (the node waits in the store, which has no wait with a deadline that does
+not log a warning when it ends). A store call that fails is logged and tried again at
 the next beat: a keep-alive that stopped for good would let waiting nodes count a live member as
 gone. ``stop`` ends the thread before its caller goes on, so no thread of it outlives a
 ``shutdown`` and returns from a store call while the interpreter finalizes.
@@ -29,13 +29,13 @@ class KeepAlive:
         self._prefix = prefix
         self._interval_s = interval_s
         self._lock = threading.Lock()
+        self._writing = threading.Lock()  # held while a beat is on its way to the store
         self._changed = threading.Event()
         self._stopped = threading.Event()
         self._key: str | None = None
         self._value: Callable[[], str] = lambda: f"{time.time():.3f}"
         self._wake_key: str | None = None
         self._wake_at: float | None = None
-        self._chores: list[Callable[[Any], None]] = []
         self._failing = False
         self._beat_now = False
         self._thread = threading.Thread(target=self._run, name="torchx_ext rendezvous: keep-alive", daemon=True)
@@ -43,8 +43,8 @@ class KeepAlive:
 
     def beat(self, key: str | None, value: Callable[[], str] | None = None, wake_key: str | None = None) -> None:
         """Keep ``key`` alive from now on (None: none, as a node that left its round), and wake
-        ``wake_key``'s waiter at each beat."""
-        with self._lock:
+        ``wake_key``'s waiter at each beat. Once this returns, no write of the key before lands."""
+        with self._writing, self._lock:
             self._key, self._wake_key, self._wake_at = key, wake_key, None
             if value is not None:
                 self._value = value
@@ -57,13 +57,6 @@ class KeepAlive:
             self._wake_at = monotonic
         self._changed.set()
 
-    def later(self, chore: Callable[[Any], None]) -> None:
-        """Run ``chore(client)`` on this thread (work that must not delay the node's join), with a
-        client of the whole store, not the rendezvous' prefix."""
-        with self._lock:
-            self._chores.append(chore)
-        self._changed.set()
-
     def stop(self) -> None:
         self._stopped.set()
         self._changed.set()
@@ -73,7 +66,6 @@ class KeepAlive:
     def _run(self) -> None:
         from torch.distributed import PrefixStore
 
-        client: Any = None
         store: Any = None
         next_beat = time.monotonic()
         while not self._stopped.is_set():
@@ -82,21 +74,20 @@ class KeepAlive:
                 if self._beat_now:
                     self._beat_now, next_beat = False, now
                 key, wake_key, wake_at, value = self._key, self._wake_key, self._wake_at, self._value
-                chores, self._chores = self._chores, []
                 beat = now >= next_beat
                 wake = wake_key is not None and (beat or (wake_at is not None and now >= wake_at))
                 if wake and wake_at is not None and now >= wake_at:
                     self._wake_at = None
             try:
                 if store is None:
-                    client = self._client.clone()
-                    store = PrefixStore(self._prefix, client)
-                if beat and key is not None:
-                    store.set(key, value())
-                if wake:
-                    store.set(wake_key, "")
-                for chore in chores:
-                    chore(client)
+                    store = PrefixStore(self._prefix, self._client.clone())
+                with self._writing:
+                    with self._lock:
+                        current = self._key == key
+                    if beat and key is not None and current:
+                        store.set(key, value())
+                    if wake and current:
+                        store.set(wake_key, "")
                 if self._failing:
                     logger.warning("rendezvous keep-alive: the store answers again")
                     self._failing = False

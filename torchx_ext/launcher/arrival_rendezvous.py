@@ -7,9 +7,9 @@ bytes each. Here a round is built from keys no node rewrites (all under ``torchx
 
 - ``round`` names the round open now; ``r{k}.open`` exists once round k is open;
 - a node joins round k by ``add(r{k}.arrivals, 1)``: its arrival number ``a``. It writes its
-  description (address, pid, ``--node-rank``, a random token, the round it was last a member of)
-  under ``r{k}.node.{a}`` and its keep-alive (its wall-clock time, as torch's handler does) under
-  ``r{k}.alive.{a}`` every ``keep_alive_s`` from then on, while a participant and while a member;
+  keep-alive under ``r{k}.node.{a}`` every ``keep_alive_s`` from then on, while a participant and
+  while a member: its wall-clock time (as torch's handler's keep-alives) and its description
+  (address, pid, ``--node-rank``, a random token, the round it was last a member of);
 - the round is sealed by one compare-and-set of ``r{k}.seal`` from nothing to the arrival numbers
   in rank order: at once when ``max_nodes`` live participants are there, else at the last-call
   deadline (``r{k}.deadline``, set by the first to see ``min_nodes`` arrivals) with the live ones.
@@ -33,7 +33,7 @@ bytes each. Here a round is built from keys no node rewrites (all under ``torchx
 - a waiter that sees every member of the sealed round stop its keep-alive (a whole job started
   again against a store that outlived it) opens the next round itself;
 - ``closed`` ends every wait (``set_closed``, ``shutdown``);
-- whoever seals round k deletes round k-2's keys (the rendezvous', and the agents' and watchdog's
+- whoever opens round k deletes round k-2's keys (the rendezvous', and the agents' and watchdog's
   in its round store), so the store holds two rounds whatever the number of restarts.
 
 Each node makes about a dozen operations to join; the sealer a few more whose payload is O(N).
@@ -108,7 +108,8 @@ def ranks_of(nodes: list[NodeDescription]) -> list[int]:
 
 
 def _alive(value: bytes | None, now: float, expiry_s: float) -> bool:
-    """A keep-alive value (None: not written yet, the node has just come) still fresh at ``now``."""
+    """A keep-alive value ("TIME ...", or ``WITHDRAWN``; None: not written yet, the node has just
+    come) still fresh at ``now``."""
     if value is None:
         return True
     text = value.decode()
@@ -203,25 +204,25 @@ class ArrivalRendezvous:
         arrival = int(store.add(f"r{current}.arrivals", 1))
         description = NodeDescription(self.node.addr, self.node.pid, self.node.node_rank, self.node.token,
                                       self._member_of).to_json()
-        store.set(f"r{current}.node.{arrival}", description)
-        wake = f"r{current}.wake.{arrival}"
-        self._beat(f"r{current}.alive.{arrival}", wake_key=wake)
-        store.set(f"r{current}.alive.{arrival}", f"{time.time():.3f}")
+        key, wake = f"r{current}.node.{arrival}", f"r{current}.wake.{arrival}"
+        store.set(key, f"{time.time():.3f} {description}")
+        self._beat(key, description=description, wake_key=wake)
         full_since: float | None = None  # when this node first saw max_nodes arrive, the round unsealed
         while True:
             seal = self._seal_of(current)
             if seal is not None:
+                store.delete_key(wake)
                 if arrival in seal:
                     return current, seal.index(arrival), len(seal)
                 self._beat(None)
                 return None
             closed = self.is_closed()
             if closed or time.monotonic() >= deadline:
-                store.set(f"r{current}.node.{arrival}", WITHDRAWN)
-                store.set(f"r{current}.alive.{arrival}", WITHDRAWN)
+                self._beat(None)  # no beat of its own lands after the withdrawal
+                store.set(key, WITHDRAWN)
                 seal = self._seal_of(current)
                 if seal is not None and arrival in seal and not closed:  # sealed just before: a member
-                    self._beat(f"r{current}.alive.{arrival}")
+                    self._beat(key, description=description)
                     return current, seal.index(arrival), len(seal)
                 self._beat(None)
                 if closed:
@@ -270,11 +271,10 @@ class ArrivalRendezvous:
         or, past the last call, with ``min_nodes`` or more. One compare-and-set decides."""
         store = self.store
         numbers = list(range(1, arrived + 1))
-        descriptions = self._read([f"r{current}.node.{a}" for a in numbers])
-        keep_alives = self._read([f"r{current}.alive.{a}" for a in numbers])
+        beats = self._read([f"r{current}.node.{a}" for a in numbers])
         now = time.time()
-        live = [(NodeDescription.from_json(text), a) for a, text, beat in zip(numbers, descriptions, keep_alives)
-                if text is not None and text.decode() != WITHDRAWN and _alive(beat, now, self.expiry_s)]
+        live = [(NodeDescription.from_json(beat.decode().split(" ", 1)[1]), a) for a, beat in zip(numbers, beats)
+                if beat is not None and _alive(beat, now, self.expiry_s)]
         if len(live) >= self.max_nodes:
             live.sort(key=lambda entry: (entry[0].member_of != current - 1, entry[1]))
             chosen = live[:self.max_nodes]
@@ -292,19 +292,18 @@ class ArrivalRendezvous:
         if store.compare_set(f"r{current}.seal", "", seal).decode() != seal:
             return
         store.multi_set([f"r{current}.wake.{a}" for a in numbers], [""] * len(numbers))
-        if current >= 2 and self._keep_alive is not None:
-            self._keep_alive.later(self._forget(current - 2))
 
-    def _forget(self, old: int) -> Any:
-        """A chore: delete round ``old``'s keys (those of the rendezvous and of its round store)."""
+    def _forget(self, old: int) -> None:
+        """Delete round ``old``'s keys: the rendezvous' and its round store's (the agents' and the
+        watchdog's). A store that cannot list its keys (not a TCPStore) keeps them."""
         marks = (f"{self._prefix}/r{old}.", f"{self._prefix}/r{old}/")
-
-        def forget(client: Any) -> None:
-            for key in client.list_keys():
+        try:
+            for key in self._client.list_keys():
                 if key.startswith(marks):
-                    client.delete_key(key)
-
-        return forget
+                    self._client.delete_key(key)
+        except (AttributeError, RuntimeError) as error:  # torch's store errors are RuntimeErrors
+            logger.warning("could not delete the rendezvous' round %d keys: %s", old,
+                           str(error).splitlines()[0] if str(error) else type(error).__name__)
 
     def _read(self, keys: list[str]) -> list[bytes | None]:
         """The values of ``keys``, None for one not written yet (a store's get waits for it)."""
@@ -320,8 +319,15 @@ class ArrivalRendezvous:
         return [int(a) for a in json.loads(self.store.get(f"r{round_}.seal"))]
 
     def _open(self, next_round: int) -> None:
-        self.store.compare_set("round", str(next_round - 1), str(next_round))
+        """Open round ``next_round``; whoever does deletes round ``next_round - 2``'s keys: every node
+        of it rendezvoused again or is gone (off this node's path: its keep-alive thread does it)."""
+        if self.store.compare_set("round", str(next_round - 1), str(next_round)).decode() != str(next_round):
+            return
         self.store.set(f"r{next_round}.open", "")
+        # Members that come back together may all have opened it: one deletes, before it arrives,
+        # so the round cannot form before the old keys are gone (a few ms per thousand keys).
+        if next_round >= 2 and int(self.store.add(f"r{next_round}.opened", 1)) == 1:
+            self._forget(next_round - 2)
 
     def num_nodes_waiting(self) -> int:
         """Live nodes waiting for a round after this member's: counted waiters, and nodes that
@@ -345,7 +351,7 @@ class ArrivalRendezvous:
         waiters = self._read([f"r{next_round}.waiter.{t}" for t in range(1, tickets + 1)])
         counted = sum(1 for value in waiters if value is not None and value.decode().endswith(" 1")
                       and _alive(value, now, self.expiry_s))
-        alive = self._read([f"r{next_round}.alive.{a}" for a in range(1, arrived + 1)])
+        alive = self._read([f"r{next_round}.node.{a}" for a in range(1, arrived + 1)])
         return counted + sum(1 for value in alive if _alive(value, now, self.expiry_s))
 
     def is_closed(self) -> bool:
@@ -356,14 +362,14 @@ class ArrivalRendezvous:
         if self._keep_alive is not None:
             self._keep_alive.stop()
 
-    def _beat(self, key: str | None, counted: bool | None = None, wake_key: str | None = None) -> None:
+    def _beat(self, key: str | None, *, description: str | None = None, counted: bool | None = None,
+              wake_key: str | None = None) -> None:
+        """Keep ``key`` alive with the time and the ``description`` (a participant's) or the
+        ``counted`` flag (a waiter's); None: no key any more (written no more once this returns)."""
         if self._keep_alive is None:
             return
-        if counted is None:
-            self._keep_alive.beat(key, lambda: f"{time.time():.3f}", wake_key=wake_key)
-        else:
-            flag = "1" if counted else "0"
-            self._keep_alive.beat(key, lambda: f"{time.time():.3f} {flag}", wake_key=wake_key)
+        after = description if description is not None else ("1" if counted else "0")
+        self._keep_alive.beat(key, lambda: f"{time.time():.3f} {after}", wake_key=wake_key)
 
     def first_round_formed(self) -> bool:
         """Whether a first round was sealed (or the rendezvous closed): a hot spare joins after."""
@@ -375,7 +381,8 @@ class ArrivalRendezvous:
         self.store.set("closed", "")
         current = int(self.store.add("round", 0))
         arrived = int(self.store.add(f"r{current}.arrivals", 0))
-        if arrived:  # participants waiting for a seal; the nodes waiting outside look every WAIT_POLL_S
+        if arrived and not self.store.check([f"r{current}.seal"]):
+            # participants waiting for a seal; the nodes waiting outside look every WAIT_POLL_S
             self.store.multi_set([f"r{current}.wake.{a}" for a in range(1, arrived + 1)], [""] * arrived)
 
     def round_store(self, round_: int) -> Any:
@@ -416,7 +423,7 @@ class ArrivalRendezvous:
                 if now - looked_at >= self.keep_alive_s:
                     looked_at = now
                     wall = time.time()
-                    beats = self._read([f"r{sealed}.alive.{a}" for a in members])
+                    beats = self._read([f"r{sealed}.node.{a}" for a in members])
                     live = sum(1 for value in beats if _alive(value, wall, self.expiry_s))
                     if live == 0:  # every member is gone: nobody else will open the next round
                         self._open(next_round)

@@ -96,6 +96,25 @@ def watch_rendezvous(config: Any, timeout_s: float, on_store_loss: Callable[[Los
     config.rdzv_configs[_NODE_RANK_KEY] = node_rank if fixed and (several or spares) else -1
 
 
+def c10d_handler(min_nodes: int, max_nodes: int, endpoint: str, run_id: str, rdzv_configs: dict[str, Any], *,
+                 handler: str = HANDLERS[0], node_rank: int = -1, local_addr: str | None = None,
+                 peer_timeout_s: float = 0, max_restarts: int = 0) -> Any:
+    """The c10d rendezvous handler the launcher runs for these settings (``watch_rendezvous``, then
+    torch's registry, as torch's ``launch_agent`` makes it), for tests and benches that need it
+    apart from an agent. A lost store (with a peer timeout) is only logged."""
+    from torch.distributed.elastic.rendezvous import RendezvousParameters, rendezvous_handler_registry
+    from torch.distributed.launcher.api import LaunchConfig
+
+    config = LaunchConfig(min_nodes=min_nodes, max_nodes=max_nodes, nproc_per_node=1, run_id=run_id,
+                          rdzv_endpoint=endpoint, rdzv_backend="c10d", rdzv_configs=dict(rdzv_configs),
+                          max_restarts=max_restarts)
+    watch_rendezvous(config, peer_timeout_s, lambda loss: logger.warning("%s", loss.line), node_rank=node_rank,
+                     handler=handler)
+    return rendezvous_handler_registry.create_handler(RendezvousParameters(
+        backend=config.rdzv_backend, endpoint=endpoint, run_id=run_id, min_nodes=min_nodes, max_nodes=max_nodes,
+        local_addr=local_addr, **config.rdzv_configs))
+
+
 _TIMEOUTS = (("join_timeout", 600), ("last_call_timeout", 30), ("keep_alive_interval", 5),
              ("keep_alive_max_attempt", 3))
 """torch's c10d settings (``--rdzv-conf``) that both handlers read, with torch's defaults."""
