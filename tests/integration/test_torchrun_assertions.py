@@ -6,13 +6,14 @@ every rank ran (each worker reports under its global rank) and the launcher's ou
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.helpers import free_port
-from tests.integration.launcher_helpers import LAUNCHER, REPORT, clean_env, reports, run_launcher
+from tests.integration.launcher_helpers import LAUNCHER, REPORT, clean_env, reports, run_caller, run_launcher
 
 
 HANDLERS = pytest.mark.parametrize("handler", ["torch", "arrivals"])
@@ -46,6 +47,40 @@ def test_launch_elastic_multiple_agents_form_one_world(handler: str, tmp_path: P
     assert [launcher.returncode for launcher in launchers] == [0, 0], outputs[0][-2000:] + outputs[1][-2000:]
     assert sorted(report["rank"] for report in reports(tmp_path)) == [0, 1, 2, 3]
     assert {report["sum"] for report in reports(tmp_path)} == {10.0}  # 1 + 2 + 3 + 4
+
+
+# run_test.py's test_launch_elastic_multiple_agents as torch runs it: the second agent is launch.main
+# in a multiprocessing.Process, the first in the test's own process. A thread of ours still in a
+# store call as a process finalizes aborts it (SIGABRT, "terminate called without an active
+# exception"): now and then, so the case runs a few times (TORCHX_EXT_AGENT_REPEATS; 20 by hand).
+IN_PROCESS_AGENTS = """
+import multiprocessing
+import sys
+
+from torchx_ext.launcher.cli import main
+
+if __name__ == "__main__":  # workers started by spawn import this module again
+    child = multiprocessing.Process(target=main, args=(sys.argv[1:],))
+    child.start()
+    code = main(sys.argv[1:])
+    child.join()
+    print(code, child.exitcode, flush=True)
+"""
+
+
+@HANDLERS
+def test_launch_elastic_multiple_agents_called_in_process_end_their_processes_cleanly(handler: str,
+                                                                                       tmp_path: Path) -> None:
+    for attempt in range(int(os.environ.get("TORCHX_EXT_AGENT_REPEATS", "3"))):
+        out = tmp_path / str(attempt)
+        out.mkdir()
+        result = run_caller(tmp_path, IN_PROCESS_AGENTS, "--nnodes", "1:2", "--nproc-per-node", "2",
+                            *_c10d(f"agents{attempt}", free_port(), handler), REPORT, str(out),
+                            env=clean_env(), timeout=120)
+
+        assert result.returncode == 0 and result.stdout.split()[-2:] == ["0", "0"], \
+            (attempt, result.returncode, result.stdout[-500:], result.stderr[-3000:])
+        assert sorted(report["rank"] for report in reports(out)) == [0, 1, 2, 3]
 
 
 @HANDLERS

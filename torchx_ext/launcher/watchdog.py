@@ -159,6 +159,18 @@ class RoundWatch:
         self._stopped.set()
         self._woken.set()
 
+    def join(self, timeout_s: float) -> None:
+        """Wait, ``timeout_s`` at most in all, for this stopped watch's threads to end (a beat stuck
+        in a call to a store that stopped answering may not): so that none returns from a store
+        call while the interpreter finalizes, which aborts the process."""
+        until = time.monotonic() + timeout_s
+        for thread in self._threads:
+            if thread.is_alive() and thread is not threading.current_thread():
+                thread.join(max(0.0, until - time.monotonic()))
+
+    def ended(self) -> bool:
+        return not any(thread.is_alive() for thread in self._threads)
+
     def loss(self) -> Loss | None:
         with self._lock:
             return self._loss

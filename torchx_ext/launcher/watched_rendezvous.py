@@ -22,6 +22,7 @@ import os
 import re
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -250,6 +251,7 @@ def _watched_handler_class() -> type:
             self._endpoint = endpoint
             self._on_store_loss = on_store_loss
             self._watch: RoundWatch | None = None
+            self._stopped: list[RoundWatch] = []  # watches whose threads may still be ending
 
         def get_backend(self) -> str:
             return BACKEND  # torch checks that a handler is of the backend it was asked for
@@ -272,6 +274,8 @@ def _watched_handler_class() -> type:
             finally:
                 if previous is not None:
                     previous.stop()
+                    # kept until their threads end (each holds store connections until then)
+                    self._stopped = [watch for watch in [*self._stopped, previous] if not watch.ended()]
             if self._node_rank >= 0 and not getattr(self._inner, "ranks_by_node_rank", False):
                 info = in_node_rank_order(info, self._node_rank, self._local_addr, bool(self._inner.use_agent_store))
             if info.rank == 0 and self._forget_old_rounds is not None:
@@ -322,9 +326,15 @@ def _watched_handler_class() -> type:
                 self._on_store_loss(loss)
 
         def _stop_watching(self) -> None:
+            """Stop this round's watch, and wait for every watch's threads to end (bounded)."""
             if self._watch is not None:
                 self._watch.stop()
+                self._stopped.append(self._watch)
                 self._watch = None
+            until = time.monotonic() + THREADS_END_S
+            for watch in self._stopped:
+                watch.join(max(0.0, until - time.monotonic()))
+            self._stopped.clear()
 
     return WatchedRendezvousHandler
 
@@ -398,3 +408,6 @@ def exit_for_store_loss(loss: Loss, exit_code: int, write_report: Callable[[str]
 
 
 REPORT_BOUND_S = 2.0
+THREADS_END_S = 5.0
+"""How long a handler's shutdown waits for its watches' threads to end: a caller of ``main()`` or
+``launch()`` whose process then exits must have none left in a store call (it would abort)."""
