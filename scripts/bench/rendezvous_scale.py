@@ -166,6 +166,11 @@ def counting_store(inner: Any, tally: Tally, prefix: str = "", clone_to: Sequenc
             tally.note(())
             return int(inner.num_keys())
 
+        def list_keys(self) -> list[str]:  # the whole store's (the rendezvous deletes old rounds by it)
+            keys = [str(key) for key in inner.list_keys()]
+            tally.note(keys)
+            return [key[len(prefix):] for key in keys if key.startswith(prefix)]
+
         def set_timeout(self, timeout: datetime.timedelta) -> None:
             inner.set_timeout(timeout)
 

@@ -24,9 +24,8 @@ STOP_WAIT_S = 5.0
 
 
 class KeepAlive:
-    def __init__(self, client: Any, prefix: str, interval_s: float) -> None:
-        self._client = client  # cloned on the thread: connecting may hang
-        self._prefix = prefix
+    def __init__(self, store: Any, interval_s: float) -> None:
+        self._store = store  # cloned on the thread: connecting may hang
         self._interval_s = interval_s
         self._lock = threading.Lock()
         self._writing = threading.Lock()  # held while a beat is on its way to the store
@@ -64,8 +63,6 @@ class KeepAlive:
             self._thread.join(STOP_WAIT_S)
 
     def _run(self) -> None:
-        from torch.distributed import PrefixStore
-
         store: Any = None
         next_beat = time.monotonic()
         while not self._stopped.is_set():
@@ -80,7 +77,7 @@ class KeepAlive:
                     self._wake_at = None
             try:
                 if store is None:
-                    store = PrefixStore(self._prefix, self._client.clone())
+                    store = self._store.clone()
                 with self._writing:
                     with self._lock:
                         current = self._key == key

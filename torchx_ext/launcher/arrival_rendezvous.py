@@ -52,6 +52,7 @@ from datetime import timedelta
 from typing import Any
 
 from torchx_ext.launcher.arrival_keepalive import KeepAlive
+from torchx_ext.launcher.store_keys import PrefixedKeys
 
 BACKEND = "torchx_ext-arrivals"
 logger = logging.getLogger(__name__)
@@ -126,13 +127,11 @@ class ArrivalRendezvous:
                  last_call_s: float = 30, node_rank: int = -1, local_addr: str | None = None,
                  keep_alive_s: float = KEEP_ALIVE_S, keep_alive_misses: int = KEEP_ALIVE_MISSES,
                  turn_grace_s: float = TURN_GRACE_S) -> None:
-        from torch.distributed import PrefixStore
-
         if not 1 <= min_nodes <= max_nodes:
             raise ValueError(f"min_nodes {min_nodes} and max_nodes {max_nodes}: expected 1 <= min <= max")
         self._prefix = f"torchx_ext.rdzv/{run_id}"
         self._client = store
-        self.store = PrefixStore(self._prefix, store)
+        self.store = PrefixedKeys(self._prefix, store)
         self.run_id = run_id
         self.min_nodes, self.max_nodes = min_nodes, max_nodes
         self.join_timeout_s, self.last_call_s = join_timeout_s, last_call_s
@@ -156,7 +155,7 @@ class ArrivalRendezvous:
         RendezvousClosedError, RendezvousGracefulExitError (closed while this node waited as a
         redundant one) or RendezvousTimeoutError."""
         if self._keep_alive is None:
-            self._keep_alive = KeepAlive(self._client, self._prefix, self.keep_alive_s)
+            self._keep_alive = KeepAlive(self.store, self.keep_alive_s)
         self._keep_alive.beat(None)  # a member that rendezvouses again has left its round
         try:
             return self._join(time.monotonic() + self.join_timeout_s)
@@ -388,7 +387,7 @@ class ArrivalRendezvous:
     def round_store(self, round_: int) -> Any:
         from torch.distributed import PrefixStore
 
-        return PrefixStore(f"r{round_}", self.store)
+        return PrefixStore(f"{self._prefix}/r{round_}", self._client)
 
     def _take_ticket(self, next_round: int, counted: bool) -> int:
         ticket = int(self.store.add(f"r{next_round}.queue", 1))  # the waiters' order
