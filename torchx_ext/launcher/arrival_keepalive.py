@@ -37,17 +37,21 @@ class KeepAlive:
         self._wake_at: float | None = None
         self._failing = False
         self._beat_now = False
+        self._beat_later = False
         self._thread = threading.Thread(target=self._run, name="torchx_ext rendezvous: keep-alive", daemon=True)
         self._thread.start()
 
-    def beat(self, key: str | None, value: Callable[[], str] | None = None, wake_key: str | None = None) -> None:
+    def beat(self, key: str | None, value: Callable[[], str] | None = None, wake_key: str | None = None,
+             written: bool = False) -> None:
         """Keep ``key`` alive from now on (None: none, as a node that left its round), and wake
-        ``wake_key``'s waiter at each beat. Once this returns, no write of the key before lands."""
+        ``wake_key``'s waiter at each beat; the first beat now, or one interval on when the caller
+        has ``written`` the key itself. Once this returns, no write of the key before lands."""
         with self._writing, self._lock:
             self._key, self._wake_key, self._wake_at = key, wake_key, None
             if value is not None:
                 self._value = value
-            self._beat_now = True
+            self._beat_now = not written
+            self._beat_later = written
         self._changed.set()
 
     def wake_at(self, monotonic: float | None) -> None:
@@ -70,6 +74,8 @@ class KeepAlive:
                 now = time.monotonic()
                 if self._beat_now:
                     self._beat_now, next_beat = False, now
+                if self._beat_later:
+                    self._beat_later, next_beat = False, now + self._interval_s
                 key, wake_key, wake_at, value = self._key, self._wake_key, self._wake_at, self._value
                 beat = now >= next_beat
                 wake = wake_key is not None and (beat or (wake_at is not None and now >= wake_at))

@@ -205,7 +205,7 @@ class ArrivalRendezvous:
                                       self._member_of).to_json()
         key, wake = f"r{current}.node.{arrival}", f"r{current}.wake.{arrival}"
         store.set(key, f"{time.time():.3f} {description}")
-        self._beat(key, description=description, wake_key=wake)
+        self._beat(key, description=description, wake_key=wake, written=True)
         full_since: float | None = None  # when this node first saw max_nodes arrive, the round unsealed
         while True:
             seal = self._seal_of(current)
@@ -362,13 +362,13 @@ class ArrivalRendezvous:
             self._keep_alive.stop()
 
     def _beat(self, key: str | None, *, description: str | None = None, counted: bool | None = None,
-              wake_key: str | None = None) -> None:
+              wake_key: str | None = None, written: bool = False) -> None:
         """Keep ``key`` alive with the time and the ``description`` (a participant's) or the
         ``counted`` flag (a waiter's); None: no key any more (written no more once this returns)."""
         if self._keep_alive is None:
             return
         after = description if description is not None else ("1" if counted else "0")
-        self._keep_alive.beat(key, lambda: f"{time.time():.3f} {after}", wake_key=wake_key)
+        self._keep_alive.beat(key, lambda: f"{time.time():.3f} {after}", wake_key=wake_key, written=written)
 
     def first_round_formed(self) -> bool:
         """Whether a first round was sealed (or the rendezvous closed): a hot spare joins after."""
@@ -393,7 +393,7 @@ class ArrivalRendezvous:
         ticket = int(self.store.add(f"r{next_round}.queue", 1))  # the waiters' order
         key = f"r{next_round}.waiter.{ticket}"
         self.store.set(key, f"{time.time():.3f} {'1' if counted else '0'}")
-        self._beat(key, counted=counted)
+        self._beat(key, counted=counted, written=True)
         return ticket
 
     def _wait_outside(self, sealed: int, deadline: float) -> bool:
