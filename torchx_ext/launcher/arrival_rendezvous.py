@@ -41,6 +41,7 @@ Each node makes about a dozen operations to join; the sealer a few more whose pa
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -119,6 +120,9 @@ def _alive(value: bytes | None, now: float, expiry_s: float) -> bool:
     return now - float(text.split()[0]) <= expiry_s
 
 
+_made = itertools.count()
+
+
 class ArrivalRendezvous:
     """The rendezvous logic over a c10d ``store`` (each node's own client); torch's handler
     interface is ``arrival_handler``'s."""
@@ -140,7 +144,10 @@ class ArrivalRendezvous:
         self.turn_grace_s = turn_grace_s
         self._turn: int | None = None
         """A round this node arrives at without waiting its turn (it waited, or was in the round before)."""
-        self.node = NodeDescription(local_addr or socket.getfqdn(), os.getpid(), node_rank, uuid.uuid4().hex)
+        # As torch's local id, the order nodes were made in one process, then a random part for
+        # launchers of the same host name and pid (host-network containers, pid 1).
+        self.node = NodeDescription(local_addr or socket.getfqdn(), os.getpid(), node_rank,
+                                    f"{next(_made):08d}.{uuid.uuid4().hex}")
         self.round: int | None = None
         """The round this node is a member of."""
         self._member_of = -1
@@ -232,6 +239,7 @@ class ArrivalRendezvous:
             arrived = int(store.add(f"r{current}.arrivals", 0))
             stagger = SEAL_STAGGER_S * min(arrival - 1, SEAL_STAGGER_MAX)
             wake_at = deadline
+            due = self._seal_due(current, arrival, arrived, stagger)
             if arrived >= self.max_nodes:
                 # The node that made the round full seals it at once; the others only if it stays
                 # unsealed (that node died, or a participant left): one reads O(N), not all.
@@ -240,12 +248,10 @@ class ArrivalRendezvous:
                     self._try_seal(current, arrived)
                 else:
                     wake_at = min(wake_at, full_since + stagger)
-            else:
-                due = self._seal_due(current, arrival, arrived, stagger)
-                if due is not None and time.time() >= due:
-                    self._try_seal(current, arrived)
-                elif due is not None:
-                    wake_at = min(wake_at, time.monotonic() + due - time.time())
+            elif due is not None and time.time() >= due:
+                self._try_seal(current, arrived)
+            if due is not None and time.time() < due:  # a dead node among max_nodes: the last call
+                wake_at = min(wake_at, time.monotonic() + due - time.time())
             if self._seal_of(current) is None:
                 assert self._keep_alive is not None
                 self._keep_alive.wake_at(wake_at)
@@ -261,7 +267,7 @@ class ArrivalRendezvous:
         key = f"r{current}.deadline"
         mine = f"{time.time() + self.last_call_s:.3f}"
         deadline = store.compare_set(key, "", mine).decode()
-        if deadline == mine and arrival > 1:
+        if deadline == mine and 1 < arrival and arrived < self.max_nodes:  # full: sealed at once
             store.multi_set([f"r{current}.wake.{a}" for a in range(1, arrival)], [""] * (arrival - 1))
         return float(deadline) + stagger
 
