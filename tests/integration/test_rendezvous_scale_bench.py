@@ -37,3 +37,16 @@ def test_nodes_in_two_processes_join_lose_a_node_and_form_the_next_round_togethe
     line = next(text for text in result.stdout.splitlines() if re.match(r"\s+32\s+arrivals\s", text))
     assert re.search(r"join +[\d.]+ s, ops/node", line), line
     assert re.search(r"detected +[\d.]+ s \(all survivors +[\d.]+ s later\), next round +[\d.]+ s later", line), line
+
+
+STORE_SIZE = BENCH.parent / "rendezvous_store_size.py"
+
+
+def test_the_store_size_bench_finds_both_handlers_within_their_bound_after_restarts() -> None:
+    result = subprocess.run([sys.executable, str(STORE_SIZE), "--nodes", "4", "--rounds", "8", "--handlers",
+                             "arrivals,torch"], capture_output=True, text=True, timeout=300)
+
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    for handler in ("arrivals", "torch"):
+        line = next(text for text in result.stdout.splitlines() if text.strip().startswith(handler))
+        assert re.search(r"round 8: \d+ \([\d.]+ N\).*within the bound", line), line

@@ -1,6 +1,6 @@
 """torch's own tests of torchrun (pytorch's test/distributed/launcher/run_test.py), their cases that
-go through a rendezvous, asserted of our launcher over c10d with either handler (torch's, the
-default, and ``--c10d-handler arrivals``). torch runs them on etcd; c10d is the backend torchrun
+go through a rendezvous, asserted of our launcher over c10d with either handler (the arrival
+rendezvous, the default, and ``--c10d-handler torch``). torch runs them on etcd; c10d is the backend torchrun
 users have. Each test names the torch test it follows; what they assert is what torch's assert:
 every rank ran (each worker reports under its global rank) and the launcher's outcome."""
 

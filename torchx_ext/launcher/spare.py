@@ -1,8 +1,9 @@
 """Hot spares: launchers beyond the rendezvous' node count, waiting to take a lost node's place.
 
-Both c10d rendezvous the launcher runs (torch's handler, its default, and the arrival rendezvous)
+Both c10d rendezvous the launcher runs (the arrival rendezvous, its default, and torch's handler)
 keep a node that arrives when a round is full waiting apart (torch's redundancy list): it trains
-nothing and counts in no ``num_nodes_waiting`` (so it restarts nobody). Once a member rendezvouses
+nothing and counts in no ``num_nodes_waiting`` (so it restarts nobody) until a member's keep-alive
+expires. Once a member rendezvouses
 again (it left after a failure, or the watchdog declared a peer lost), the spare joins the next
 round, with the survivors. So a replica started beyond ``--nnodes`` is a hot spare, with the
 rendezvous' own rounds; this module adds what a user and a scheduler need around them:
