@@ -47,12 +47,14 @@ def _wait_for_step(directory: Path, step: int, timeout_s: float = 120) -> float:
 def _training(runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path, j: str,
               max_retries: int, spares: int = 0, steps: int = STEPS,
               cfg: dict[str, Any] | None = None, job: str = "checkpointed.py",
-              job_args: tuple[str, ...] = ()) -> tuple[str, str, Path]:
+              job_args: tuple[str, ...] = (), env: dict[str, str] | None = None) -> tuple[str, str, Path]:
     """(handle, app id, checkpoint directory) of the checkpointing job, once 3 steps are done."""
     directory = tmp_path / "checkpoints"
     directory.mkdir()
     args = dict(scheduler.component_args)
     args["mounts"] = [*args.get("mounts", []), *scheduler.shared_dir_mounts(directory)]
+    if env:
+        args["env"] = {**args.get("env", {}), **env}
     app = ddp(str(directory), str(steps), str(STEP_S), *job_args, script=str(JOBS / job), j=j,
               max_retries=max_retries, spares=spares, **args)
     handle: str = runner.run(app, scheduler.name, cfg={**scheduler.cfg, **(cfg or {})})
@@ -99,12 +101,15 @@ def test_losing_any_replica_with_max_retries_resumes_from_the_checkpoint_at_full
 
 # NCCL over InfiniBand, and a rank busy outside a collective, do not notice a dead peer: gloo's
 # reset connections would hide the rendezvous' part. Here the ranks meet through the store.
-@pytest.mark.parametrize("scheduler", ["local_cwd", "local_docker"], indirect=True)
+# Both c10d handlers (the launcher reads $PET_C10D_HANDLER); the engines' own loss, on the default.
+@pytest.mark.parametrize("scheduler, handler", [("local_cwd", "arrivals"), ("local_cwd", "torch"),
+                                                ("local_docker", "arrivals")], indirect=["scheduler"])
 def test_a_worker_that_fails_once_restarts_every_node_within_10_s_where_peers_notice_nothing(
-    runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path
+    runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path, handler: str
 ) -> None:
     handle, app_id, directory = _training(runner, scheduler, tmp_path, "3x1", max_retries=1, steps=16,
-                                          job="store_stepped.py", job_args=("1", "8"))
+                                          job="store_stepped.py", job_args=("1", "8"),
+                                          env={"PET_C10D_HANDLER": handler})
     deadline = time.monotonic() + 60
     while not (directory / "failed_at").exists() and time.monotonic() < deadline:
         time.sleep(0.05)
