@@ -36,8 +36,7 @@ class KeepAlive:
         self._wake_key: str | None = None
         self._wake_at: float | None = None
         self._failing = False
-        self._beat_now = False
-        self._beat_later = False
+        self._next_beat: float | None = None  # set by ``beat``: when the new key's first beat is due
         self._thread = threading.Thread(target=self._run, name="torchx_ext rendezvous: keep-alive", daemon=True)
         self._thread.start()
 
@@ -50,8 +49,7 @@ class KeepAlive:
             self._key, self._wake_key, self._wake_at = key, wake_key, None
             if value is not None:
                 self._value = value
-            self._beat_now = not written
-            self._beat_later = written
+            self._next_beat = time.monotonic() + (self._interval_s if written else 0.0)
         self._changed.set()
 
     def wake_at(self, monotonic: float | None) -> None:
@@ -72,10 +70,8 @@ class KeepAlive:
         while not self._stopped.is_set():
             with self._lock:
                 now = time.monotonic()
-                if self._beat_now:
-                    self._beat_now, next_beat = False, now
-                if self._beat_later:
-                    self._beat_later, next_beat = False, now + self._interval_s
+                if self._next_beat is not None:
+                    next_beat, self._next_beat = self._next_beat, None
                 key, wake_key, wake_at, value = self._key, self._wake_key, self._wake_at, self._value
                 beat = now >= next_beat
                 wake = wake_key is not None and (beat or (wake_at is not None and now >= wake_at))

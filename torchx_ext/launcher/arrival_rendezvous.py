@@ -53,7 +53,7 @@ from datetime import timedelta
 from typing import Any
 
 from torchx_ext.launcher.arrival_keepalive import KeepAlive
-from torchx_ext.launcher.store_keys import PrefixedKeys
+from torchx_ext.launcher.store_keys import PrefixedKeys, delete_keys
 
 BACKEND = "torchx_ext-arrivals"
 logger = logging.getLogger(__name__)
@@ -303,9 +303,7 @@ class ArrivalRendezvous:
         watchdog's). A store that cannot list its keys (not a TCPStore) keeps them."""
         marks = (f"{self._prefix}/r{old}.", f"{self._prefix}/r{old}/")
         try:
-            for key in self._client.list_keys():
-                if key.startswith(marks):
-                    self._client.delete_key(key)
+            delete_keys(self._client, lambda key: key.startswith(marks))
         except (AttributeError, RuntimeError) as error:  # torch's store errors are RuntimeErrors
             logger.warning("could not delete the rendezvous' round %d keys: %s", old,
                            str(error).splitlines()[0] if str(error) else type(error).__name__)

@@ -5,8 +5,17 @@ cannot reach a Python store's ``delete_key``). Keys are ``PREFIX/KEY``, as ``Pre
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
+
+
+def delete_keys(client: Any, doomed: Callable[[str], bool]) -> None:
+    """Delete every key of the whole store behind ``client`` (a TCPStore: it lists its keys) for
+    which ``doomed`` holds: an old round's, which nobody reads any more."""
+    for key in client.list_keys():
+        if doomed(key):
+            client.delete_key(key)
 
 
 class PrefixedKeys:

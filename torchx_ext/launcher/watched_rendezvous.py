@@ -31,6 +31,7 @@ from torchx_ext.launcher.arrival_handler import arrival_handler
 from torchx_ext.launcher.loopback import LOOPBACK_ADDRESS, endpoint_is_loopback, rendezvous_store
 from torchx_ext.launcher.rendezvous_pauses import prompt_pauses
 from torchx_ext.launcher.spare import let_the_first_round_form, marked_while_spare
+from torchx_ext.launcher.store_keys import delete_keys
 from torchx_ext.launcher.watchdog import DEFAULT_TIMEOUT_S, Loss, RoundWatch
 from torchx_ext.replica_env import LIVENESS_FILE_ENV
 
@@ -199,10 +200,11 @@ def _old_torch_rounds_forgetter(inner: Any, store: Any, run_id: str) -> Callable
         current = getattr(getattr(getattr(inner, "_state_holder", None), "state", None), "round", None)
         if not isinstance(current, int):
             return  # a torch whose internals differ
-        for key in store.list_keys():
+        def old(key: str) -> bool:
             match = pattern.match(key)
-            if match is not None and int(match.group(1)) < current - 1:
-                store.delete_key(key)
+            return match is not None and int(match.group(1)) < current - 1
+
+        delete_keys(store, old)
 
     return forget
 
