@@ -23,11 +23,11 @@ def target_of(metadata: Mapping[str, Any]) -> tuple[str, str] | None:
     return (kind, name) if kind in ("script", "module") and isinstance(name, str) else None
 
 
-HOT_SPARES_KEY = "torchx_ext/hot_spares"
+SPARES_KEY = "torchx_ext/hot_spares"  # published (docs/torchx-parity.md): a component of the user's may write it
 """The number of hot spares ``dist.*`` were given (``--spares``): torchx-nightly has no HOT_SPARE
 retry policy (its roles then ask for REPLICA, which restarts the lost replica as a spare)."""
 
 
 def spares_of(metadata: Mapping[str, Any]) -> int:
-    given = str(metadata.get(HOT_SPARES_KEY) or "0")
+    given = str(metadata.get(SPARES_KEY) or "0")
     return int(given) if given.isdigit() else 0

@@ -17,7 +17,8 @@ from torchx import specs
 from torchx.schedulers import get_scheduler_factories
 
 from torchx_ext.errors import InvalidArgumentError
-from torchx_ext.schedulers.slurm.records import JobDir, RoleRequest
+from torchx_ext.schedulers.common.role_policy import RolePolicy
+from torchx_ext.schedulers.slurm.records import JobDir, SlurmRoleRequest
 from torchx_ext.schedulers.slurm.step import replica_command
 
 REPO = Path(__file__).resolve().parents[2]
@@ -248,9 +249,9 @@ def test_slurm_macros_resolve_on_the_node_to_the_job_id_and_the_task(tmp_path: P
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     # test_replica_request_app_id, test_dryrun_multi_role: ${app_id} is the Slurm job id, ${replica_id} the task.
     monkeypatch.setenv("SLURM_JOB_ID", "1234")
-    role = RoleRequest(name="a", min_replicas=2, num_replicas=2, entrypoint="echo",
-                       args=[specs.macros.replica_id, f"hello {specs.macros.app_id}", specs.macros.rank0_env],
-                       env={"FOO": "bar"}, cwd=str(tmp_path), spec={})
+    role = SlurmRoleRequest(name="a", policy=RolePolicy(num_replicas=2, min_replicas=2), entrypoint="echo",
+                            args=[specs.macros.replica_id, f"hello {specs.macros.app_id}", specs.macros.rank0_env],
+                            env={"FOO": "bar"}, cwd=str(tmp_path), spec={})
 
     argv, env = replica_command(role, JobDir(tmp_path), 1, "10.0.0.1", "10.0.0.1")
 

@@ -11,6 +11,7 @@ from torchx.specs import macros
 
 from torchx_ext.components.dist import TORCH_DEBUG_FLAGS, ddp, parse_j, spmd
 from torchx_ext.errors import InvalidArgumentError
+from torchx_ext.role_metadata import SPARES_KEY
 
 
 def role_of(app: specs.AppDef) -> specs.Role:
@@ -254,15 +255,15 @@ def test_spares_are_hot_spare_replicas_beyond_the_rendezvous_nodes(j: str, spare
     assert (role.num_replicas, role.min_replicas) == (nodes + spares, nodes)
     # torchx-nightly has no HOT_SPARE: REPLICA there, the spares in the metadata on both lines.
     assert role.retry_policy == getattr(specs.RetryPolicy, "HOT_SPARE", specs.RetryPolicy.REPLICA)
-    assert role.metadata["torchx_ext/hot_spares"] == str(spares)
+    assert role.metadata[SPARES_KEY] == str(spares)
     assert _flag(role.args, "--nnodes") == nnodes
     assert _flag(role.args, "--node-rank") == specs.macros.replica_id
     assert _flag(role.args, "--rdzv-endpoint-env") == specs.macros.rank0_env
     assert _flag(role.args, "--max-restarts") == restarts
-    assert _flag(role.args, "--hot-spares") == str(spares)
+    assert _flag(role.args, "--spares") == str(spares)
 
 
 def test_spmd_takes_spares_too() -> None:
     role = spmd(script="train.py", j="2", h="dgx_h100", spares=1).roles[0]
 
-    assert (role.num_replicas, role.min_replicas, role.metadata["torchx_ext/hot_spares"]) == (3, 2, "1")
+    assert (role.num_replicas, role.min_replicas, role.metadata[SPARES_KEY]) == (3, 2, "1")

@@ -29,7 +29,7 @@ from torchx.specs import macros
 from torchx_ext.errors import InvalidArgumentError
 from torchx_ext.escaping import escape_template
 from torchx_ext.options import check_mode, parse_omp_threads
-from torchx_ext.role_metadata import HOT_SPARES_KEY, target_metadata
+from torchx_ext.role_metadata import SPARES_KEY, target_metadata
 
 J_FORMS = "NODESxPROCS (e.g. 2x4), MIN:MAXxPROCS (e.g. 2:5x8) or a single number"
 MOUNT_FORMS = (
@@ -292,7 +292,7 @@ def _app(
         # a spare takes the place of the replica it replaced.
         args += ["--node-rank", macros.replica_id]
     if spares:
-        args += ["--hot-spares", str(spares)]
+        args += ["--spares", str(spares)]
     restarts = max_restarts(max_retries, min_nodes, max_nodes, spares)
     if restarts:
         args += ["--max-restarts", str(restarts)]
@@ -328,7 +328,7 @@ def _app(
                 if spares else specs.RetryPolicy.REPLICA,
                 mounts=_mounts(mounts),
                 metadata={**target_metadata(script, m), **(metadata or {}),
-                          **({HOT_SPARES_KEY: str(spares)} if spares else {})},
+                          **({SPARES_KEY: str(spares)} if spares else {})},
             )
         ],
     )

@@ -111,7 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
         f"(c10d, 2 nodes or more; default {DEFAULT_TIMEOUT_S:g}, or the --rdzv-conf key peer_timeout; 0: off)",
     )
     parser.add_argument(
-        "--hot-spares", "--hot_spares", default=0, type=_spares, metavar="N",
+        # --hot-spares: what dist.* passed before this flag took the CLI's --spares spelling.
+        "--spares", "--hot-spares", "--hot_spares", dest="spares", default=0, type=_spares, metavar="N",
         help="the job runs N launchers beyond --nnodes (c10d): those a full round leaves out wait as hot "
         "spares and take a lost node's place; one whose first join finds the rendezvous closed (the job's "
         "nodes are done) exits 0. Default 0",
@@ -244,7 +245,7 @@ def prepare(args: argparse.Namespace) -> tuple[Any, Callable[..., Any] | str, li
             os.environ.pop("OMP_NUM_THREADS", None)
     _set_store_host(config.rdzv_configs)
     watch_rendezvous(config, peer_timeout(args.peer_timeout, config.rdzv_configs), _leave_for_store_loss, args.node_rank,
-                     args.hot_spares, args.c10d_handler)
+                     args.spares, args.c10d_handler)
     # LaunchConfig may still pick torch's default numa_options on CUDA hosts: clear them.
     config.numa_options = None
     if getattr(args, "shutdown_timeout", None) is None and "TORCH_ELASTIC_SHUTDOWN_TIMEOUT" not in os.environ:
@@ -338,7 +339,7 @@ def run(config: Any, entrypoint: Callable[..., Any] | str, entry_args: list[str]
 
 def _spares(text: str) -> int:
     if not text.strip().isdigit():
-        raise argparse.ArgumentTypeError(f"invalid --hot-spares {text!r}: expected a number of launchers, 0 or more")
+        raise argparse.ArgumentTypeError(f"invalid --spares {text!r}: expected a number of launchers, 0 or more")
     return int(text)
 
 

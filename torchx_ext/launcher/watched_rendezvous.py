@@ -43,7 +43,7 @@ TIMEOUT_KEY = "peer_timeout"
 ``heartbeat_timeout``, which bounds one keep-alive write."""
 _RESTARTS_KEY = "torchx_ext_max_restarts"
 _NODE_RANK_KEY = "torchx_ext_node_rank"
-_SPARES_KEY = "torchx_ext_hot_spares"
+_SPARES_KEY = "torchx_ext_spares"
 _HANDLER_KEY = "torchx_ext_c10d_handler"
 HANDLERS = ("arrivals", "torch")
 """``--c10d-handler``: the arrival rendezvous (the default), or torch's dynamic c10d handler."""

@@ -1,4 +1,8 @@
-"""A role as plain data: kept in a job's record as submitted, and a torchx Role again for describe."""
+"""A role as plain data: kept in a job's record as submitted, and a torchx Role again for describe.
+
+What a backend acts on (retry policy, replica counts, spares) is the role's ``RolePolicy``
+(``role_policy.py``), kept next to this spec, not in it.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +10,10 @@ from typing import Any, Mapping
 
 from torchx import specs
 
-from torchx_ext.role_metadata import spares_of
+from torchx_ext.schedulers.common.role_policy import RolePolicy
 
 
-def role_from_spec(spec: Mapping[str, Any]) -> specs.Role:
+def role_from_spec(spec: Mapping[str, Any], policy: RolePolicy) -> specs.Role:
     resource = spec["resource"]
     return specs.Role(
         name=spec["name"],
@@ -17,14 +21,13 @@ def role_from_spec(spec: Mapping[str, Any]) -> specs.Role:
         entrypoint=spec["entrypoint"],
         args=list(spec["args"]),
         env=dict(spec["env"]),
-        num_replicas=spec["num_replicas"],
-        max_retries=spec["max_retries"],
+        num_replicas=policy.num_replicas,
+        max_retries=policy.max_retries,
         resource=specs.Resource(cpu=resource["cpu"], gpu=resource["gpu"], memMB=resource["memMB"]),
         port_map=dict(spec["port_map"]),
-        # A record from before retry policies were kept: its job restarted replicas one by one.
-        # (A policy this torchx line lacks, e.g. HOT_SPARE on torchx-nightly, reads as REPLICA.)
-        retry_policy=specs.RetryPolicy(spec.get("retry_policy", "REPLICA"))
-        if spec.get("retry_policy", "REPLICA") in specs.RetryPolicy.__members__ else specs.RetryPolicy.REPLICA,
+        # A policy this torchx line lacks (HOT_SPARE on torchx-nightly) reads as REPLICA.
+        retry_policy=specs.RetryPolicy(policy.retry_policy)
+        if policy.retry_policy in specs.RetryPolicy.__members__ else specs.RetryPolicy.REPLICA,
     )
 
 
@@ -35,22 +38,6 @@ def role_spec(role: specs.Role) -> dict[str, Any]:
         "entrypoint": role.entrypoint,
         "args": list(role.args),
         "env": dict(role.env),
-        "num_replicas": role.num_replicas,
-        "max_retries": role.max_retries,
         "resource": {"cpu": role.resource.cpu, "gpu": role.resource.gpu, "memMB": role.resource.memMB},
         "port_map": dict(role.port_map),
-        "retry_policy": retry_policy_of(role),
-        "hot_spares": has_hot_spares(role),
     }
-
-
-def retry_policy_of(role: specs.Role) -> str:
-    """``REPLICA``, ``APPLICATION`` or ``HOT_SPARE`` (torchx 0.7.0), ``ROLE`` (torchx-nightly),
-    however the role spells it."""
-    return str(specs.RetryPolicy(role.retry_policy).value)
-
-
-def has_hot_spares(role: specs.Role) -> bool:
-    """Whether ``num_replicas`` minus ``min_replicas`` of the role are hot spares: torchx's
-    HOT_SPARE, or the spares ``dist.*`` record (``role_metadata.HOT_SPARES_KEY``)."""
-    return retry_policy_of(role) == "HOT_SPARE" or spares_of(role.metadata or {}) > 0

@@ -21,7 +21,7 @@ from torchx_ext.numa.topology import Topology
 from torchx_ext.launcher.liveness import probe_command, runs_our_launcher
 from torchx_ext.replica_env import ERROR_FILE_ENV, LIVENESS_FILE_ENV, RANK0_HOST_ENV, RDZV_HOST_ENV, REPLICA_ENV
 from torchx_ext.schedulers.common.checks import shm_mb
-from torchx_ext.schedulers.common.role_spec import retry_policy_of
+from torchx_ext.schedulers.common.role_policy import min_replicas_of, restarts_whole_app
 from torchx_ext.schedulers.placement import ReplicaSlice, slice_host
 
 SCHEDULER = "local_docker"
@@ -165,9 +165,9 @@ def build_request(
                         LABEL_ROLE: role.name,
                         LABEL_REPLICA: str(replica_id),
                         LABEL_ROLE_REPLICAS: str(role.num_replicas),
-                        LABEL_MIN_REPLICAS: str(role.num_replicas if role.min_replicas is None else role.min_replicas),
+                        LABEL_MIN_REPLICAS: str(min_replicas_of(role)),
                         LABEL_MAX_RETRIES: str(role.max_retries),
-                        **({LABEL_WHOLE_APP: "1"} if _whole_app(app, role) else {}),
+                        **({LABEL_WHOLE_APP: "1"} if restarts_whole_app(app, role) else {}),
                         LABEL_GRACE: str(cancel_grace_s),
                         LABEL_IMAGE: role.image,
                     },
@@ -181,7 +181,7 @@ def build_request(
                     mounts=tuple(_mount(mount, role.name) for mount in role.mounts) + device_mounts(role),
                     max_retries=role.max_retries,
                     privileged=privileged,
-                    whole_app=_whole_app(app, role),
+                    whole_app=restarts_whole_app(app, role),
                     health_probe=tuple(probe_command(LIVENESS_FILE, python=resolved.entrypoint))
                     if runs_our_launcher(resolved.entrypoint, resolved.args) else (),
                 )
@@ -195,13 +195,6 @@ def build_request(
         warnings=tuple(sorted({warning for piece in slices for warning in piece.warnings}))
         + tuple(_gpu_warnings(app, slices)) + tuple(_device_warnings(app)),
     )
-
-
-def _whole_app(app: specs.AppDef, role: specs.Role) -> bool:
-    """A role whose retries restart the whole app (torchx's APPLICATION, its default); with one
-    replica in all, the engine's own restart of it is the same thing."""
-    return (role.max_retries > 0 and retry_policy_of(role) == "APPLICATION"
-            and sum(each.num_replicas for each in app.roles) > 1)
 
 
 def copied_env(host_env: Mapping[str, str], patterns: Sequence[str]) -> dict[str, str]:

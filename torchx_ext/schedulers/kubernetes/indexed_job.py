@@ -16,7 +16,7 @@ from typing import Any
 
 from torchx import specs
 
-from torchx_ext.schedulers.common.role_spec import retry_policy_of
+from torchx_ext.schedulers.common.role_policy import policy_of
 from torchx_ext.schedulers.kubernetes import names
 from torchx_ext.schedulers.kubernetes.options import ManifestOptions
 from torchx_ext.schedulers.kubernetes.pods import PodAddressing, pod_template
@@ -56,16 +56,16 @@ def headless_service(app: specs.AppDef, app_id: str, namespace: str) -> dict[str
 def indexed_job(app: specs.AppDef, role: specs.Role, job_name: str, app_id: str, options: ManifestOptions,
                 addressing: PodAddressing, *, gang: bool = False) -> dict[str, Any]:
     """A role's Indexed Job. ``gang``: inside a JobSet, whose ``failurePolicy`` restarts every
-    Job when one fails: a non-elastic role of retry_policy APPLICATION (torchx's default) then
+    Job when one fails: a fixed role of retry_policy APPLICATION (torchx's default) then
     fails its Job at its first failed pod; a REPLICA one keeps the Job's own per-pod retries."""
-    replicas = role.num_replicas
-    least = names.min_replicas(role)
-    elastic = least < replicas
+    policy = policy_of(role)
+    replicas, least = policy.num_replicas, policy.min_replicas
+    short = policy.carries_on_short
     labels = names.role_labels(app, role, app_id)
     job_labels = dict(labels)
     if options.queue and not gang:
         job_labels[names.LABEL_KUEUE_QUEUE] = options.queue
-    whole_app = gang and not elastic and retry_policy_of(role) == "APPLICATION"
+    whole_app = gang and not short and policy.restarts_app
     retries = 0 if whole_app else role.max_retries
     spec: dict[str, Any] = {
         "completionMode": "Indexed",
@@ -74,9 +74,9 @@ def indexed_job(app: specs.AppDef, role: specs.Role, job_name: str, app_id: str,
         "backoffLimitPerIndex": retries,
         "maxFailedIndexes": replicas - least,
         "podReplacementPolicy": "Failed",
-        "podFailurePolicy": {"rules": _failure_rules(retries, elastic)},
+        "podFailurePolicy": {"rules": _failure_rules(retries, short)},
     }
-    if elastic:
+    if short:
         spec["successPolicy"] = {"rules": [{"succeededIndexes": "0"}]}
     if options.queue and not gang:
         spec["suspend"] = True
@@ -94,12 +94,12 @@ def indexed_job(app: specs.AppDef, role: specs.Role, job_name: str, app_id: str,
     }
 
 
-def _failure_rules(retries: int, elastic: bool) -> list[dict[str, Any]]:
+def _failure_rules(retries: int, carries_on_short: bool) -> list[dict[str, Any]]:
     # A pod evicted or preempted (DisruptionTarget) is not the program's failure: replaced
     # without counting against max_retries.
     rules: list[dict[str, Any]] = [
         {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
     ]
-    if retries == 0 and not elastic:
+    if retries == 0 and not carries_on_short:
         rules.append({"action": "FailJob", "onExitCodes": {"operator": "NotIn", "values": [0]}})
     return rules

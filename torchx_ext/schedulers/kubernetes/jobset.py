@@ -21,7 +21,7 @@ from typing import Any
 
 from torchx import specs
 
-from torchx_ext.schedulers.common.role_spec import retry_policy_of
+from torchx_ext.schedulers.common.role_policy import policy_of
 from torchx_ext.schedulers.common.states import State
 from torchx_ext.schedulers.kubernetes import names
 from torchx_ext.schedulers.kubernetes.app_view import AppView, failure_message, read_app
@@ -66,7 +66,7 @@ def jobset(app: specs.AppDef, app_id: str, options: ManifestOptions) -> dict[str
         "network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
         "successPolicy": {"operator": "All", "targetReplicatedJobs": [replicated[app.roles[0].name]]},
         "failurePolicy": {"maxRestarts": min((role.max_retries for role in app.roles
-                                              if retry_policy_of(role) == "APPLICATION"), default=0),
+                                              if policy_of(role).restarts_app), default=0),
                           "rules": [CANCEL_RULE]},
         "replicatedJobs": replicated_jobs,
     }

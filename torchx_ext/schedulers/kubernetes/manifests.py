@@ -16,7 +16,7 @@ from typing import Any
 from torchx import specs
 
 from torchx_ext.errors import InvalidArgumentError
-from torchx_ext.schedulers.common.role_spec import has_hot_spares, retry_policy_of
+from torchx_ext.schedulers.common.role_policy import has_spares, min_replicas_of, restarts_whole_app
 from torchx_ext.schedulers.common.checks import check_image
 from torchx_ext.schedulers.kubernetes import names
 from torchx_ext.schedulers.kubernetes.indexed_job import job_objects
@@ -81,10 +81,8 @@ def check_job_backend_retries(app: specs.AppDef) -> None:
     """Indexed Jobs start a failed pod again, alone: a role whose retries must restart the whole
     app (torchx's APPLICATION, its default) needs a backend that restarts it. With one replica in
     all, the two are the same."""
-    if sum(role.num_replicas for role in app.roles) <= 1:
-        return
     for role in app.roles:
-        if role.max_retries > 0 and retry_policy_of(role) == "APPLICATION":
+        if restarts_whole_app(app, role):
             raise InvalidArgumentError(
                 f"role {role.name!r}: retry_policy APPLICATION (torchx's default) with max_retries {role.max_retries} "
                 "restarts the whole app, and the job backend starts a failed replica again alone: give -cfg "
@@ -95,7 +93,7 @@ def check_no_spares(app: specs.AppDef, backend: str) -> None:
     """JobSet and Volcano restart every pod when one fails: a spare would be restarted with the
     rest, never take the lost one's place."""
     for role in app.roles:
-        if has_hot_spares(role):
+        if has_spares(role):
             raise InvalidArgumentError(
                 f"role {role.name!r}: retry_policy HOT_SPARE (hot spares, e.g. dist.ddp --spares) needs a failed "
                 f"replica started again alone, and backend={backend} restarts every pod: give -cfg backend=job")
@@ -105,6 +103,6 @@ def check_role(role: specs.Role) -> None:
     check_image(role, IMAGE_HINT)
     if role.num_replicas < 1:
         raise InvalidArgumentError(f"role {role.name!r} has {role.num_replicas} replicas: expected 1 or more")
-    if not 1 <= names.min_replicas(role) <= role.num_replicas:
+    if not 1 <= min_replicas_of(role) <= role.num_replicas:
         raise InvalidArgumentError(
             f"role {role.name!r}: min_replicas {role.min_replicas} is not within 1..{role.num_replicas} (num_replicas)")

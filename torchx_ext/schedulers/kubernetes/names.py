@@ -14,6 +14,7 @@ import re
 from torchx import specs
 
 from torchx_ext.errors import InvalidArgumentError
+from torchx_ext.schedulers.common.role_policy import min_replicas_of
 
 NAME_MAX = 63
 DNS_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
@@ -113,14 +114,10 @@ def role_labels(app: specs.AppDef, role: specs.Role, app_id: str) -> dict[str, s
     }
 
 
-def min_replicas(role: specs.Role) -> int:
-    return int(role.min_replicas) if role.min_replicas is not None else role.num_replicas
-
-
 def role_annotations(app: specs.AppDef, role: specs.Role, pull_timeout_s: int) -> dict[str, str]:
     return {
         ANNOTATION_APP_NAME: app.name,
         ANNOTATION_ROLE_NAME: role.name,
-        ANNOTATION_MIN_REPLICAS: str(min_replicas(role)),
+        ANNOTATION_MIN_REPLICAS: str(min_replicas_of(role)),
         ANNOTATION_PULL_TIMEOUT: str(pull_timeout_s),
     }

@@ -21,7 +21,7 @@ from torchx_ext.resources import GPU_VENDOR, K8S_INSTANCE_TYPE, NUMA_NODES
 from torchx_ext.launcher.liveness import probe_command, runs_our_launcher, training_probe_command
 from torchx_ext.replica_env import ERROR_FILE_ENV, LIVENESS_FILE_ENV, RANK0_HOST_ENV, RDZV_HOST_ENV
 from torchx_ext.schedulers.common.checks import shm_mb
-from torchx_ext.schedulers.common.role_spec import has_hot_spares
+from torchx_ext.schedulers.common.role_policy import has_spares
 from torchx_ext.schedulers.kubernetes import names
 from torchx_ext.schedulers.kubernetes.options import ManifestOptions, parse_quantity_mb, parse_toleration
 from torchx_ext.schedulers.kubernetes.overlay import apply_pod_overlay
@@ -124,7 +124,7 @@ def _pod_spec(app: specs.AppDef, role: specs.Role, app_id: str, addressing: PodA
         # Never) fails and is replaced as a lost replica is.
         container["livenessProbe"] = {"exec": {"command": probe_command(LIVENESS_FILE, python=resolved.entrypoint)},
                                       **LIVENESS_PROBE}
-        if has_hot_spares(role):
+        if has_spares(role):
             # A hot spare's pod runs and is not ready (the Service publishes not-ready pods anyway).
             container["readinessProbe"] = {
                 "exec": {"command": training_probe_command(LIVENESS_FILE, python=resolved.entrypoint)}, **SPARE_PROBE}

@@ -29,7 +29,7 @@ from typing import Any
 
 from torchx import specs
 
-from torchx_ext.schedulers.common.role_spec import retry_policy_of
+from torchx_ext.schedulers.common.role_policy import RolePolicy, min_replicas_of, policy_of
 from torchx_ext.schedulers.common.states import State
 from torchx_ext.schedulers.kubernetes import names
 from torchx_ext.schedulers.kubernetes.app_view import AppView, failure_message, read_app
@@ -38,11 +38,6 @@ from torchx_ext.schedulers.kubernetes.pods import PodAddressing, pod_template
 
 API_VERSION = "batch.volcano.sh/v1alpha1"
 INDEX_REFERENCE = "$(VC_TASK_INDEX)"
-
-
-# What a failed pod restarts, by torchx's retry_policy (REPLICA, and HOT_SPARE, which this backend
-# refuses before, restart the pod alone).
-RESTART_ACTIONS = {"APPLICATION": "RestartJob", "ROLE": "RestartTask"}
 
 
 def task_names(app: specs.AppDef, app_id: str) -> dict[str, str]:
@@ -55,16 +50,23 @@ def _policies(role: specs.Role) -> list[dict[str, str]]:
     # A restart deletes every pod, the failed one and its log with it; ending a job instead
     # (TerminateJob) keeps the pods that ended, so a job with no retries left says why it failed.
     # Volcano reports a pod deleted by anyone but itself (a lost node, kubectl delete) as evicted.
-    if names.min_replicas(role) < role.num_replicas:
+    policy = policy_of(role)
+    if policy.carries_on_short:
         return []  # its rendezvous goes on without a failed pod; a deleted one Volcano recreates
-    action = RESTART_ACTIONS.get(retry_policy_of(role), "RestartPod") if role.max_retries else "TerminateJob"
+    action = _restart_action(policy) if role.max_retries else "TerminateJob"
     return [{"event": "PodFailed", "action": action}, {"event": "PodEvicted", "action": action}]
 
 
+def _restart_action(policy: RolePolicy) -> str:
+    """What a failed pod restarts, by the role's retry policy (REPLICA, and HOT_SPARE, which this
+    backend refuses before, restart the pod alone)."""
+    return "RestartJob" if policy.restarts_app else "RestartTask" if policy.restarts_role else "RestartPod"
+
+
 def _max_retry(app: specs.AppDef) -> int:
-    fixed = [role for role in app.roles if names.min_replicas(role) == role.num_replicas]
-    if fixed and all(retry_policy_of(role) not in RESTART_ACTIONS for role in fixed if role.max_retries):
-        return sum(int(role.max_retries) * int(role.num_replicas) for role in fixed) + 1
+    fixed = [policy_of(role) for role in app.roles if not policy_of(role).carries_on_short]
+    if fixed and all(policy.restarts_in_place for policy in fixed if policy.max_retries):
+        return sum(policy.max_retries * policy.num_replicas for policy in fixed) + 1
     return min(int(role.max_retries) for role in app.roles) + 1
 
 
@@ -79,14 +81,14 @@ def volcano_job(app: specs.AppDef, app_id: str, options: ManifestOptions) -> dic
         tasks.append({
             "name": task_of[role.name],
             "replicas": role.num_replicas,
-            "minAvailable": names.min_replicas(role),
+            "minAvailable": min_replicas_of(role),
             "policies": _policies(role),
             "template": template,
         })
     spec: dict[str, Any] = {
         "schedulerName": "volcano",
         "queue": options.queue or DEFAULT_VOLCANO_QUEUE,
-        "minAvailable": sum(names.min_replicas(role) for role in app.roles),
+        "minAvailable": sum(min_replicas_of(role) for role in app.roles),
         "maxRetry": _max_retry(app),
         # The svc plugin's Service publishes the pods' names before they are ready: ranks look
         # up rank 0 while it starts.

@@ -23,12 +23,13 @@ from torchx_ext.schedulers.common.app_ids import LOCAL
 from torchx_ext.schedulers.common import files
 from torchx_ext.schedulers.common.files import DIR_MODE, registered_dir, registry_entries, write_atomically
 from torchx_ext.schedulers.common.job_dir import JobDirectory
+from torchx_ext.schedulers.common.role_policy import RolePolicy
 from torchx_ext.schedulers.common.states import State
 from torchx_ext.schedulers.local.processes import boot_id, process_start_ticks
 
 STATE_ROOT_ENV = "TORCHX_EXT_LOCAL_STATE"
 # Written into every record; a record of another format is reported, not guessed at.
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 ERROR_FILE_NAME = "error.json"
 """A replica's torchelastic error file, in its log directory."""
 LIVENESS_FILE_NAME = "liveness"
@@ -53,27 +54,25 @@ class ReplicaRequest:
 
 
 @dataclass(frozen=True)
-class RoleRequest:
+class LocalRoleRequest:
     name: str
-    max_retries: int
     replicas: list[ReplicaRequest]
     spec: dict[str, Any]
     """The role as submitted (before macros), for describe."""
-    min_replicas: int | None = None
-    """An elastic role carries on while this many of its replicas have not failed for good."""
-    retry_policy: str = "REPLICA"
-    """torchx's: ``REPLICA`` starts a failed replica again, ``APPLICATION`` the whole job."""
+    policy: RolePolicy
+    """What a failure restarts, and how many replicas the role needs (``common/role_policy.py``)."""
 
     @property
     def needed(self) -> int:
-        return len(self.replicas) if self.min_replicas is None else min(self.min_replicas, len(self.replicas))
+        """An elastic role carries on while this many of its replicas have not failed for good."""
+        return min(self.policy.min_replicas, len(self.replicas))
 
 
 @dataclass(frozen=True)
 class LocalJobRequest:
     app_id: str
     app_dir: str
-    roles: list[RoleRequest]
+    roles: list[LocalRoleRequest]
     slices: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     cancel_grace_s: float = 10.0
@@ -88,9 +87,10 @@ class LocalJobRequest:
     def from_json(text: str) -> "LocalJobRequest":
         data = _versioned(text)
         roles = [
-            RoleRequest(**{
-                **_fields(RoleRequest, role),
+            LocalRoleRequest(**{
+                **_fields(LocalRoleRequest, role),
                 "replicas": [ReplicaRequest(**_fields(ReplicaRequest, replica)) for replica in _list(role["replicas"])],
+                "policy": RolePolicy(**_fields(RolePolicy, role["policy"])),
             })
             for role in _list(data.pop("roles", None))
         ]

@@ -23,9 +23,10 @@ from torchx_ext.schedulers.local.records import (
     ERROR_FILE_NAME,
     LocalJobRequest,
     ReplicaRequest,
-    RoleRequest,
+    LocalRoleRequest,
 )
-from torchx_ext.schedulers.common.role_spec import retry_policy_of, role_spec
+from torchx_ext.schedulers.common.role_policy import policy_of
+from torchx_ext.schedulers.common.role_spec import role_spec
 from torchx_ext.schedulers.placement import slice_host
 
 
@@ -51,7 +52,7 @@ def build_request(
         "CUDA_VISIBLE_DEVICES" not in role.env and role.resource.gpu > 0 for role in app.roles
     )
     split, split_warning = torchx_gpu_split(app, gpus_to_split) if gpus_to_split is not None else ({}, None)
-    roles: list[RoleRequest] = []
+    roles: list[LocalRoleRequest] = []
     position = 0
     for role in app.roles:
         path = _path_with_cwd(role.env.get("PATH"), environ.get("PATH", ""), cwd, prepend_cwd)
@@ -84,8 +85,7 @@ def build_request(
             replicas.append(
                 ReplicaRequest(role.name, replica_id, [entrypoint, *resolved.args], env, cwd, cpus, log_dir)
             )
-        roles.append(RoleRequest(role.name, role.max_retries, replicas, role_spec(role), role.min_replicas,
-                                 retry_policy_of(role)))
+        roles.append(LocalRoleRequest(role.name, replicas, role_spec(role), policy_of(role)))
     return LocalJobRequest(
         app_id=app_id,
         app_dir=app_dir,

@@ -169,7 +169,7 @@ class LocalScheduler(SchedulerShell[LocalOpts]):
         return describe_response(
             app_id,
             state.state,
-            roles=[role_from_spec(role.spec) for role in request.roles],
+            roles=[role_from_spec(role.spec, role.policy) for role in request.roles],
             replicas=[
                 ReplicaReport(replica.role, replica.replica_id, states.get((replica.role, replica.replica_id), not_started),
                               "localhost", errors.get((replica.role, replica.replica_id)))

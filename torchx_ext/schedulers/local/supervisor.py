@@ -38,7 +38,7 @@ from torchx_ext.schedulers.common.states import State, how_it_ended, job_move, r
 from torchx_ext.schedulers.local.processes import (JOB_MARKER_ENV, marked_processes, signal_process as _signal,
                                                    stop_processes)
 from torchx_ext.schedulers.local.records import (ERROR_FILE_NAME, LIVENESS_FILE_NAME, JobDir, JobState, LocalJobRequest,
-                                                 ReplicaRequest, ReplicaState, RoleRequest)
+                                                 ReplicaRequest, ReplicaState, LocalRoleRequest)
 from torchx_ext.schedulers.common.log_files import ReplicaLogWriter
 
 _PR_SET_CHILD_SUBREAPER = 36
@@ -52,7 +52,7 @@ _STDERR_TAIL_BYTES = 1 << 16
 class _Replica:
     request: ReplicaRequest
     state: ReplicaState
-    role: RoleRequest
+    role: LocalRoleRequest
     logs: ReplicaLogWriter
     stopped_by_us: bool = False
     lost: bool = False
@@ -69,7 +69,7 @@ class _Replica:
 
     @property
     def max_retries(self) -> int:
-        return self.role.max_retries
+        return self.role.policy.max_retries
 
 
 class Supervisor:
@@ -304,7 +304,7 @@ class Supervisor:
             replica.state.state = replica_move(replica.state.state, State.SUCCEEDED)
         elif replica.stopped_by_us:
             replica.state.state = replica_move(replica.state.state, State.CANCELLED)
-        elif replica.role.retry_policy == "APPLICATION" and self.ending is None:
+        elif replica.role.policy.restarts_app and self.ending is None:
             if self.job_restarts < replica.max_retries:
                 self._restart_job(replica, code)
             else:
@@ -485,9 +485,9 @@ def _root_cause(replica: _Replica) -> str:
     return " | ".join(tail) or "no error output"
 
 
-def _may_restart(role: RoleRequest) -> bool:
+def _may_restart(role: LocalRoleRequest) -> bool:
     """Whether a rendezvous of ``role`` may outlive one of its replicas."""
-    return len(role.replicas) > 1 and (role.max_retries > 0 or role.needed < len(role.replicas))
+    return len(role.replicas) > 1 and (role.policy.max_retries > 0 or role.needed < len(role.replicas))
 
 
 def _free_port() -> int:

@@ -24,18 +24,19 @@ from torchx_ext.errors import JobRecordError
 from torchx_ext.schedulers.common import files
 from torchx_ext.schedulers.common.files import registered_dir, registry_entries
 from torchx_ext.schedulers.common.job_dir import JobDirectory
+from torchx_ext.schedulers.common.role_policy import RolePolicy
 from torchx_ext.schedulers.common.states import how_it_ended
 
 STATE_ROOT_ENV = "TORCHX_EXT_SLURM_STATE"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 JOB_ID = re.compile(r"\d+")
 
 
 @dataclass(frozen=True)
-class RoleRequest:
+class SlurmRoleRequest:
     name: str
-    min_replicas: int
-    num_replicas: int
+    policy: RolePolicy
+    """What a failure restarts, and how many nodes the role needs (``common/role_policy.py``)."""
     entrypoint: str
     """Resolved on the submitting host: ``python`` is the submitter's interpreter."""
     args: list[str]
@@ -45,12 +46,16 @@ class RoleRequest:
     spec: dict[str, Any]
     """The role as submitted, for describe."""
 
+    @property
+    def num_replicas(self) -> int:
+        return self.policy.num_replicas
+
 
 @dataclass(frozen=True)
 class SlurmJobRequest:
     app_name: str
     job_dir: str
-    roles: list[RoleRequest]
+    roles: list[SlurmRoleRequest]
     script: str
     """The batch script."""
     options: list[str] = field(default_factory=list)
@@ -67,17 +72,11 @@ class SlurmJobRequest:
         data = json.loads(text)
         if data.pop("format", None) != FORMAT_VERSION:
             raise JobRecordError(f"not a slurm job request of format {FORMAT_VERSION}")
-        roles = [RoleRequest(**role) for role in data.pop("roles")]
+        roles = [SlurmRoleRequest(**{**role, "policy": RolePolicy(**role["policy"])}) for role in data.pop("roles")]
         return SlurmJobRequest(roles=roles, **data)
 
-    def role(self, name: str) -> RoleRequest | None:
+    def role(self, name: str) -> SlurmRoleRequest | None:
         return next((role for role in self.roles if role.name == name), None)
-
-
-IN_PLACE = ("REPLICA", "HOT_SPARE")
-"""The retry policies whose lost replica its node's step program starts again in place, alone (a
-task cannot be started again inside a step); APPLICATION runs the whole step again (every role's
-step, in an app of several roles)."""
 
 
 @dataclass(frozen=True)

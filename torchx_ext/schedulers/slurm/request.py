@@ -19,9 +19,10 @@ from pathlib import Path
 from torchx import specs
 
 from torchx_ext.errors import InvalidArgumentError
+from torchx_ext.schedulers.common.role_policy import policy_of
 from torchx_ext.schedulers.common.role_spec import role_spec
 from torchx_ext.schedulers.slurm.options import gpu_type_of
-from torchx_ext.schedulers.slurm.records import IN_PLACE, JobDir, RoleRequest, SlurmJobRequest
+from torchx_ext.schedulers.slurm.records import JobDir, SlurmJobRequest, SlurmRoleRequest
 
 STEP_MODULE = "torchx_ext.schedulers.slurm.step"
 _ROLE_NAME = re.compile(r"[A-Za-z0-9_.-]+")
@@ -62,7 +63,7 @@ def batch_script(
     job_name: str,
     job: JobDir,
     cwd: str,
-    roles: list[RoleRequest],
+    roles: list[SlurmRoleRequest],
     specs_of_roles: list[specs.Role],
     options: list[str],
     interpreter: str,
@@ -96,13 +97,13 @@ def batch_script(
     else:
         lines.append("steps=()")
         for role, spec, srun in zip(roles, specs_of_roles, sruns):
-            elastic = role.min_replicas < role.num_replicas
             # REPLICA and HOT_SPARE roles: each node's step program starts its replica again in
-            # place (step.py); the step runs again only for an elastic end, or after Slurm requeued
-            # the job.
-            reruns = 0 if role.spec.get("retry_policy") in IN_PLACE else spec.max_retries
-            if spec.max_retries > 0 or elastic:
-                lines += _retried(srun, job, role.name, spec.max_retries, elastic, interpreter, reruns)
+            # place (step.py), a task cannot be started again inside a step; the step runs again
+            # only for a short end, or after Slurm requeued the job.
+            reruns = 0 if role.policy.restarts_in_place else spec.max_retries
+            if spec.max_retries > 0 or role.policy.carries_on_short:
+                lines += _retried(srun, job, role.name, spec.max_retries, role.policy.carries_on_short, interpreter,
+                                  reruns)
             else:
                 lines.append(f"{srun} &")
             lines.append("steps+=($!)")
@@ -114,7 +115,7 @@ def batch_script(
     return "\n".join([*lines, ""])
 
 
-def _srun(position: int, role: RoleRequest, spec: specs.Role, job: JobDir, gpu_type: str, interpreter: str,
+def _srun(position: int, role: SlurmRoleRequest, spec: specs.Role, job: JobDir, gpu_type: str, interpreter: str,
           exclusive: bool, heterogeneous: bool) -> str:
     """The role's step: one task per node, each running the step program."""
     group = f"_HET_GROUP_{position}" if heterogeneous else ""
@@ -123,20 +124,19 @@ def _srun(position: int, role: RoleRequest, spec: specs.Role, job: JobDir, gpu_t
     # Expanded by the shell: Slurm's own variables, no user input.
     shaped = [f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1", f"--cpus-per-task={cpus}"]
     prefix = f"{_pattern(str(job.path))}/{_pattern(role.name)}"
-    elastic = role.min_replicas < role.num_replicas
-    # A fixed role's step ends with its first failed task (the others could not go on); an
-    # elastic role's survivors carry on without it.
+    # A fixed role's step ends with its first failed task (the others could not go on); the
+    # survivors of a role that carries on short (elastic, or with spares) go on without it.
     quoted = [*([f"--het-group={position}"] if heterogeneous else []), *_resources(spec.resource, gpu_type),
-              f"--kill-on-bad-exit={0 if elastic else 1}", "--open-mode=append", f"--output={prefix}-%t.out",
+              f"--kill-on-bad-exit={0 if role.policy.carries_on_short else 1}", "--open-mode=append", f"--output={prefix}-%t.out",
               f"--error={prefix}-%t.err", interpreter, "-m", STEP_MODULE, str(job.path), role.name]
     return " ".join(["srun", *shaped, *map(shlex.quote, quoted)])
 
 
-def _retried(srun: str, job: JobDir, role: str, max_retries: int, elastic: bool, interpreter: str,
+def _retried(srun: str, job: JobDir, role: str, max_retries: int, carries_on_short: bool, interpreter: str,
              reruns: int) -> list[str]:
     """The role's step, run again from the start (every node resumes from the checkpoint) up to
     ``reruns`` times after it fails, and after Slurm requeued the job up to ``max_retries`` times;
-    an elastic step that ended with enough of its replicas done is not a failure."""
+    a short step (``carries_on_short``) that ended with enough of its replicas done is not a failure."""
     check = shlex.join([interpreter, "-m", STEP_MODULE, "--enough-succeeded", str(job.path), role])
     record = shlex.join([interpreter, "-m", STEP_MODULE, "--record-failure", str(job.path), role])
     requeued = shlex.join([interpreter, "-m", STEP_MODULE, "--requeued", str(job.path), role, str(int(max_retries))])
@@ -151,7 +151,7 @@ def _retried(srun: str, job: JobDir, role: str, max_retries: int, elastic: bool,
         f"    {srun}",
         "    code=$?",
         '    [ "$code" -eq 0 ] && exit 0',
-        *([f"    {check} && exit 0"] if elastic else []),
+        *([f"    {check} && exit 0"] if carries_on_short else []),
         f'    [ "$attempt" -ge {int(reruns)} ] && exit "$code"',
         f"    {record} || true",  # what failed it, for describe while the rerun runs
         "    attempt=$((attempt + 1))",
@@ -161,16 +161,16 @@ def _retried(srun: str, job: JobDir, role: str, max_retries: int, elastic: bool,
     ]
 
 
-def _whole_app_restarts(roles: list[RoleRequest], specs_of_roles: list[specs.Role]) -> int | None:
+def _whole_app_restarts(roles: list[SlurmRoleRequest], specs_of_roles: list[specs.Role]) -> int | None:
     """How many times an app of several roles starts again as a whole: the least ``max_retries``
     of its fixed APPLICATION roles, as a JobSet's ``maxRestarts`` (None: no role asks for it, and
     each role's step runs again alone, if at all)."""
     whole = [spec.max_retries for role, spec in zip(roles, specs_of_roles)
-             if role.min_replicas == role.num_replicas and role.spec.get("retry_policy") == "APPLICATION"]
+             if role.policy.restarts_app and not role.policy.carries_on_short]
     return min(whole) if len(roles) > 1 and whole and max(whole) > 0 else None
 
 
-def _whole_app(sruns: list[str], job: JobDir, roles: list[RoleRequest], budget: int, interpreter: str) -> list[str]:
+def _whole_app(sruns: list[str], job: JobDir, roles: list[SlurmRoleRequest], budget: int, interpreter: str) -> list[str]:
     """Every role's step started together; the first to fail (an elastic one that ended with
     enough replicas done has not) stops the others and, up to ``budget`` times, they all start
     again, every node resuming from the checkpoint: torchx's APPLICATION. A REPLICA role's
@@ -179,7 +179,7 @@ def _whole_app(sruns: list[str], job: JobDir, roles: list[RoleRequest], budget: 
     quoted = " ".join(shlex.quote(role.name) for role in roles)
     lines = [
         f"roles=({quoted})",
-        f"elastic=({' '.join('1' if role.min_replicas < role.num_replicas else '0' for role in roles)})",
+        f"elastic=({' '.join('1' if role.policy.carries_on_short else '0' for role in roles)})",
         "attempt=0",
         # Slurm's count of requeues: one more restart of the app, within the same budget.
         f'if [ "${{SLURM_RESTART_COUNT:-0}}" -gt 0 ]; then attempt=$({shlex.join([*step, "--requeued-app", str(job.path), str(budget)])}) || exit 1; fi',
@@ -222,7 +222,7 @@ def describe_request(request: SlurmJobRequest) -> str:
         lines.append(f"workspace: {request.workspace}, copied into {JobDir(Path(request.job_dir)).workspace} at "
                      "submission (without what .torchxignore excludes); the steps run in the copy")
     for role in request.roles:
-        lines.append(f"{role.name}: {role.min_replicas}..{role.num_replicas} nodes, cwd={role.cwd}")
+        lines.append(f"{role.name}: {role.policy.min_replicas}..{role.num_replicas} nodes, cwd={role.cwd}")
         lines.append(f"  argv: {[role.entrypoint, *role.args]!r}")
         lines += [f"  env {key}={value!r}" for key, value in sorted(role.env.items())]
     return "\n".join(lines) + "\n--- batch.sh\n" + request.script
@@ -235,10 +235,9 @@ def _requeue(specs_of_roles: list[specs.Role]) -> str:
     return "--requeue" if all(spec.max_retries > 0 for spec in specs_of_roles) else "--no-requeue"
 
 
-def _shape(role: RoleRequest, resource: specs.Resource, gpu_type: str) -> list[str]:
+def _shape(role: SlurmRoleRequest, resource: specs.Resource, gpu_type: str) -> list[str]:
     # Hot spares need nodes of their own from the start: a HOT_SPARE role's MIN is its quorum, not an allocation.
-    fixed = role.min_replicas == role.num_replicas or bool(role.spec.get("hot_spares"))
-    nodes = str(role.num_replicas) if fixed else f"{role.min_replicas}-{role.num_replicas}"
+    nodes = f"{role.policy.min_replicas}-{role.num_replicas}" if role.policy.is_elastic else str(role.num_replicas)
     # No --ntasks-per-node here: with it Slurm 22.05 gives a MIN-MAX job MIN nodes even when MAX
     # are idle (measured on the test cluster); the step asks for one task per node itself.
     return [f"--nodes={nodes}", f"--cpus-per-task={max(1, int(resource.cpu))}",
@@ -256,15 +255,13 @@ def _resources(resource: specs.Resource, gpu_type: str) -> list[str]:
     return options
 
 
-def _role_request(role: specs.Role, cwd: str, interpreter: str) -> RoleRequest:
+def _role_request(role: specs.Role, cwd: str, interpreter: str) -> SlurmRoleRequest:
     if not _ROLE_NAME.fullmatch(role.name):
         raise InvalidArgumentError(
             f"role name {role.name!r} names the job's log files: use letters, digits, '_', '.' and '-'")
-    minimum = role.min_replicas if role.min_replicas is not None else role.num_replicas
-    return RoleRequest(
+    return SlurmRoleRequest(
         name=role.name,
-        min_replicas=int(minimum),
-        num_replicas=int(role.num_replicas),
+        policy=policy_of(role),
         entrypoint=interpreter if role.entrypoint == "python" else role.entrypoint,
         args=list(role.args),
         env=dict(role.env),

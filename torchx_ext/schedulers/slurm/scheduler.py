@@ -226,7 +226,7 @@ class SlurmScheduler(WorkspaceMixin[None], SchedulerShell[SlurmOpts]):
         return describe_response(
             app_id,
             slurm.state,
-            roles=[role_from_spec(role.spec) for role in request.roles],
+            roles=[role_from_spec(role.spec, role.policy) for role in request.roles],
             replicas=replicas,
             error=error,
             num_restarts=num_restarts,

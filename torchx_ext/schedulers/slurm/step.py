@@ -41,7 +41,7 @@ from torchx_ext.replica_env import (ALLOCATED_NODES_ENV, ERROR_FILE_ENV, LIVENES
                                     RDZV_HOST_ENV, RDZV_IS_HOST_ENV, RDZV_PORT_ENV, REPLICA_ENV)
 from torchx_ext.schedulers.common.files import write_atomically
 from torchx_ext.schedulers.common.log_files import IndexedLog
-from torchx_ext.schedulers.slurm.records import IN_PLACE, JobDir, RoleRequest, StepEnd, first_failure, step_ended
+from torchx_ext.schedulers.slurm.records import JobDir, SlurmRoleRequest, StepEnd, first_failure, step_ended
 
 START_ORDER_WAIT_S = 10.0
 
@@ -113,13 +113,12 @@ def main(argv: list[str] | None = None) -> int:
                          replace=True)
 
     spare_mark = job.spare(role.name, replica_id)
-    in_place = role.spec.get("retry_policy") in IN_PLACE
     try:
         while True:
             code = run_replica(argv_, env, role.cwd, logs, started=started, liveness=(str(liveness), frozen),
                                spare_mark=spare_mark)
             restarts = job.read_replica_restarts(role.name, replica_id)
-            if not in_place or code == 0 or _stopped_by_slurm or restarts >= int(role.spec.get("max_retries", 0)):
+            if not role.policy.restarts_in_place or code == 0 or _stopped_by_slurm or restarts >= role.policy.max_retries:
                 break
             if not controller_answers():
                 say(f"{role.name}/{replica_id} is not started again here: this node cannot reach the Slurm "
@@ -133,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
             record_first_of_incident(job.last_failure(role.name), f"replica {role.name}/{replica_id} ({node}) {ended}",
                                      killed=code < 0)
             say(f"{role.name}/{replica_id} {ended}; starting it again in place "
-                f"({restarts + 1} of max_retries {role.spec.get('max_retries', 0)})")
+                f"({restarts + 1} of max_retries {role.policy.max_retries})")
             liveness.unlink(missing_ok=True)
     finally:
         liveness.unlink(missing_ok=True)
@@ -193,7 +192,7 @@ def enough_succeeded(job: JobDir, role_name: str) -> bool:
     if role is None:
         return False
     ends = [job.read_step_end(role.name, k) for k in range(role.num_replicas)]
-    return sum(end is not None and end.exit_code == 0 for end in ends) >= role.min_replicas
+    return sum(end is not None and end.exit_code == 0 for end in ends) >= role.policy.min_replicas
 
 
 def record_failure(job: JobDir, role_name: str) -> None:
@@ -255,7 +254,7 @@ def _failure(job: JobDir, role_name: str) -> str:
     return f"replica {role.name}/{failed[1]} ({end.node}) {step_ended(end, report.message if report else '')}"
 
 
-def replica_command(role: RoleRequest, job: JobDir, replica_id: int, rank0_host: str,
+def replica_command(role: SlurmRoleRequest, job: JobDir, replica_id: int, rank0_host: str,
                     rdzv_host: str) -> tuple[list[str], dict[str, str]]:
     """The replica's argv and environment, macros applied as torchx's schedulers apply them;
     ``rank0_host``: torchx's rank 0 (the first role's replica 0), ``rdzv_host``: the role's own
@@ -275,7 +274,7 @@ def replica_command(role: RoleRequest, job: JobDir, replica_id: int, rank0_host:
         REPLICA_ENV: f"{role.name}/{replica_id}",
         **resolved.env,
     }
-    if role.min_replicas != role.num_replicas:
+    if role.policy.carries_on_short:
         env[ALLOCATED_NODES_ENV] = os.environ.get("SLURM_STEP_NUM_NODES", str(role.num_replicas))
     return [resolved.entrypoint, *resolved.args], env
 

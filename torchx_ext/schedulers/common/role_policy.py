@@ -1,0 +1,112 @@
+"""What a role's spec means to a backend, decided here once: what a failure restarts, how many
+replicas it needs, whether it is elastic, whether it has hot spares.
+
+torchx states the policy as a ``retry_policy`` name (``REPLICA``, ``APPLICATION``, ``HOT_SPARE``
+on torchx 0.7.0, ``ROLE`` on torchx-nightly) next to ``max_retries``, ``num_replicas`` and
+``min_replicas``; ``dist.* --spares`` also records its spares in the role's metadata, since
+torchx-nightly has no ``HOT_SPARE``. Backends ask the questions below and never compare a
+policy's name themselves: the way torch elastic asks ``WorkerState.is_running``.
+
+A request carries a role's answers once, as a ``RolePolicy`` (plain data, kept in a job's
+records): the local supervisor and slurm's step program read it back, and they import only the
+standard library, so this module does too (a torchx ``Role`` is read by its attributes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from torchx_ext.role_metadata import spares_of as recorded_spares
+
+APPLICATION = "APPLICATION"
+"""torchx's default: a failed replica restarts every replica of the app."""
+ROLE = "ROLE"
+"""torchx-nightly's: a failed replica restarts every replica of its role."""
+IN_PLACE = ("REPLICA", "HOT_SPARE")
+"""The lost replica alone starts again (HOT_SPARE: as a new spare, while a waiting one takes its place)."""
+
+
+class RoleLike(Protocol):
+    """What this module reads of a torchx ``specs.Role``."""
+
+    num_replicas: int
+    min_replicas: int | None
+    max_retries: int
+    retry_policy: Any
+    metadata: dict[str, Any]
+
+
+class AppLike(Protocol):
+    @property
+    def roles(self) -> Sequence[RoleLike]: ...
+
+
+@dataclass(frozen=True)
+class RolePolicy:
+    """A role's retry policy and replica counts, as every backend reads them."""
+
+    retry_policy: str = "REPLICA"
+    """torchx's name, however the role spelled it."""
+    max_retries: int = 0
+    num_replicas: int = 1
+    min_replicas: int = 1
+    """``num_replicas`` where the role gave none."""
+    has_spares: bool = False
+    """``num_replicas`` minus ``min_replicas`` of the role are hot spares, not elasticity."""
+
+    @property
+    def restarts_in_place(self) -> bool:
+        """A failed replica starts again alone (REPLICA, HOT_SPARE)."""
+        return self.retry_policy in IN_PLACE
+
+    @property
+    def restarts_app(self) -> bool:
+        """A failed replica restarts the whole app (torchx's APPLICATION, its default)."""
+        return self.retry_policy == APPLICATION
+
+    @property
+    def restarts_role(self) -> bool:
+        """A failed replica restarts every replica of its role (torchx-nightly's ROLE)."""
+        return self.retry_policy == ROLE
+
+    @property
+    def is_elastic(self) -> bool:
+        """The role's node count itself may vary between ``min_replicas`` and ``num_replicas``;
+        a role with hot spares is not elastic (its extra replicas wait, they do not train)."""
+        return self.min_replicas < self.num_replicas and not self.has_spares
+
+    @property
+    def carries_on_short(self) -> bool:
+        """The role goes on while ``min_replicas`` of its replicas have not failed for good:
+        an elastic role, or one with hot spares."""
+        return self.min_replicas < self.num_replicas
+
+
+def retry_policy_of(role: RoleLike) -> str:
+    """``REPLICA``, ``APPLICATION``, ``HOT_SPARE`` or ``ROLE``, whether the role holds the enum or its name."""
+    return str(getattr(role.retry_policy, "value", role.retry_policy))
+
+
+def min_replicas_of(role: RoleLike) -> int:
+    return int(role.min_replicas) if role.min_replicas is not None else int(role.num_replicas)
+
+
+def has_spares(role: RoleLike) -> bool:
+    """torchx's HOT_SPARE, or the spares ``dist.*`` recorded (``role_metadata.SPARES_KEY``)."""
+    return retry_policy_of(role) == "HOT_SPARE" or recorded_spares(role.metadata or {}) > 0
+
+
+def policy_of(role: RoleLike) -> RolePolicy:
+    return RolePolicy(retry_policy=retry_policy_of(role), max_retries=int(role.max_retries),
+                      num_replicas=int(role.num_replicas), min_replicas=min_replicas_of(role),
+                      has_spares=has_spares(role))
+
+
+def restarts_whole_app(app: AppLike, role: RoleLike) -> bool:
+    """Whether ``role``'s retries restart every replica of ``app``: APPLICATION with retries, in an
+    app of more than one replica (with one, restarting the replica is the same)."""
+    policy = policy_of(role)
+    return policy.restarts_app and policy.max_retries > 0 and sum(each.num_replicas for each in app.roles) > 1
+
