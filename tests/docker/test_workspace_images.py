@@ -16,9 +16,9 @@ from tests.conformance.jobs_api import wait
 from tests.fixtures.docker_engine import TestImage
 from torchx_ext.components.dist import ddp
 from torchx_ext.errors import InvalidArgumentError
-from torchx_ext.schedulers.docker.image_progress import StatusLine
+from torchx_ext.schedulers.images.progress import StatusLine
 from torchx_ext.schedulers.docker.scheduler import DockerScheduler
-from torchx_ext.schedulers.docker.workspace import (
+from torchx_ext.schedulers.images.workspace import (
     GENERATED_DOCKERFILE,
     LABEL_BASE,
     LABEL_DIGEST,

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from torchx_ext.errors import InvalidArgumentError
-from torchx_ext.schedulers.docker.image_progress import PushProgress, StatusLine, build_step, event_error
-from torchx_ext.schedulers.docker.registry import check_repository, familiar, registry_of
+from torchx_ext.schedulers.images.progress import PushProgress, StatusLine, build_step, event_error
+from torchx_ext.schedulers.images.registry import check_repository, familiar, registry_of
 
 # A push as Docker 28 streams it (decoded), one layer new and one mounted from another repository.
 PUSH: list[dict[str, Any]] = [

@@ -108,3 +108,22 @@ def test_nothing_below_the_schedulers_imports_them() -> None:
         if module.startswith(BELOW_SCHEDULERS)
     }
     assert {module: targets for module, targets in offending.items() if targets} == {}
+
+
+SHARED_BY_BACKENDS = ("common", "images", "placement")
+
+
+def test_no_backend_imports_another_and_what_they_share_imports_none() -> None:
+    graph = import_graph()
+    backends = sorted(path.name for path in (PACKAGE_ROOT / "schedulers").iterdir()
+                      if (path / "__init__.py").exists() and path.name not in SHARED_BY_BACKENDS)
+    assert {"local", "docker", "kubernetes", "slurm"} <= set(backends)
+
+    def owner(module: str) -> str | None:
+        parts = module.split(".")
+        return parts[2] if len(parts) > 2 and parts[:2] == ["torchx_ext", "schedulers"] else None
+
+    crossing = sorted(f"{module} -> {target}" for module, targets in graph.items() for target in targets
+                      if owner(module) != owner(target) and owner(target) in backends
+                      and owner(module) is not None)
+    assert crossing == []

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from torchx_ext.errors import InvalidArgumentError
-from torchx_ext.schedulers.docker.workspace import (
+from torchx_ext.schedulers.images.workspace import (
     GENERATED_DOCKERFILE,
     _created_ns,
     build_context,

@@ -18,6 +18,7 @@ from typing import Any
 
 from torchx_ext.errors import EngineError, InvalidArgumentError
 from torchx_ext.schedulers.common.states import JobEnd
+from torchx_ext.schedulers.images.client import connect_client, engine_call, explanation
 from torchx_ext.schedulers.docker.job_view import ContainerView, end_from_labels, end_labels, engine_time
 from torchx_ext.schedulers.docker.request import (
     HEALTH_INTERVAL_S,
@@ -30,14 +31,6 @@ from torchx_ext.schedulers.docker.request import (
     ContainerRequest,
     DockerJobRequest,
 )
-
-DEFAULT_SOCKET = "unix:///var/run/docker.sock"
-START_HINT = (
-    "start one (Docker: `sudo systemctl start docker` or `sudo dockerd &`; Podman: "
-    "`systemctl --user start podman.socket` and DOCKER_HOST=unix://$XDG_RUNTIME_DIR/podman/podman.sock), "
-    "or point DOCKER_HOST at a running engine"
-)
-
 
 LABEL_RESTART_OF = "torchx_ext.restart_of"
 LABEL_RESTARTS = "torchx_ext.restarts"
@@ -435,20 +428,6 @@ class Engine:
         return EngineError(f"the engine at {self.host} could not {what}: {explanation(error)}")
 
 
-def engine_call(call: Any, host: str, what: str) -> Any:
-    """``call()``, an engine error (``what`` it was asked to do) or a lost connection said as one
-    EngineError naming the engine at ``host``."""
-    import docker.errors
-    import requests.exceptions
-
-    try:
-        return call()
-    except docker.errors.APIError as error:
-        raise EngineError(f"the engine at {host} could not {what}: {explanation(error)}") from None
-    except (requests.exceptions.ConnectionError, ConnectionError) as error:
-        raise EngineError(f"the Docker engine at {host} stopped answering ({error}): {START_HINT}") from None
-
-
 def _engine_time(unix_ns: int) -> str:
     # The API's timestamps are seconds and nanoseconds, not a decimal fraction (and a float of
     # unix seconds cannot hold nanoseconds).
@@ -456,27 +435,8 @@ def _engine_time(unix_ns: int) -> str:
 
 
 def connect() -> Engine:
-    """The engine ``DOCKER_HOST`` (and the SDK's other DOCKER_* variables) name, answering;
-    else an EngineError naming what was tried and how to start one."""
-    try:
-        import docker
-    except ImportError:
-        raise EngineError("local_docker needs the docker SDK: pip install docker") from None
-    host = os.environ.get("DOCKER_HOST") or DEFAULT_SOCKET
-    try:
-        client = docker.from_env()
-        version = client.version()
-    except Exception as error:  # the SDK raises DockerException, requests' and OS errors here
-        reason = explanation(error)
-        raise EngineError(f"no Docker engine answers at {host} ({reason}): {START_HINT}") from None
-    components = " ".join(str(part.get("Name", "")) for part in version.get("Components") or [])
-    return Engine(client, host, "podman" in components.lower())
-
-
-def explanation(error: Any) -> str:
-    explanation = getattr(error, "explanation", None)
-    text = str(explanation if explanation else error)
-    return text.strip().splitlines()[-1] if text.strip() else type(error).__name__
+    """The engine ``DOCKER_HOST`` names, answering; else an EngineError naming how to start one."""
+    return Engine(*connect_client())
 
 
 def _remove_container(container: Any, attempts: int = 10, pause_s: float = 0.3) -> None:

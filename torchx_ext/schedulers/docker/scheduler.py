@@ -112,8 +112,8 @@ class DockerScheduler(WorkspaceMixin[None], SchedulerShell[DockerOpts]):
 
     def build_workspace_and_update_role(self, role: Role, workspace: str, cfg: Mapping[str, Any]) -> None:
         """The role's image with the workspace on top, built only when its content changed."""
-        from torchx_ext.schedulers.docker.image_progress import StatusLine
-        from torchx_ext.schedulers.docker.workspace import ensure_workspace_image
+        from torchx_ext.schedulers.images.progress import StatusLine
+        from torchx_ext.schedulers.images.workspace import ensure_workspace_image
 
         kept = cfg.get("workspace_images_kept")
         built = ensure_workspace_image(self.engine.client, role.image, workspace, keep=3 if kept is None else int(kept),

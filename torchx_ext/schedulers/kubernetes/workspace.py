@@ -4,7 +4,7 @@ local engine (``DOCKER_HOST``), pushed to ``-cfg image_repo``, and the pods run 
 Unlike torchx's builtin, the pods name the image by the digest the push returned
 (``REPO@sha256:...``), not by a tag: a later push to the tag cannot change what a running job, or
 one of its pods started again later, runs. The build is local_docker's, cached by content, so an
-unchanged workspace is neither built nor pushed again (``docker/registry.py``).
+unchanged workspace is neither built nor pushed again (``images/registry.py``).
 
 The dry-run builds (as torchx's does) but pushes nothing: its manifests name ``REPO:TAG`` and say
 so; ``schedule`` pushes, then creates the objects with the digest in their place. Whatever fails
@@ -21,8 +21,8 @@ from torchx.specs import Role, runopts
 
 from torchx_ext.errors import EngineError, InvalidArgumentError
 from torchx_ext.schedulers.common.workspace_files import workspace_path
-from torchx_ext.schedulers.docker.image_progress import StatusLine
-from torchx_ext.schedulers.docker.registry import REPOSITORY_FORMS, check_repository, publish
+from torchx_ext.schedulers.images.progress import StatusLine
+from torchx_ext.schedulers.images.registry import REPOSITORY_FORMS, check_repository, publish
 from torchx_ext.schedulers.kubernetes.pods import TORCHX_IMAGE_ENV
 
 WORKSPACE_KEPT = 3
@@ -52,7 +52,7 @@ def add_workspace_opts(opts: runopts) -> None:
 def build_workspace_image(role: Role, workspace: str, cfg: Mapping[str, Any]) -> PendingPush:
     """Builds ``workspace`` onto ``role``'s image (unless built before) and names the role's image
     ``REPO:TAG``, pushed at submission."""
-    from torchx_ext.schedulers.docker.workspace import ensure_workspace_image
+    from torchx_ext.schedulers.images.workspace import ensure_workspace_image
 
     root = workspace_path(workspace, "kubernetes")
     repository = cfg.get("image_repo")
@@ -62,9 +62,9 @@ def build_workspace_image(role: Role, workspace: str, cfg: Mapping[str, Any]) ->
             "set -cfg image_repo=REGISTRY/REPO (e.g. 127.0.0.1:5000/team/train), or run the role's image as it is "
             "with --workspace ''")
     check_repository(str(repository))
-    engine = _local_engine(f"builds the workspace {root} into an image")
+    engine = _local_client(f"builds the workspace {root} into an image")
     progress = StatusLine.on_stderr(quiet=bool(cfg.get("quiet")))
-    built = ensure_workspace_image(engine.client, role.image, workspace, keep=WORKSPACE_KEPT, progress=progress,
+    built = ensure_workspace_image(engine, role.image, workspace, keep=WORKSPACE_KEPT, progress=progress,
                                    scheduler="kubernetes")
     tag = built.image.rsplit(":", 1)[1]
     push = PendingPush(f"{repository}:{tag}", built.image, str(repository), tag)
@@ -77,18 +77,18 @@ def push_and_pin(objects: tuple[dict[str, Any], ...], pushes: tuple[PendingPush,
     naming its digest instead of its tag."""
     if not pushes:
         return objects
-    client = _local_engine("pushes the workspace's image").client
+    client = _local_client("pushes the workspace's image")
     progress = StatusLine.on_stderr()
     pinned = {push.reference: publish(client, push.image, push.repository, push.tag, progress) for push in pushes}
     return tuple(_replace_images(obj, pinned) for obj in objects)
 
 
-def _local_engine(doing: str) -> Any:
-    """The engine ``DOCKER_HOST`` names; else one line saying what it was for and the way around it."""
-    from torchx_ext.schedulers.docker.engine import connect
+def _local_client(doing: str) -> Any:
+    """A client of the engine ``DOCKER_HOST`` names; else one line saying what it was for and the way around it."""
+    from torchx_ext.schedulers.images.client import connect_client
 
     try:
-        return connect()
+        return connect_client()[0]
     except EngineError as error:
         raise EngineError(f"kubernetes {doing} with a local engine, and {error}; or run the role's image as it "
                           "is with --workspace ''") from None

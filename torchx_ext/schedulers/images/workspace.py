@@ -27,8 +27,8 @@ from typing import IO, Any
 
 from torchx_ext.errors import InvalidArgumentError
 from torchx_ext.schedulers.common.workspace_files import IGNORE_FILES, unreadable, workspace_files, workspace_path
-from torchx_ext.schedulers.docker.engine import engine_call, explanation
-from torchx_ext.schedulers.docker.image_progress import StatusLine, build_step, event_error
+from torchx_ext.schedulers.images.client import engine_call, explanation
+from torchx_ext.schedulers.images.progress import StatusLine, build_step, event_error
 
 IMAGE_REPOSITORY = "torchx-ext-workspace"
 LABEL_WORKSPACE = "torchx_ext.workspace"

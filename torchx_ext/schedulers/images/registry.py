@@ -15,8 +15,8 @@ import re
 from typing import Any
 
 from torchx_ext.errors import EngineError, InvalidArgumentError
-from torchx_ext.schedulers.docker.engine import explanation
-from torchx_ext.schedulers.docker.image_progress import PushProgress, StatusLine, event_error
+from torchx_ext.schedulers.images.client import explanation
+from torchx_ext.schedulers.images.progress import PushProgress, StatusLine, event_error
 
 REPOSITORY_FORMS = "REGISTRY/REPO, e.g. 127.0.0.1:5000/team/train or ghcr.io/org/train"
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
