@@ -18,7 +18,7 @@ from torchx.schedulers import get_scheduler_factories
 
 from torchx_ext.errors import InvalidArgumentError
 from torchx_ext.schedulers.common.role_policy import RolePolicy
-from torchx_ext.schedulers.slurm.records import JobDir, SlurmRoleRequest
+from torchx_ext.schedulers.slurm.records import SlurmJobDir, SlurmRoleRequest
 from torchx_ext.schedulers.slurm.step import replica_command
 
 REPO = Path(__file__).resolve().parents[2]
@@ -253,7 +253,7 @@ def test_slurm_macros_resolve_on_the_node_to_the_job_id_and_the_task(tmp_path: P
                             args=[specs.macros.replica_id, f"hello {specs.macros.app_id}", specs.macros.rank0_env],
                             env={"FOO": "bar"}, cwd=str(tmp_path), spec={})
 
-    argv, env = replica_command(role, JobDir(tmp_path), 1, "10.0.0.1", "10.0.0.1")
+    argv, env = replica_command(role, SlurmJobDir(tmp_path), 1, "10.0.0.1", "10.0.0.1")
 
     assert argv == ["echo", "1", "hello 1234", "TORCHX_RANK0_HOST"]
     assert env["FOO"] == "bar" and env["TORCHX_RANK0_HOST"] == "10.0.0.1"

@@ -26,7 +26,7 @@ from torchx_ext.schedulers.slurm.job_view import (
     slurm_job,
 )
 from torchx_ext.schedulers.slurm.options import gpu_type_of, partition_of, sbatch_options
-from torchx_ext.schedulers.slurm.records import JobDir
+from torchx_ext.schedulers.slurm.records import SlurmJobDir
 from torchx_ext.schedulers.slurm.request import build_request
 from torchx_ext.schedulers.slurm.step import record_app_requeue, record_first_of_incident, record_requeue
 
@@ -162,7 +162,7 @@ def test_an_app_of_several_roles_asking_application_starts_again_as_a_whole(tmp_
 def test_a_requeued_app_is_one_more_restart_of_the_whole_app(tmp_path: Path) -> None:
     request = build_request(two_roles(specs.RetryPolicy.APPLICATION, 2, 2), job_dir=str(tmp_path), cwd="/home/me",
                             interpreter="/venv/bin/python", options=[])
-    job = JobDir(tmp_path)
+    job = SlurmJobDir(tmp_path)
     job.request.write_text(request.to_json())
     job.restarts("reader").write_text("1")  # the reader failed the app once before
 
@@ -268,7 +268,7 @@ def test_a_users_own_requeue_option_comes_after_ours_and_wins() -> None:
 def test_a_requeued_run_is_one_more_restart_within_max_retries(tmp_path: Path) -> None:
     request = build_request(ddp(script="train.py", j="2x1", max_retries=1), job_dir=str(tmp_path), cwd="/home/me",
                             interpreter="/venv/bin/python", options=[])
-    job = JobDir(tmp_path)
+    job = SlurmJobDir(tmp_path)
     job.request.write_text(request.to_json())
     job.exit("train", 1).write_text(json.dumps({"exit_code": 1, "at": 5.0, "node": "n2"}))
 

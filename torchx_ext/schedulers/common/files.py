@@ -1,5 +1,5 @@
 """Records on disk that readers in other processes (and on other nodes) read while they change,
-and the registry that finds a backend's job directories by app id from any directory."""
+and where a backend keeps them (its state root)."""
 
 from __future__ import annotations
 
@@ -32,23 +32,3 @@ def state_root(env: str, backend: str) -> Path:
         return Path(explicit)
     base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
     return Path(base) / "torchx_ext" / backend
-
-
-def register(registry: Path, app_id: str, job_dir: Path) -> None:
-    registry.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
-    write_atomically(registry / app_id, str(job_dir.resolve()))
-
-
-def registered_dir(registry: Path, app_id: str) -> Path | None:
-    """The job directory registered for ``app_id`` (a valid id of its backend), or None."""
-    try:
-        return Path((registry / app_id).read_text())
-    except OSError:
-        return None
-
-
-def registry_entries(registry: Path) -> list[os.DirEntry[str]]:
-    try:
-        return [entry for entry in os.scandir(registry) if entry.is_file() and not entry.name.startswith(".")]
-    except FileNotFoundError:
-        return []

@@ -22,7 +22,7 @@ from __future__ import annotations
 import abc
 import datetime
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Optional, TypedDict, TypeVar
 
@@ -33,6 +33,7 @@ from torchx_ext.error_file import ErrorReport
 from torchx_ext.numa.topology import DEFAULT_SYSFS_ROOT
 from torchx_ext.errors import InvalidArgumentError
 from torchx_ext.schedulers.common.checks import check_image
+from torchx_ext.schedulers.common.job_dir import Job, JobRegistry
 from torchx_ext.schedulers.common.logs import LogQuery
 from torchx_ext.schedulers.common.states import State, app_state
 
@@ -174,6 +175,18 @@ class SchedulerShell(Scheduler[Opts]):  # type: ignore[misc]  # torchx has no ty
     def unknown_replica(app_id: str, role_name: str, replica_id: int, known: Iterable[str]) -> InvalidArgumentError:
         """``known``: the app's replicas as ``role/id``."""
         return InvalidArgumentError(f"app {app_id} has no replica {role_name}/{replica_id}: it has {', '.join(known)}")
+
+    def recorded_job(self, jobs: JobRegistry[Job], app_id: str) -> Job:
+        """The job directory of ``app_id`` (backends that keep one); ``unknown_app`` where there is none."""
+        job = jobs.find(app_id)
+        if job is None:
+            raise self.unknown_app(app_id)
+        return job
+
+    def check_replica(self, app_id: str, role_name: str, replica_id: int, known: Collection[tuple[str, int]]) -> None:
+        """``unknown_replica`` unless (``role_name``, ``replica_id``) is one of the app's ``known`` replicas."""
+        if (role_name, replica_id) not in known:
+            raise self.unknown_replica(app_id, role_name, replica_id, (f"{role}/{index}" for role, index in known))
 
     def delete(self, app_id: str) -> None:
         """Cancel the job if it runs, then remove what it left, logs included (torchx-nightly's

@@ -20,9 +20,8 @@ from typing import Any, TypeVar
 
 from torchx_ext.errors import JobRecordError
 from torchx_ext.schedulers.common.app_ids import LOCAL
-from torchx_ext.schedulers.common import files
-from torchx_ext.schedulers.common.files import DIR_MODE, registered_dir, registry_entries, write_atomically
-from torchx_ext.schedulers.common.job_dir import JobDirectory
+from torchx_ext.schedulers.common.files import DIR_MODE, write_atomically
+from torchx_ext.schedulers.common.job_dir import JobDirectory, JobRegistry
 from torchx_ext.schedulers.common.role_policy import RolePolicy
 from torchx_ext.schedulers.common.states import State
 from torchx_ext.schedulers.local.processes import boot_id, process_start_ticks
@@ -187,10 +186,13 @@ def _state(value: object) -> State:
         raise JobRecordError(f"unknown state {value!r}: valid states are {', '.join(s.value for s in State)}") from None
 
 
-class JobDir(JobDirectory):
+class LocalJobDir(JobDirectory):
     @property
     def state(self) -> Path:
         return self.path / "state.json"
+
+    def recorded(self) -> bool:
+        return self.state.is_file()
 
     @property
     def supervisor(self) -> Path:
@@ -274,26 +276,5 @@ def _read(path: Path, parse: Callable[[str], _Record]) -> _Record:
         raise JobRecordError(f"{path}: malformed ({error!r})") from None
 
 
-def state_root() -> Path:
-    """Where local_cwd keeps its registry and, by default, its logs."""
-    return files.state_root(STATE_ROOT_ENV, "local_cwd")
-
-
-def registry() -> Path:
-    return state_root() / "jobs"
-
-
-def register(app_id: str, app_dir: Path) -> None:
-    files.register(registry(), app_id, app_dir)
-
-
-def find_job(app_id: str) -> JobDir | None:
-    """The job directory of ``app_id``, or None for an unknown or malformed id."""
-    path = registered_dir(registry(), app_id) if LOCAL.matches(app_id) else None
-    job = None if path is None else JobDir(path)
-    return job if job is not None and job.state.is_file() else None
-
-
-def registered_jobs() -> list[str]:
-    """App ids in submission order."""
-    return [entry.name for entry in sorted(registry_entries(registry()), key=lambda entry: entry.stat().st_mtime)]
+JOBS: JobRegistry[LocalJobDir] = JobRegistry("local_cwd", STATE_ROOT_ENV, LocalJobDir, LOCAL.matches,
+                                              submission_order=lambda entry: entry.stat().st_mtime)

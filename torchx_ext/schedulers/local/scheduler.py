@@ -36,16 +36,12 @@ from torchx_ext.launcher.liveness import is_spare
 from torchx_ext.schedulers.common.watch import RecordWatch, file_signature
 from torchx_ext.schedulers.local.processes import marked_processes, signal_process, stop_processes
 from torchx_ext.schedulers.local.records import (
+    JOBS,
     LIVENESS_FILE_NAME,
-    JobDir,
     JobState,
+    LocalJobDir,
     ReplicaState,
     SupervisorRecord,
-    find_job,
-    register,
-    registered_jobs,
-    registry,
-    state_root,
 )
 from torchx_ext.schedulers.common.role_spec import role_from_spec
 from torchx_ext.schedulers.local.targets import check_targets
@@ -86,7 +82,7 @@ class LocalScheduler(SchedulerShell[LocalOpts]):
     def _run_opts(self) -> runopts:
         opts = runopts()
         opts.add("log_dir", type_=str, default=None,
-                 help=f"directory for the jobs' logs and records (default {state_root() / 'logs'}); "
+                 help=f"directory for the jobs' logs and records (default {JOBS.state_root() / 'logs'}); "
                  "each job writes {log_dir}/{app_id}")
         opts.add("prepend_cwd", type_=bool, default=False,
                  help="put the current directory before (not after) PATH's entries")
@@ -100,7 +96,7 @@ class LocalScheduler(SchedulerShell[LocalOpts]):
 
     def _submit_dryrun(self, app: AppDef, cfg: LocalOpts) -> AppDryRunInfo:
         app_id = new_app_id(app.name, LOCAL)
-        log_dir = Path(cfg.get("log_dir") or state_root() / "logs")
+        log_dir = Path(cfg.get("log_dir") or JOBS.state_root() / "logs")
         grace = seconds_option(cfg, "cancel_grace")
         check_targets(app, os.getcwd(), os.environ)
         topology = host_topology(cfg.get("sysfs_root")) if cfg.get("slice_replicas") else None
@@ -121,10 +117,10 @@ class LocalScheduler(SchedulerShell[LocalOpts]):
 
     def schedule(self, dryrun_info: AppDryRunInfo[Any]) -> str:
         request = dryrun_info.request
-        job = JobDir(Path(request.app_dir))
+        job = LocalJobDir(Path(request.app_dir))
         try:
             job.create(request, JobState(request.app_id, State.SUBMITTED, time.time(), []))
-            register(request.app_id, job.path)
+            JOBS.register(request.app_id, job.path)
         except OSError as error:
             raise InvalidArgumentError(
                 f"cannot write the job's directory {job.path} ({error.strerror or error}): "
@@ -144,7 +140,7 @@ class LocalScheduler(SchedulerShell[LocalOpts]):
         return str(request.app_id)
 
     def describe(self, app_id: str) -> Optional[DescribeAppResponse]:
-        job = find_job(app_id)
+        job = JOBS.find(app_id)
         if job is None:
             return None
         try:
@@ -185,21 +181,21 @@ class LocalScheduler(SchedulerShell[LocalOpts]):
     def wait_for_change(self, app_id: str, timeout_s: float) -> bool:
         """Until the supervisor writes the job's state again (a replica started, restarted or
         ended; the job ended)."""
-        job = find_job(app_id)
+        job = JOBS.find(app_id)
         if job is None:
             return True
         return self._records.wait(app_id, lambda: file_signature(job.state), timeout_s)
 
     def describe_native(self, app_id: str) -> Optional[AppDryRunInfo]:
         """The request the job was submitted with (torchx-nightly's read-back of a dry-run)."""
-        return submitted_request(find_job(app_id), describe_request)
+        return submitted_request(JOBS.find(app_id), describe_request)
 
     def list(self, cfg: Optional[Mapping[str, Any]] = None) -> list[ListAppResponse]:
         """Every registered job; one that cannot be read is left out with a warning naming its
         file (torchx-nightly passes ``cfg``; nothing in it changes what local_cwd lists)."""
         listed = []
-        for app_id in registered_jobs():
-            job = find_job(app_id)
+        for app_id in JOBS.app_ids():
+            job = JOBS.find(app_id)
             if job is None:
                 continue
             try:
@@ -212,24 +208,20 @@ class LocalScheduler(SchedulerShell[LocalOpts]):
 
     def _replica_lines(self, app_id: str, role_name: str, replica_id: int,
                        query: LogQuery) -> Iterable[tuple[float, str]]:
-        job = find_job(app_id)
-        if job is None:
-            raise self.unknown_app(app_id)
+        job = self.recorded_job(JOBS, app_id)
+        replicas = {(replica.role, replica.replica_id): replica for replica in job.read_request().replicas()}
+        self.check_replica(app_id, role_name, replica_id, replicas.keys())
         # Imported here: only `torchx log` needs it, every other command starts faster.
         from torchx_ext.schedulers.common.log_files import read_timed_lines
 
-        replicas = {(replica.role, replica.replica_id): replica for replica in job.read_request().replicas()}
-        replica = replicas.get((role_name, replica_id))
-        if replica is None:
-            raise self.unknown_replica(app_id, role_name, replica_id, (f"{role}/{index}" for role, index in replicas))
         return read_timed_lines(
-            replica.log_path(query.stream),
+            replicas[role_name, replica_id].log_path(query.stream),
             should_tail=query.should_tail,
             finished=lambda: _read_state_ending_orphaned_job(job).state.terminal,
         )
 
     def _cancel_existing(self, app_id: str) -> None:
-        job = find_job(app_id)
+        job = JOBS.find(app_id)
         if job is None or job.read_state().state.terminal:
             return
         record = job.supervisor_record()
@@ -259,7 +251,7 @@ class LocalScheduler(SchedulerShell[LocalOpts]):
 
     def _delete_existing(self, app_id: str) -> None:
         """Cancel the job if it runs, then remove its directory (logs included) and its entry."""
-        job = find_job(app_id)
+        job = JOBS.find(app_id)
         if job is None:
             return
         try:
@@ -270,7 +262,7 @@ class LocalScheduler(SchedulerShell[LocalOpts]):
         if record is not None and not record.on_this_host() and job.supervisor_alive():
             raise InvalidArgumentError(f"local_cwd app {app_id} runs on host {record.host}: delete it there")
         shutil.rmtree(job.path, ignore_errors=True)
-        (registry() / app_id).unlink(missing_ok=True)
+        JOBS.unregister(app_id)
 
     def close(self) -> None:
         # Like torchx's local scheduler: jobs this scheduler object started end with it
@@ -287,7 +279,7 @@ def create_scheduler(session_name: str, **kwargs: Any) -> LocalScheduler:
     return LocalScheduler(session_name)
 
 
-def _read_state_ending_orphaned_job(job: JobDir) -> JobState:
+def _read_state_ending_orphaned_job(job: LocalJobDir) -> JobState:
     """The job's state; a job whose supervisor died without ending it is ended here (what it
     left is stopped, FAILED recorded), whoever looks first."""
     state = job.read_state()

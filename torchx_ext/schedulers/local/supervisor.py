@@ -37,7 +37,7 @@ from torchx_ext.replica_env import LIVENESS_FILE_ENV, RDZV_IS_HOST_ENV, RDZV_POR
 from torchx_ext.schedulers.common.states import State, how_it_ended, job_move, replica_move
 from torchx_ext.schedulers.local.processes import (JOB_MARKER_ENV, marked_processes, signal_process as _signal,
                                                    stop_processes)
-from torchx_ext.schedulers.local.records import (ERROR_FILE_NAME, LIVENESS_FILE_NAME, JobDir, JobState, LocalJobRequest,
+from torchx_ext.schedulers.local.records import (ERROR_FILE_NAME, LIVENESS_FILE_NAME, LocalJobDir, JobState, LocalJobRequest,
                                                  ReplicaRequest, ReplicaState, LocalRoleRequest)
 from torchx_ext.schedulers.common.log_files import ReplicaLogWriter
 
@@ -73,7 +73,7 @@ class _Replica:
 
 
 class Supervisor:
-    def __init__(self, job: JobDir) -> None:
+    def __init__(self, job: LocalJobDir) -> None:
         self.job = job
         self.request: LocalJobRequest = job.read_request()
         initial = job.read_state()
@@ -540,7 +540,7 @@ def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     # Logs and records it writes are the user's alone; replicas get the user's own umask back.
     user_umask = os.umask(0o077)
-    supervisor = Supervisor(JobDir(Path(args[0])))
+    supervisor = Supervisor(LocalJobDir(Path(args[0])))
     supervisor.user_umask = user_umask
     supervisor.run()
 

@@ -21,9 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from torchx_ext.errors import JobRecordError
-from torchx_ext.schedulers.common import files
-from torchx_ext.schedulers.common.files import registered_dir, registry_entries
-from torchx_ext.schedulers.common.job_dir import JobDirectory
+from torchx_ext.schedulers.common.job_dir import JobDirectory, JobRegistry
 from torchx_ext.schedulers.common.role_policy import RolePolicy
 from torchx_ext.schedulers.common.states import how_it_ended
 
@@ -89,7 +87,7 @@ class StepEnd:
     node: str
 
 
-class JobDir(JobDirectory):
+class SlurmJobDir(JobDirectory):
     @property
     def script(self) -> Path:
         return self.path / "batch.sh"
@@ -179,33 +177,9 @@ class JobDir(JobDirectory):
             return ""
 
 
-def state_root() -> Path:
-    """Where slurm keeps its registry and, by default, its job directories."""
-    return files.state_root(STATE_ROOT_ENV, "slurm")
-
-
-def registry() -> Path:
-    return state_root() / "jobs"
-
-
-def register(app_id: str, job_dir: Path) -> None:
-    files.register(registry(), app_id, job_dir)
-
-
-def unregister(app_id: str) -> None:
-    (registry() / app_id).unlink(missing_ok=True)
-
-
-def find_job(app_id: str) -> JobDir | None:
-    """The job directory of ``app_id``; None for an id that is no Slurm job id or not ours."""
-    path = registered_dir(registry(), app_id) if JOB_ID.fullmatch(app_id) else None
-    job = None if path is None else JobDir(path)
-    return job if job is not None and job.request.is_file() else None
-
-
-def registered_jobs() -> list[str]:
-    """App ids, oldest first."""
-    return sorted((entry.name for entry in registry_entries(registry()) if JOB_ID.fullmatch(entry.name)), key=int)
+JOBS: JobRegistry[SlurmJobDir] = JobRegistry("slurm", STATE_ROOT_ENV, SlurmJobDir,
+                                              lambda app_id: JOB_ID.fullmatch(app_id) is not None,
+                                              submission_order=lambda entry: int(entry.name))
 
 
 def first_failure(ends: dict[tuple[str, int], StepEnd | None]) -> tuple[str, int] | None:

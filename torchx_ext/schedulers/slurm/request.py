@@ -22,7 +22,7 @@ from torchx_ext.errors import InvalidArgumentError
 from torchx_ext.schedulers.common.role_policy import policy_of
 from torchx_ext.schedulers.common.role_spec import role_spec
 from torchx_ext.schedulers.slurm.options import gpu_type_of
-from torchx_ext.schedulers.slurm.records import JobDir, SlurmJobRequest, SlurmRoleRequest
+from torchx_ext.schedulers.slurm.records import SlurmJobDir, SlurmJobRequest, SlurmRoleRequest
 
 STEP_MODULE = "torchx_ext.schedulers.slurm.step"
 _ROLE_NAME = re.compile(r"[A-Za-z0-9_.-]+")
@@ -45,7 +45,7 @@ def build_request(
     resource says); ``workspace``: a directory copied into the job's at submission, whose copy
     is where the steps run (``cwd`` is then ignored)."""
     if workspace:
-        cwd = str(JobDir(Path(job_dir)).workspace)
+        cwd = str(SlurmJobDir(Path(job_dir)).workspace)
     for path, what in ((job_dir, "job_dir"), (cwd, "the current directory")):
         if "\n" in path or "\r" in path:
             raise InvalidArgumentError(f"{what} {path!r} holds a line break, which an #SBATCH line cannot: use another")
@@ -53,7 +53,7 @@ def build_request(
     job_name = _JOB_NAME_INVALID.sub("-", app.name).strip("-") or "torchx"
     if gpu_types is None:
         gpu_types = [gpu_type_of(None, role.resource) for role in app.roles]
-    script = batch_script(job_name, JobDir(Path(job_dir)), cwd, roles, app.roles, options, interpreter, exclusive,
+    script = batch_script(job_name, SlurmJobDir(Path(job_dir)), cwd, roles, app.roles, options, interpreter, exclusive,
                           gpu_types)
     return SlurmJobRequest(app_name=app.name, job_dir=job_dir, roles=roles, script=script, options=options,
                            workspace=workspace)
@@ -61,7 +61,7 @@ def build_request(
 
 def batch_script(
     job_name: str,
-    job: JobDir,
+    job: SlurmJobDir,
     cwd: str,
     roles: list[SlurmRoleRequest],
     specs_of_roles: list[specs.Role],
@@ -115,7 +115,7 @@ def batch_script(
     return "\n".join([*lines, ""])
 
 
-def _srun(position: int, role: SlurmRoleRequest, spec: specs.Role, job: JobDir, gpu_type: str, interpreter: str,
+def _srun(position: int, role: SlurmRoleRequest, spec: specs.Role, job: SlurmJobDir, gpu_type: str, interpreter: str,
           exclusive: bool, heterogeneous: bool) -> str:
     """The role's step: one task per node, each running the step program."""
     group = f"_HET_GROUP_{position}" if heterogeneous else ""
@@ -132,7 +132,7 @@ def _srun(position: int, role: SlurmRoleRequest, spec: specs.Role, job: JobDir, 
     return " ".join(["srun", *shaped, *map(shlex.quote, quoted)])
 
 
-def _retried(srun: str, job: JobDir, role: str, max_retries: int, carries_on_short: bool, interpreter: str,
+def _retried(srun: str, job: SlurmJobDir, role: str, max_retries: int, carries_on_short: bool, interpreter: str,
              reruns: int) -> list[str]:
     """The role's step, run again from the start (every node resumes from the checkpoint) up to
     ``reruns`` times after it fails, and after Slurm requeued the job up to ``max_retries`` times;
@@ -170,7 +170,7 @@ def _whole_app_restarts(roles: list[SlurmRoleRequest], specs_of_roles: list[spec
     return min(whole) if len(roles) > 1 and whole and max(whole) > 0 else None
 
 
-def _whole_app(sruns: list[str], job: JobDir, roles: list[SlurmRoleRequest], budget: int, interpreter: str) -> list[str]:
+def _whole_app(sruns: list[str], job: SlurmJobDir, roles: list[SlurmRoleRequest], budget: int, interpreter: str) -> list[str]:
     """Every role's step started together; the first to fail (an elastic one that ended with
     enough replicas done has not) stops the others and, up to ``budget`` times, they all start
     again, every node resuming from the checkpoint: torchx's APPLICATION. A REPLICA role's
@@ -219,7 +219,7 @@ def describe_request(request: SlurmJobRequest) -> str:
     """The dry-run text: where the job lives, then the batch script as sbatch gets it."""
     lines = [f"job_dir: {request.job_dir}"]
     if request.workspace:
-        lines.append(f"workspace: {request.workspace}, copied into {JobDir(Path(request.job_dir)).workspace} at "
+        lines.append(f"workspace: {request.workspace}, copied into {SlurmJobDir(Path(request.job_dir)).workspace} at "
                      "submission (without what .torchxignore excludes); the steps run in the copy")
     for role in request.roles:
         lines.append(f"{role.name}: {role.policy.min_replicas}..{role.num_replicas} nodes, cwd={role.cwd}")

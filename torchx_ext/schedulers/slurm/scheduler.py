@@ -36,15 +36,11 @@ from torchx_ext.schedulers.slurm.job_view import SlurmJob, forgotten_job_state, 
 from torchx_ext.schedulers.slurm.options import (SlurmOpts, check_workspace_type, gpu_type_of, partition_of,
                                                  sbatch_options, slurm_runopts)
 from torchx_ext.schedulers.slurm.records import (
-    JobDir,
+    JOBS,
+    SlurmJobDir,
     StepEnd,
-    find_job,
     first_failure as records_first_failure,
     step_ended,
-    register,
-    registered_jobs,
-    state_root,
-    unregister,
 )
 from torchx_ext.schedulers.slurm.request import build_request, describe_request
 from torchx_ext.schedulers.slurm.workspace import copy_workspace, workspace_of
@@ -150,7 +146,7 @@ class SlurmScheduler(WorkspaceMixin[None], SchedulerShell[SlurmOpts]):
 
     def schedule(self, dryrun_info: AppDryRunInfo[Any]) -> str:
         request = dryrun_info.request
-        job = JobDir(Path(request.job_dir))
+        job = SlurmJobDir(Path(request.job_dir))
         try:
             job.path.mkdir(mode=DIR_MODE, parents=True)
         except OSError as error:
@@ -177,11 +173,11 @@ class SlurmScheduler(WorkspaceMixin[None], SchedulerShell[SlurmOpts]):
         except BaseException:
             shutil.rmtree(job.path, ignore_errors=True)
             raise
-        register(job_id, job.path)
+        JOBS.register(job_id, job.path)
         return job_id
 
     @staticmethod
-    def _copy_workspace(request: Any, job: JobDir) -> None:
+    def _copy_workspace(request: Any, job: SlurmJobDir) -> None:
         source = Path(request.workspace)
         try:
             copied = copy_workspace(source, job.workspace, job.path.parent)
@@ -195,7 +191,7 @@ class SlurmScheduler(WorkspaceMixin[None], SchedulerShell[SlurmOpts]):
             print(copied.advice(source), file=sys.stderr)
 
     def describe(self, app_id: str) -> Optional[DescribeAppResponse]:
-        job = find_job(app_id)
+        job = JOBS.find(app_id)
         if job is None:
             return None
         request = job.read_request()
@@ -241,7 +237,7 @@ class SlurmScheduler(WorkspaceMixin[None], SchedulerShell[SlurmOpts]):
         ``ENDING_WINDOW_S``): the controller ends the job when its batch script returns, and tells
         nobody. Nor does it tell when a job leaves the queue: its pending reasons are read again
         by the caller, now and then."""
-        job = find_job(app_id)
+        job = JOBS.find(app_id)
         if job is None:
             return True
         if self._ending.brief(app_id, _replicas_done(job)):
@@ -251,12 +247,12 @@ class SlurmScheduler(WorkspaceMixin[None], SchedulerShell[SlurmOpts]):
 
     def describe_native(self, app_id: str) -> Optional[AppDryRunInfo]:
         """The request the job was submitted with (torchx-nightly's read-back of a dry-run)."""
-        return submitted_request(find_job(app_id), describe_request)
+        return submitted_request(JOBS.find(app_id), describe_request)
 
     def list(self, cfg: Optional[Mapping[str, Any]] = None) -> list[ListAppResponse]:
         """Our jobs (those submitted through this scheduler as this user), with one call to Slurm
         for every job whose end is not known yet."""
-        jobs = {app_id: job for app_id in registered_jobs() if (job := find_job(app_id)) is not None}
+        jobs = {app_id: job for app_id in JOBS.app_ids() if (job := JOBS.find(app_id)) is not None}
         ended = {app_id: end for app_id, job in jobs.items() if (end := _kept_end(job)) is not None}
         live = self._states.read((app_id for app_id in jobs if app_id not in ended),
                                  since=min((_submitted_at(job) for job in jobs.values()), default=time.time()))
@@ -268,15 +264,12 @@ class SlurmScheduler(WorkspaceMixin[None], SchedulerShell[SlurmOpts]):
 
     def _replica_lines(self, app_id: str, role_name: str, replica_id: int,
                        query: LogQuery) -> Iterable[tuple[float, str]]:
-        job = find_job(app_id)
-        if job is None:
-            raise self.unknown_app(app_id)
+        job = self.recorded_job(JOBS, app_id)
+        request = job.read_request()
+        self.check_replica(app_id, role_name, replica_id, [(role.name, k) for role in request.roles
+                                                           for k in range(role.num_replicas)])
         from torchx_ext.schedulers.common.log_files import read_timed_lines
 
-        request = job.read_request()
-        known = [(role.name, k) for role in request.roles for k in range(role.num_replicas)]
-        if (role_name, replica_id) not in known:
-            raise self.unknown_replica(app_id, role_name, replica_id, (f"{role}/{k}" for role, k in known))
         checked = [0.0, False]
 
         def finished() -> bool:
@@ -290,7 +283,7 @@ class SlurmScheduler(WorkspaceMixin[None], SchedulerShell[SlurmOpts]):
                                 finished=finished)
 
     def _cancel_existing(self, app_id: str) -> None:
-        job = find_job(app_id)
+        job = JOBS.find(app_id)
         if job is None or self._job(app_id, job).terminal:
             return
         # Kept first: whatever the processes exit with as they are stopped, the job is CANCELLED.
@@ -299,14 +292,14 @@ class SlurmScheduler(WorkspaceMixin[None], SchedulerShell[SlurmOpts]):
 
     def _delete_existing(self, app_id: str) -> None:
         """Cancel the job if it runs, then remove its directory (logs included) and its entry."""
-        job = find_job(app_id)
+        job = JOBS.find(app_id)
         if job is None:
             return
         self._cancel_existing(app_id)
         shutil.rmtree(job.path, ignore_errors=True)
-        unregister(app_id)
+        JOBS.unregister(app_id)
 
-    def _job(self, app_id: str, job: JobDir) -> SlurmJob:
+    def _job(self, app_id: str, job: SlurmJobDir) -> SlurmJob:
         kept = _kept_end(job)
         if kept is not None:
             return kept
@@ -323,7 +316,7 @@ class SlurmScheduler(WorkspaceMixin[None], SchedulerShell[SlurmOpts]):
                 return queued
         return found
 
-    def _settle(self, app_id: str, job: JobDir, reported: SlurmJob | None) -> SlurmJob:
+    def _settle(self, app_id: str, job: SlurmJobDir, reported: SlurmJob | None) -> SlurmJob:
         """The job's view from what Slurm reported (None: Slurm forgot it); an end is kept."""
         cancelled = job.cancelled.exists()
         if reported is None:
@@ -348,13 +341,13 @@ def create_scheduler(session_name: str, **kwargs: Any) -> SlurmScheduler:
 
 
 def default_job_dirs() -> Path:
-    return state_root() / "runs"
+    return JOBS.state_root() / "runs"
 
 
 REQUEUED_AFTER = ("NODE_FAIL", "PREEMPTED")
 
 
-def _replicas_done(job: JobDir) -> bool:
+def _replicas_done(job: SlurmJobDir) -> bool:
     """Whether some replica started and every one that did has ended (its exit record)."""
     request = job.read_request()
     started = [(role.name, k) for role in request.roles for k in range(role.num_replicas)
@@ -362,7 +355,7 @@ def _replicas_done(job: JobDir) -> bool:
     return bool(started) and all(job.exit(role, k).exists() for role, k in started)
 
 
-def _requeues(job: JobDir) -> bool:
+def _requeues(job: SlurmJobDir) -> bool:
     """Whether the job was submitted to be requeued (after a node failure or a preemption)."""
     try:
         lines = job.script.read_text().splitlines()
@@ -373,14 +366,14 @@ def _requeues(job: JobDir) -> bool:
                 False)
 
 
-def _submitted_at(job: JobDir) -> float:
+def _submitted_at(job: SlurmJobDir) -> float:
     try:
         return job.request.stat().st_mtime
     except OSError:
         return time.time()
 
 
-def _kept_end(job: JobDir) -> SlurmJob | None:
+def _kept_end(job: SlurmJobDir) -> SlurmJob | None:
     import json
 
     try:
@@ -390,7 +383,7 @@ def _kept_end(job: JobDir) -> SlurmJob | None:
         return None
 
 
-def _keep_end(job: JobDir, end: SlurmJob) -> None:
+def _keep_end(job: SlurmJobDir, end: SlurmJob) -> None:
     import json
 
     try:
@@ -400,7 +393,7 @@ def _keep_end(job: JobDir, end: SlurmJob) -> None:
         pass  # a read-only job directory: Slurm is asked again next time
 
 
-def _error_report(job: JobDir, role: str, replica_id: int, end: StepEnd) -> ErrorReport:
+def _error_report(job: SlurmJobDir, role: str, replica_id: int, end: StepEnd) -> ErrorReport:
     report = read_error_file(job.error_file(role, replica_id))
     message = step_ended(end, report.message if report is not None else "")
     return ErrorReport(message=message, error_code=end.exit_code, timestamp=int(end.at),

@@ -41,7 +41,7 @@ from torchx_ext.replica_env import (ALLOCATED_NODES_ENV, ERROR_FILE_ENV, LIVENES
                                     RDZV_HOST_ENV, RDZV_IS_HOST_ENV, RDZV_PORT_ENV, REPLICA_ENV)
 from torchx_ext.schedulers.common.files import write_atomically
 from torchx_ext.schedulers.common.log_files import IndexedLog
-from torchx_ext.schedulers.slurm.records import JobDir, SlurmRoleRequest, StepEnd, first_failure, step_ended
+from torchx_ext.schedulers.slurm.records import SlurmJobDir, SlurmRoleRequest, StepEnd, first_failure, step_ended
 
 START_ORDER_WAIT_S = 10.0
 
@@ -49,21 +49,21 @@ START_ORDER_WAIT_S = 10.0
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--enough-succeeded"]:
-        return 0 if enough_succeeded(JobDir(Path(argv[1])), argv[2]) else 1
+        return 0 if enough_succeeded(SlurmJobDir(Path(argv[1])), argv[2]) else 1
     if argv[:1] == ["--record-failure"]:
-        record_failure(JobDir(Path(argv[1])), argv[2])
+        record_failure(SlurmJobDir(Path(argv[1])), argv[2])
         return 0
     if argv[:1] == ["--requeued"]:
-        print(record_requeue(JobDir(Path(argv[1])), argv[2], int(argv[3])))
+        print(record_requeue(SlurmJobDir(Path(argv[1])), argv[2], int(argv[3])))
         return 0
     if argv[:1] == ["--record-restart"]:
-        record_app_restart(JobDir(Path(argv[1])), argv[2])
+        record_app_restart(SlurmJobDir(Path(argv[1])), argv[2])
         return 0
     if argv[:1] == ["--requeued-app"]:
-        print(record_app_requeue(JobDir(Path(argv[1])), int(argv[2])))
+        print(record_app_requeue(SlurmJobDir(Path(argv[1])), int(argv[2])))
         return 0
     job_dir, role_name = argv
-    job = JobDir(Path(job_dir))
+    job = SlurmJobDir(Path(job_dir))
     role = job.read_request().role(role_name)
     if role is None:
         raise SystemExit(f"slurm step: no role {role_name!r} in {job.request}")
@@ -185,7 +185,7 @@ def controller_answers(timeout_s: float = 3.0) -> bool:
         return False
 
 
-def enough_succeeded(job: JobDir, role_name: str) -> bool:
+def enough_succeeded(job: SlurmJobDir, role_name: str) -> bool:
     """Whether at least ``min_replicas`` of the role's replicas ended with code 0: an elastic
     role that carried on without the others (the batch script asks once its step has ended)."""
     role = job.read_request().role(role_name)
@@ -195,7 +195,7 @@ def enough_succeeded(job: JobDir, role_name: str) -> bool:
     return sum(end is not None and end.exit_code == 0 for end in ends) >= role.policy.min_replicas
 
 
-def record_failure(job: JobDir, role_name: str) -> None:
+def record_failure(job: SlurmJobDir, role_name: str) -> None:
     """Keep what failed the role's step (its first replica to fail) before the batch script runs
     it again, which overwrites every replica's end."""
     text = _failure(job, role_name)
@@ -203,7 +203,7 @@ def record_failure(job: JobDir, role_name: str) -> None:
         write_atomically(job.last_failure(role_name), text)
 
 
-def record_requeue(job: JobDir, role_name: str, max_retries: int) -> int:
+def record_requeue(job: SlurmJobDir, role_name: str, max_retries: int) -> int:
     """Count a run of the batch script that Slurm requeued (after a node failed: the step could
     not say so itself) as one restart of the role, and say what failed in the run before; the
     restarts so far, or a SystemExit once they exceed ``max_retries``."""
@@ -217,14 +217,14 @@ def record_requeue(job: JobDir, role_name: str, max_retries: int) -> int:
     return restarts
 
 
-def record_app_restart(job: JobDir, role_name: str) -> None:
+def record_app_restart(job: SlurmJobDir, role_name: str) -> None:
     """Before every role's step runs again (torchx's APPLICATION on several roles): what failed
     the app, and one restart more, counted on the role that failed it."""
     record_failure(job, role_name)
     write_atomically(job.restarts(role_name), str(job.read_restarts(role_name) + 1))
 
 
-def record_app_requeue(job: JobDir, max_restarts: int) -> int:
+def record_app_requeue(job: SlurmJobDir, max_restarts: int) -> int:
     """A requeued run of a batch script that restarts the app as a whole, counted on its first
     role; the app's restarts so far, or a SystemExit once they exceed ``max_restarts``."""
     roles = [role.name for role in job.read_request().roles]
@@ -241,7 +241,7 @@ def record_app_requeue(job: JobDir, max_restarts: int) -> int:
 REQUEUED = "Slurm requeued the job (a node failure, a preemption or scontrol requeue)"
 
 
-def _failure(job: JobDir, role_name: str) -> str:
+def _failure(job: SlurmJobDir, role_name: str) -> str:
     role = job.read_request().role(role_name)
     if role is None:
         return ""
@@ -254,7 +254,7 @@ def _failure(job: JobDir, role_name: str) -> str:
     return f"replica {role.name}/{failed[1]} ({end.node}) {step_ended(end, report.message if report else '')}"
 
 
-def replica_command(role: SlurmRoleRequest, job: JobDir, replica_id: int, rank0_host: str,
+def replica_command(role: SlurmRoleRequest, job: SlurmJobDir, replica_id: int, rank0_host: str,
                     rdzv_host: str) -> tuple[list[str], dict[str, str]]:
     """The replica's argv and environment, macros applied as torchx's schedulers apply them;
     ``rank0_host``: torchx's rank 0 (the first role's replica 0), ``rdzv_host``: the role's own
@@ -294,7 +294,7 @@ def node_addresses(nodelist: str, node: str, say: Callable[[str], None]) -> tupl
     return addresses.get(names[0], names[0]), addresses.get(node, node)
 
 
-def rendezvous_port(job: JobDir, role: str, replica_id: int, say: Callable[[str], None]) -> str | None:
+def rendezvous_port(job: SlurmJobDir, role: str, replica_id: int, say: Callable[[str], None]) -> str | None:
     """The role's rendezvous port: picked free by its node rank 0, which publishes it in the job
     directory once its agent runs (``main``); the other nodes wait for it (and so start after node
     rank 0). None: node rank 0 said nothing in time (the launcher's ``--rdzv-port`` then holds)."""

@@ -26,7 +26,7 @@ from torchx_ext.errors import InvalidArgumentError
 from torchx_ext.schedulers.common.workspace_files import TORCHX_IGNORE, workspace_files
 
 REQUEST_NAME = "request.json"
-"""What every job directory holds (``records.JobDir.request``)."""
+"""What every job directory holds (``records.SlurmJobDir.request``)."""
 
 LARGE_FILES = 5_000
 LARGE_BYTES = 100 * 10**6
