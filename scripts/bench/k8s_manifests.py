@@ -22,14 +22,14 @@ from torchx import specs
 
 from torchx_ext.components.dist import ddp
 from torchx_ext.schedulers.common.app_ids import KUBERNETES, new_app_id
-from torchx_ext.schedulers.kubernetes.manifests import build_manifests
+from torchx_ext.schedulers.kubernetes.request import build_request
 from torchx_ext.schedulers.kubernetes.options import ManifestOptions
 
 TARGET_MS = 200.0
 
 
 def ours(app: specs.AppDef) -> Any:
-    return build_manifests(app, app_id=new_app_id(app.name, KUBERNETES), options=ManifestOptions()).objects
+    return build_request(app, app_id=new_app_id(app.name, KUBERNETES), options=ManifestOptions()).objects
 
 
 def torchx_builtin(app: specs.AppDef) -> Any:

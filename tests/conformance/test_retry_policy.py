@@ -15,7 +15,7 @@ from tests.conformance.conftest import JOBS, SchedulerUnderTest
 from tests.conformance.jobs_api import wait
 
 # Where each policy is honoured. Kubernetes' job backend refuses APPLICATION with retries in one
-# line (tests/unit/test_kubernetes_manifests.py).
+# line (tests/unit/test_kubernetes_request.py).
 HONOURED = {
     RetryPolicy.REPLICA: ["local_cwd", "local_docker", "kubernetes", "kubernetes-jobset", "kubernetes-volcano", "slurm"],
     RetryPolicy.APPLICATION: ["local_cwd", "local_docker", "kubernetes-jobset", "kubernetes-volcano", "slurm"],

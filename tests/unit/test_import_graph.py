@@ -88,7 +88,7 @@ def test_the_graph_is_read_from_the_source() -> None:
     # Known edges, one of each kind: top-level, inside a function, relative-free from-import.
     assert "torchx_ext.numa.topology" in graph["torchx_ext.schedulers.placement"]
     assert "torchx_ext.schedulers.kubernetes.scheduler" in graph["torchx_ext.schedulers.kubernetes"]
-    assert "torchx_ext.schedulers.kubernetes.names" in graph["torchx_ext.schedulers.kubernetes.manifests"]
+    assert "torchx_ext.schedulers.kubernetes.names" in graph["torchx_ext.schedulers.kubernetes.request"]
 
 
 def test_a_cycle_is_found() -> None:

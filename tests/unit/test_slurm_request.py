@@ -16,8 +16,8 @@ from torchx_ext.errors import InvalidArgumentError
 from torchx_ext.launcher.worker_binding import plan_workers
 from torchx_ext.numa.cpulist import parse_cpulist
 from torchx_ext.schedulers.common.states import State
-from torchx_ext.schedulers.slurm.commands import gpus_in_sinfo
-from torchx_ext.schedulers.slurm.job_view import (
+from torchx_ext.schedulers.slurm.client import gpus_in_sinfo
+from torchx_ext.schedulers.slurm.view import (
     SLURM_STATES,
     forgotten_job_state,
     parse_sacct,

@@ -8,7 +8,7 @@ a job goes SUBMITTED -> RUNNING -> SUCCEEDED | FAILED | CANCELLED, or straight f
 SUBMITTED to CANCELLED (cancelled before it started) or FAILED (its runner died first).
 Terminal states are final. A ``JobEnd`` is an end a scheduler decided that exit codes cannot
 tell (a cancel; a failure for which the other replicas were stopped); each backend keeps it
-where its jobs live (``docker.job_view``: a volume's labels; ``kubernetes.app_view``: an
+where its jobs live (``docker.view``: a volume's labels; ``kubernetes.view``: an
 annotation).
 
 Standard library only; torchx's AppState is imported when asked for.

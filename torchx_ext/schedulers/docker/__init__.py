@@ -1,12 +1,12 @@
 """local_docker: one container per replica on a per-job network, each on its own slice of the host.
 
-``request.py`` is the pure dry-run (AppDef -> containers with cpusets, GPUs, limits),
-``engine.py`` the thin layer over the docker SDK, ``job_view.py`` the pure reading of a job's
-state from its containers, ``snapshot.py`` the engine read now (and ending a job one of whose
-replicas failed for good), ``scheduler.py`` the backend on the shared shell
-(``schedulers/common/scheduler.py``), ``watcher.py`` the process that ends a job when a replica
-fails for good, ``logs.py`` container logs as timed lines and ``workspace.py`` cached workspace
-images.
+The modules every backend has: ``options.py`` (-cfg), ``request.py`` (the pure dry-run: containers
+with cpusets, GPUs, limits), ``view.py`` (a job's state read purely from its containers),
+``client.py`` (the thin layer over the docker SDK) and ``scheduler.py`` (the backend on the shared
+shell, ``common/scheduler.py``). Its own: ``snapshot.py`` (the engine read now, and a job one of
+whose replicas failed for good ended), ``watcher.py`` (the process that ends such a job) and
+``logs.py`` (container logs as timed lines). Images are built and pushed in
+``schedulers/images/``. The whole map: docs/layout.md.
 """
 
 from typing import Any

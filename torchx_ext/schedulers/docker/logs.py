@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from torchx_ext.schedulers.common.logs import LogQuery
-from torchx_ext.schedulers.docker.job_view import engine_time
+from torchx_ext.schedulers.docker.view import engine_time
 
 # The engine filters since/until in whole seconds on some versions: ask for a little more,
 # and let LogQuery decide exactly.

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterable, Mapping
-from typing import Any, Dict, List, Optional
+from typing import Any, Optional
 
 from torchx.schedulers.api import DescribeAppResponse, ListAppResponse
 from torchx.specs import AppDef, AppDryRunInfo, Role, runopts
@@ -25,11 +25,11 @@ from torchx_ext.error_file import ErrorReport
 from torchx_ext.schedulers.common.app_ids import DOCKER, new_app_id
 from torchx_ext.schedulers.common.checks import seconds_option
 from torchx_ext.schedulers.common.logs import LogQuery
-from torchx_ext.schedulers.common.scheduler import HostSliceOpts, ReplicaReport, SchedulerShell
-from torchx_ext.schedulers.common.scheduler import add_cancel_grace_opt, add_host_slice_opts, describe_response
+from torchx_ext.schedulers.common.scheduler import ReplicaReport, SchedulerShell, describe_response
 from torchx_ext.schedulers.common.states import JobEnd, State, app_state, joined_message, restarts_message, spares_message
-from torchx_ext.schedulers.docker.engine import Engine, connect
-from torchx_ext.schedulers.docker.job_view import read_job
+from torchx_ext.schedulers.docker.options import DockerOpts, run_opts, workspace_opts
+from torchx_ext.schedulers.docker.client import Engine, connect
+from torchx_ext.schedulers.docker.view import read_job
 from torchx_ext.schedulers.docker.request import (
     LABEL_APP_ID,
     LABEL_IMAGE,
@@ -44,16 +44,6 @@ from torchx_ext.schedulers.docker.watcher import watcher_log
 from torchx_ext.schedulers.placement import host_topology
 
 EVENT_REPLAY_NS = 10**9
-
-class DockerOpts(HostSliceOpts, total=False):
-    shm_size: Optional[str]
-    workspace_images_kept: Optional[int]
-    copy_env: Optional[List[str]]
-    env: Optional[Dict[str, str]]
-    privileged: Optional[bool]
-    image_repo: Optional[str]
-    quiet: Optional[bool]
-
 
 class DockerScheduler(WorkspaceMixin[None], SchedulerShell[DockerOpts]):
     image_hint = ""
@@ -71,30 +61,10 @@ class DockerScheduler(WorkspaceMixin[None], SchedulerShell[DockerOpts]):
         return self._engine
 
     def _run_opts(self) -> runopts:
-        opts = runopts()
-        add_host_slice_opts(opts, "replica container", "cpuset, memory nodes")
-        opts.add("shm_size", type_=str, default="auto",
-                 help="size of each container's /dev/shm, which counts against its memory limit: 'auto' "
-                 "(half the role's memMB, 2g without a limit) or a size such as 512m, 8g")
-        add_cancel_grace_opt(opts, 10, "a job is cancelled or ended by a failed replica")
-        opts.add("workspace_images_kept", type_=int, default=3,
-                 help="cached workspace images kept per workspace directory (older ones are removed)")
-        opts.add("copy_env", type_=List[str], default=None,
-                 help="environment variables of this shell copied into the containers, as glob patterns, e.g. "
-                 "FOO_*,WANDB_API_KEY (the role's own env wins)")
-        opts.add("env", type_=Dict[str, str], default=None,
-                 help="environment variables set in the containers, as KEY:VALUE,KEY2:VALUE2 (over copy_env; the "
-                 "role's own env wins)")
-        opts.add("privileged", type_=bool, default=False,
-                 help="run the containers privileged (every device and capability of the host)")
-        return opts
+        return run_opts()
 
     def workspace_opts(self) -> runopts:
-        opts = runopts()
-        opts.add("image_repo", type_=str, default=None,
-                 help="accepted as torchx's local_docker accepts it, and unused: the workspace image stays on this engine")
-        opts.add("quiet", type_=bool, default=False, help="say nothing of the workspace image's build steps")
-        return opts
+        return workspace_opts()
 
     def _submit_dryrun(self, app: AppDef, cfg: DockerOpts) -> AppDryRunInfo:
         request = build_request(

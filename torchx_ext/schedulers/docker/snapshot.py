@@ -14,8 +14,8 @@ from typing import Any
 from torchx_ext.error_file import parse_error_report
 from torchx_ext.launcher.liveness import DEFAULT_MAX_AGE_S
 from torchx_ext.schedulers.common.states import JobEnd, State
-from torchx_ext.schedulers.docker.engine import Engine
-from torchx_ext.schedulers.docker.job_view import ContainerView, JobView, failure_message, read_job
+from torchx_ext.schedulers.docker.client import Engine
+from torchx_ext.schedulers.docker.view import ContainerView, DockerJobView, failure_message, read_job
 from torchx_ext.schedulers.docker.request import ERROR_FILE, LABEL_GRACE
 
 DEFAULT_GRACE_S = 10
@@ -26,7 +26,7 @@ class Snapshot:
     app_id: str
     containers: tuple[tuple[ContainerView, Any], ...]
     end: JobEnd | None
-    view: JobView
+    view: DockerJobView
     last_restart_cause: str = ""
     """What made the last start we made of a replica (the engine's own restarts keep none)."""
     app_restarts: int = 0

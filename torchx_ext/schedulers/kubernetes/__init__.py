@@ -1,14 +1,16 @@
 """kubernetes: per ``-cfg backend``, a headless Service and one Indexed ``batch/v1`` Job per role
 (``job``, no CRDs needed), one JobSet (``jobset``) or one Volcano Job (``volcano``).
 
-``options.py`` checks ``-cfg`` (into ``ManifestOptions``), ``pods.py`` builds the pod template
-every backend runs (NUMA-aligned), ``manifests.py`` the pure dry-run (a dispatch to
-``indexed_job.py``, ``jobset.py`` and ``volcano.py``; the last two also read their objects'
-state), ``names.py`` the DNS-1123 names and our labels and annotations, ``app_view.py`` the
-pure reading of an app's state from its Jobs and pods, ``backends.py`` what reading, ending,
-deleting and listing do per backend, ``client.py`` the thin layer over the official client,
-``logs.py`` pod logs as timed lines and ``scheduler.py`` the backend on the shared shell
-(``schedulers/common/scheduler.py``).
+The modules every backend has: ``options.py`` (-cfg, checked into ``ManifestOptions``),
+``request.py`` (the pure dry-run: the checks the backends share, then one backend's objects),
+``view.py`` (an app's state read purely from its Jobs and pods), ``client.py`` (the thin layer
+over the official client) and ``scheduler.py`` (the backend on the shared shell,
+``common/scheduler.py``). Its own: ``indexed_job.py``, ``jobset.py`` and ``volcano.py`` (each
+backend's objects, and the last two their state), ``pods.py`` (the pod template every backend
+runs), ``overlay.py``, ``names.py``, ``backends.py`` (reading, ending, deleting and listing per
+backend), ``queues.py``, ``pod_security.py``, ``network_policy.py``, ``logs.py`` and
+``workspace.py`` (the workspace's image pushed and pinned by digest, built in
+``schedulers/images/``). The whole map: docs/layout.md.
 """
 
 from typing import Any

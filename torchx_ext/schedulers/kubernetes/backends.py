@@ -1,7 +1,7 @@
 """What differs per backend once an app exists: how it is read, ended, deleted and listed.
 
 Each reads with a constant number of requests (the top object, its Jobs, its pods), whatever
-the replica count. Ending writes our end (``common.states.JobEnd``, as ``app_view.end_annotation`` writes it) on the top object, whose state it
+the replica count. Ending writes our end (``common.states.JobEnd``, as ``view.end_annotation`` writes it) on the top object, whose state it
 then is whatever the stopped pods exit with, with what stops the pods:
 
 - ``job``: each Job suspended, or, when Kueue queues it (Kueue un-suspends a Job it admitted),
@@ -22,7 +22,7 @@ from torchx_ext.schedulers.common.states import JobEnd, State
 from torchx_ext.schedulers.kubernetes import names
 from torchx_ext.schedulers.kubernetes.client import JOBSET, KUEUE_WORKLOAD, VOLCANO_COMMAND, VOLCANO_JOB, Cluster
 from torchx_ext.schedulers.kubernetes.jobset import read_jobset
-from torchx_ext.schedulers.kubernetes.app_view import AppView, end_annotation, read_app
+from torchx_ext.schedulers.kubernetes.view import KubernetesJobView, end_annotation, read_job
 from torchx_ext.schedulers.kubernetes.volcano import read_volcano
 
 # Past at once, counted from the Job's (re)start: a queued Job fails a second after admission.
@@ -32,9 +32,9 @@ _PAST_DEADLINE = {"spec": {"activeDeadlineSeconds": 1}}
 class Backend(Protocol):
     name: str
 
-    def view(self, cluster: Cluster, namespace: str, name: str) -> AppView: ...
+    def view(self, cluster: Cluster, namespace: str, name: str) -> KubernetesJobView: ...
 
-    def end(self, cluster: Cluster, namespace: str, view: AppView, end: JobEnd) -> None: ...
+    def end(self, cluster: Cluster, namespace: str, view: KubernetesJobView, end: JobEnd) -> None: ...
 
     def delete(self, cluster: Cluster, namespace: str, name: str) -> bool: ...
 
@@ -52,12 +52,12 @@ def app_selector(name: str) -> str:
 class JobBackend:
     name = "job"
 
-    def view(self, cluster: Cluster, namespace: str, name: str) -> AppView:
+    def view(self, cluster: Cluster, namespace: str, name: str) -> KubernetesJobView:
         jobs = cluster.jobs(namespace, app_selector(name))
         pods = cluster.pods(namespace, app_selector(name)) if jobs else []
-        return _with_kueue_reason(cluster, namespace, read_app(name, jobs, pods), jobs)
+        return _with_kueue_reason(cluster, namespace, read_job(name, jobs, pods), jobs)
 
-    def end(self, cluster: Cluster, namespace: str, view: AppView, end: JobEnd) -> None:
+    def end(self, cluster: Cluster, namespace: str, view: KubernetesJobView, end: JobEnd) -> None:
         for role in view.roles:
             patch: dict[str, Any]
             if role.ended:  # no pods left to stop
@@ -80,20 +80,20 @@ class JobBackend:
             if any(owner.get("kind") == "JobSet" for owner in job["metadata"].get("ownerReferences") or []):
                 continue  # a JobSet's: listed with it
             by_app.setdefault(job["metadata"]["labels"][names.LABEL_APP_ID], []).append(job)
-        return [(app, _state(read_app(app, jobs, []))) for app, jobs in by_app.items()]
+        return [(app, _state(read_job(app, jobs, []))) for app, jobs in by_app.items()]
 
 
 class JobSetBackend:
     name = "jobset"
 
-    def view(self, cluster: Cluster, namespace: str, name: str) -> AppView:
+    def view(self, cluster: Cluster, namespace: str, name: str) -> KubernetesJobView:
         jobset = cluster.get_custom(JOBSET, name, namespace)
         if jobset is None:
             return read_jobset(name, None, [], [])
         view = read_jobset(name, jobset, cluster.jobs(namespace, app_selector(name)), cluster.pods(namespace, app_selector(name)))
         return _with_kueue_reason(cluster, namespace, view, [jobset])
 
-    def end(self, cluster: Cluster, namespace: str, view: AppView, end: JobEnd) -> None:
+    def end(self, cluster: Cluster, namespace: str, view: KubernetesJobView, end: JobEnd) -> None:
         # The end first (it is the app's state whatever follows), then what stops the pods.
         queued = any(role.queue for role in view.roles)
         stop: dict[str, Any] = {} if queued or all(role.ended for role in view.roles) else {"spec": {"suspend": True}}
@@ -119,11 +119,11 @@ class JobSetBackend:
 class VolcanoBackend:
     name = "volcano"
 
-    def view(self, cluster: Cluster, namespace: str, name: str) -> AppView:
+    def view(self, cluster: Cluster, namespace: str, name: str) -> KubernetesJobView:
         job = cluster.get_custom(VOLCANO_JOB, name, namespace)
         return read_volcano(name, job, cluster.pods(namespace, app_selector(name)) if job else [])
 
-    def end(self, cluster: Cluster, namespace: str, view: AppView, end: JobEnd) -> None:
+    def end(self, cluster: Cluster, namespace: str, view: KubernetesJobView, end: JobEnd) -> None:
         cluster.patch_custom(VOLCANO_JOB, view.app_id, namespace, _annotation(end))
         if all(role.ended for role in view.roles):
             return
@@ -150,7 +150,7 @@ class VolcanoBackend:
 BACKEND_BY_NAME: dict[str, Backend] = {backend.name: backend for backend in (JobBackend(), JobSetBackend(), VolcanoBackend())}
 
 
-def _with_kueue_reason(cluster: Cluster, namespace: str, view: AppView, owners: list[dict[str, Any]]) -> AppView:
+def _with_kueue_reason(cluster: Cluster, namespace: str, view: KubernetesJobView, owners: list[dict[str, Any]]) -> KubernetesJobView:
     """A queued app Kueue has not admitted says why, as its Workload's QuotaReserved condition
     does (one more request, only while it waits; nothing when the Workloads are not readable)."""
     waiting = {owner["metadata"]["uid"] for owner in owners if (owner.get("spec") or {}).get("suspend")
@@ -171,5 +171,5 @@ def _with_kueue_reason(cluster: Cluster, namespace: str, view: AppView, owners: 
     return dataclasses.replace(view, message=f"{view.message}: Kueue says {'; '.join(reasons)}")
 
 
-def _state(view: AppView) -> State | None:
+def _state(view: KubernetesJobView) -> State | None:
     return view.state

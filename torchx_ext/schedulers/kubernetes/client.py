@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from torchx_ext.errors import KubernetesError
-from torchx_ext.schedulers.kubernetes.manifests import AppManifests
+from torchx_ext.schedulers.kubernetes.request import KubernetesJobRequest
 
 _PLURAL = {"Job": "jobs.batch", "Service": "services", "Pod": "pods",
            "NetworkPolicy": "networkpolicies.networking.k8s.io", "JobSet": "jobsets.jobset.x-k8s.io",
@@ -95,7 +95,7 @@ class Cluster:
         self.custom = client.CustomObjectsApi(connection.api)
         self.networking = client.NetworkingV1Api(connection.api)
 
-    def create_app(self, manifests: AppManifests, validate: bool = True) -> None:
+    def create_app(self, manifests: KubernetesJobRequest, validate: bool = True) -> None:
         """Its objects in order; all or nothing: what was created is deleted again when a later
         object is refused. ``validate`` (torchx's ``validate_spec``): every object goes through
         the API server's dry run first, so that a refused one leaves nothing to delete."""

@@ -24,7 +24,7 @@ from torchx import specs
 from torchx_ext.schedulers.common.role_policy import policy_of
 from torchx_ext.schedulers.common.states import State
 from torchx_ext.schedulers.kubernetes import names
-from torchx_ext.schedulers.kubernetes.app_view import AppView, failure_message, read_app
+from torchx_ext.schedulers.kubernetes.view import KubernetesJobView, failure_message, read_job
 from torchx_ext.schedulers.kubernetes.indexed_job import JOB_INDEX_REFERENCE, indexed_job
 from torchx_ext.schedulers.kubernetes.options import ManifestOptions
 from torchx_ext.schedulers.kubernetes.pods import PodAddressing
@@ -87,11 +87,11 @@ def jobset(app: specs.AppDef, app_id: str, options: ManifestOptions) -> dict[str
 
 
 def read_jobset(app_id: str, jobset: dict[str, Any] | None, jobs: list[dict[str, Any]],
-                pods: list[dict[str, Any]]) -> AppView:
+                pods: list[dict[str, Any]]) -> KubernetesJobView:
     """The app as its JobSet, the JobSet's Jobs and their pods say it is. A Job the JobSet is
     recreating (a gang restart) is read from its template, so the app never looks unknown."""
     if jobset is None:
-        return AppView(app_id, None, "", (), ())
+        return KubernetesJobView(app_id, None, "", (), ())
     meta, spec, status = jobset["metadata"], jobset.get("spec") or {}, jobset.get("status") or {}
     end_annotation = {key: value for key, value in (meta.get("annotations") or {}).items() if key == names.ANNOTATION_END}
     children = {job["metadata"]["name"]: job for job in jobs}
@@ -108,7 +108,7 @@ def read_jobset(app_id: str, jobset: dict[str, Any] | None, jobs: list[dict[str,
         job = {**job, "metadata": {**job["metadata"], "annotations": {
             **(job["metadata"].get("annotations") or {}), **end_annotation}}}
         role_jobs.append(job)
-    view = read_app(app_id, role_jobs, pods)
+    view = read_job(app_id, role_jobs, pods)
     queue = (meta.get("labels") or {}).get(names.LABEL_KUEUE_QUEUE) or ""
     # Kueue's label is the JobSet's (not its Jobs'): each role is queued with it.
     view = dataclasses.replace(view, gang=True, gang_restarts=int(status.get("restarts") or 0),

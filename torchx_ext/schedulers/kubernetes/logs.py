@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterable, Iterator
 
 from torchx_ext.schedulers.common.logs import LogQuery
-from torchx_ext.schedulers.kubernetes.app_view import rfc3339
+from torchx_ext.schedulers.kubernetes.view import rfc3339
 
 # sinceSeconds is whole seconds back from the server's clock: ask for a little more and let
 # LogQuery decide exactly by each line's own time.

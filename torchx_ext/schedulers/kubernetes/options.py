@@ -1,4 +1,5 @@
-"""What ``-cfg`` says about a kubernetes app, checked before anything is built or sent."""
+"""kubernetes' ``-cfg`` (``run_opts``, as torchx passes it: ``KubernetesOpts``) and what it says
+about an app, checked before anything is built or sent (``ManifestOptions``)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,12 @@ import ipaddress
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+from torchx.specs import runopts
 
 from torchx_ext.errors import InvalidArgumentError
+from torchx_ext.schedulers.common.scheduler import CancelGraceOpts, add_cancel_grace_opt
 
 BACKEND_NAMES = ("job", "jobset", "volcano")
 """What runs a role's pods: an Indexed batch/v1 Job, a JobSet (jobset.x-k8s.io) or a Volcano Job
@@ -138,3 +143,85 @@ def parse_network_peer(text: str) -> dict[str, object]:
 
 _LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 _LABEL_KEY = re.compile(r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+
+
+class KubernetesOpts(CancelGraceOpts, total=False):
+    """``-cfg`` as torchx passes it; ``options.ManifestOptions`` is what it is checked into."""
+
+    namespace: Optional[str]
+    backend: Optional[str]
+    queue: Optional[str]
+    service_account: Optional[str]
+    priority_class: Optional[str]
+    node_selector: Optional[Dict[str, str]]
+    tolerations: Optional[List[str]]
+    image_pull_secrets: Optional[List[str]]
+    image_pull_policy: Optional[str]
+    shm_size: Optional[str]
+    numa_aligned: Optional[bool]
+    gpu_resource: Optional[str]
+    image_pull_timeout: Optional[int]
+    image_repo: Optional[str]
+    quiet: Optional[bool]
+    validate_spec: Optional[bool]
+    reserved_millicpu: Optional[int]
+    reserved_memmb: Optional[int]
+    efa_device_count: Optional[int]
+    network_policy: Optional[bool]
+    network_peers: Optional[List[str]]
+    run_as_user: Optional[int]
+
+
+def run_opts() -> runopts:
+    opts = runopts()
+    opts.add("namespace", type_=str, default=None,
+             help="namespace of the Jobs (default: the kubeconfig context's, else 'default')")
+    opts.add("backend", type_=str, default="job",
+             help="what runs the pods: job (Indexed Jobs, no CRDs needed), jobset (a JobSet: gang restarts; "
+             "JobSet installed) or volcano (a Volcano Job: gang scheduling; Volcano installed)")
+    opts.add("queue", type_=str, default=None,
+             help="job/jobset: a Kueue LocalQueue (created suspended, started when Kueue admits them); "
+             "volcano: the Volcano queue (default: 'default')")
+    opts.add("service_account", type_=str, default=None, help="service account the pods run as")
+    opts.add("priority_class", type_=str, default=None, help="PriorityClass of the pods")
+    opts.add("node_selector", type_=Dict[str, str], default=None,
+             help="node labels the pods require, as key:value,key2:value2")
+    opts.add("tolerations", type_=List[str], default=None,
+             help="taints the pods tolerate: KEY=VALUE:EFFECT, KEY:EFFECT or KEY=VALUE, comma-separated")
+    opts.add("image_pull_secrets", type_=List[str], default=None,
+             help="Secrets (in the namespace) to pull the image with, comma-separated")
+    opts.add("image_pull_policy", type_=str, default=None, help="Always, IfNotPresent or Never")
+    opts.add("shm_size", type_=str, default="auto",
+             help="/dev/shm of each pod (memory-backed, counted in its memory limit): 'auto' (half the "
+             "role's memMB, 2Gi without one) or a size such as 8Gi")
+    opts.add("numa_aligned", type_=bool, default=None,
+             help="integer CPU and memory requests equal to limits (Guaranteed pods, which a kubelet with "
+             "the static CPU manager and a Topology Manager pins to NUMA nodes); default: when the named "
+             "resource (-h) describes a NUMA host")
+    opts.add("gpu_resource", type_=str, default=None,
+             help="the extended resource GPUs are asked as, as the cluster's device plugin offers them: "
+             f"{', '.join(GPU_RESOURCE_EXAMPLES)} (a MIG profile); default: the named resource's "
+             "vendor's, else nvidia.com/gpu")
+    opts.add("image_pull_timeout", type_=int, default=DEFAULT_PULL_TIMEOUT_S,
+             help="seconds a pod's image may fail to pull before the job is stopped as FAILED")
+    add_cancel_grace_opt(opts, DEFAULT_CANCEL_GRACE_S, "pods are stopped (terminationGracePeriodSeconds)")
+    opts.add("validate_spec", type_=bool, default=True,
+             help="put every object through the API server's dry run before creating any (at submission; "
+             "--dryrun itself stays offline)")
+    opts.add("reserved_millicpu", type_=int, default=DEFAULT_RESERVED_MILLICPU,
+             help="CPU (millicores) of a node the kubelet keeps: left out of each pod's CPU request")
+    opts.add("reserved_memmb", type_=int, default=DEFAULT_RESERVED_MEMMB,
+             help="memory (MiB) of a node the kubelet keeps: left out of each pod's memory request (and of "
+             "its limit when NUMA-aligned, where they are equal)")
+    opts.add("efa_device_count", type_=int, default=None,
+             help="EFA devices (vpc.amazonaws.com/efa) per pod over the named resource's: 0 asks for none")
+    opts.add("network_policy", type_=bool, default=False,
+             help="a NetworkPolicy lets only the app's own pods (and network_peers) reach its pods: its "
+             "rendezvous store has no authentication (enforced where the network plugin supports it)")
+    opts.add("network_peers", type_=List[str], default=None,
+             help=f"also let these reach the app's pods (turns network_policy on): {NETWORK_PEER_FORMS}, "
+             "comma-separated")
+    opts.add("run_as_user", type_=int, default=None,
+             help="user id the containers run as, with runAsNonRoot (what Pod Security 'restricted' also asks; "
+             "the image needs that user); default: the image's user")
+    return opts

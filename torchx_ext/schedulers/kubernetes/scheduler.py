@@ -1,5 +1,5 @@
 """kubernetes: torchx's Scheduler over Indexed Jobs, a JobSet or a Volcano Job (``-cfg backend``,
-see ``manifests.py``).
+see ``request.py``).
 
 App ids are ``{namespace}:{name}`` (the ``job`` backend, as torchx's builtin writes them) or
 ``{namespace}:{backend}:{name}``. Every command reads the API (two or three requests for
@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, Dict, List, Optional
+from typing import Any, List, Optional
 
 from torchx.schedulers.api import DescribeAppResponse, ListAppResponse
 from torchx.specs import AppDef, AppDryRunInfo, Role, runopts
@@ -25,14 +25,13 @@ from torchx_ext.errors import InvalidArgumentError, KubernetesError
 from torchx_ext.schedulers.common.app_ids import KUBERNETES, new_app_id
 from torchx_ext.schedulers.common.checks import seconds_option
 from torchx_ext.schedulers.common.logs import LogQuery
-from torchx_ext.schedulers.common.scheduler import CancelGraceOpts, ReplicaReport
-from torchx_ext.schedulers.common.scheduler import SchedulerShell, add_cancel_grace_opt, describe_response
+from torchx_ext.schedulers.common.scheduler import ReplicaReport, SchedulerShell, describe_response
 from torchx_ext.schedulers.common.states import (JobEnd, State, app_state, joined_message, restarts_message,
                                                  spares_message)
 from torchx_ext.schedulers.common.watch import EndingWindow
 from torchx_ext.schedulers.kubernetes.backends import BACKEND_BY_NAME, Backend, app_selector
 from torchx_ext.schedulers.kubernetes.client import Cluster, WatchLost, connect
-from torchx_ext.schedulers.kubernetes.manifests import AppManifests, build_manifests, check_role
+from torchx_ext.schedulers.kubernetes.request import KubernetesJobRequest, build_request, check_role
 from torchx_ext.schedulers.kubernetes.pod_security import check_pods_admitted
 from torchx_ext.schedulers.kubernetes.queues import check_queue
 from torchx_ext.schedulers.kubernetes.options import (
@@ -40,44 +39,17 @@ from torchx_ext.schedulers.kubernetes.options import (
     DEFAULT_RESERVED_MEMMB,
     DEFAULT_RESERVED_MILLICPU,
     DEFAULT_PULL_TIMEOUT_S,
-    GPU_RESOURCE_EXAMPLES,
     IMAGE_HINT,
-    NETWORK_PEER_FORMS,
+    KubernetesOpts,
     ManifestOptions,
+    run_opts,
 )
-from torchx_ext.schedulers.kubernetes.app_view import AppView, end_due
+from torchx_ext.schedulers.kubernetes.view import KubernetesJobView, end_due
 from torchx_ext.schedulers.kubernetes.workspace import PendingPush, add_workspace_opts, build_workspace_image, push_and_pin
 
 SCHEDULER = "kubernetes"
 _CANCEL_CHECK_S = 10
 ENDING_CHECK_S = 0.2
-
-
-class KubernetesOpts(CancelGraceOpts, total=False):
-    """``-cfg`` as torchx passes it; ``options.ManifestOptions`` is what it is checked into."""
-
-    namespace: Optional[str]
-    backend: Optional[str]
-    queue: Optional[str]
-    service_account: Optional[str]
-    priority_class: Optional[str]
-    node_selector: Optional[Dict[str, str]]
-    tolerations: Optional[List[str]]
-    image_pull_secrets: Optional[List[str]]
-    image_pull_policy: Optional[str]
-    shm_size: Optional[str]
-    numa_aligned: Optional[bool]
-    gpu_resource: Optional[str]
-    image_pull_timeout: Optional[int]
-    image_repo: Optional[str]
-    quiet: Optional[bool]
-    validate_spec: Optional[bool]
-    reserved_millicpu: Optional[int]
-    reserved_memmb: Optional[int]
-    efa_device_count: Optional[int]
-    network_policy: Optional[bool]
-    network_peers: Optional[List[str]]
-    run_as_user: Optional[int]
 
 
 class KubernetesScheduler(WorkspaceMixin[None], SchedulerShell[KubernetesOpts]):
@@ -99,58 +71,7 @@ class KubernetesScheduler(WorkspaceMixin[None], SchedulerShell[KubernetesOpts]):
         return self._cluster
 
     def _run_opts(self) -> runopts:
-        opts = runopts()
-        opts.add("namespace", type_=str, default=None,
-                 help="namespace of the Jobs (default: the kubeconfig context's, else 'default')")
-        opts.add("backend", type_=str, default="job",
-                 help="what runs the pods: job (Indexed Jobs, no CRDs needed), jobset (a JobSet: gang restarts; "
-                 "JobSet installed) or volcano (a Volcano Job: gang scheduling; Volcano installed)")
-        opts.add("queue", type_=str, default=None,
-                 help="job/jobset: a Kueue LocalQueue (created suspended, started when Kueue admits them); "
-                 "volcano: the Volcano queue (default: 'default')")
-        opts.add("service_account", type_=str, default=None, help="service account the pods run as")
-        opts.add("priority_class", type_=str, default=None, help="PriorityClass of the pods")
-        opts.add("node_selector", type_=Dict[str, str], default=None,
-                 help="node labels the pods require, as key:value,key2:value2")
-        opts.add("tolerations", type_=List[str], default=None,
-                 help="taints the pods tolerate: KEY=VALUE:EFFECT, KEY:EFFECT or KEY=VALUE, comma-separated")
-        opts.add("image_pull_secrets", type_=List[str], default=None,
-                 help="Secrets (in the namespace) to pull the image with, comma-separated")
-        opts.add("image_pull_policy", type_=str, default=None, help="Always, IfNotPresent or Never")
-        opts.add("shm_size", type_=str, default="auto",
-                 help="/dev/shm of each pod (memory-backed, counted in its memory limit): 'auto' (half the "
-                 "role's memMB, 2Gi without one) or a size such as 8Gi")
-        opts.add("numa_aligned", type_=bool, default=None,
-                 help="integer CPU and memory requests equal to limits (Guaranteed pods, which a kubelet with "
-                 "the static CPU manager and a Topology Manager pins to NUMA nodes); default: when the named "
-                 "resource (-h) describes a NUMA host")
-        opts.add("gpu_resource", type_=str, default=None,
-                 help="the extended resource GPUs are asked as, as the cluster's device plugin offers them: "
-                 f"{', '.join(GPU_RESOURCE_EXAMPLES)} (a MIG profile); default: the named resource's "
-                 "vendor's, else nvidia.com/gpu")
-        opts.add("image_pull_timeout", type_=int, default=DEFAULT_PULL_TIMEOUT_S,
-                 help="seconds a pod's image may fail to pull before the job is stopped as FAILED")
-        add_cancel_grace_opt(opts, DEFAULT_CANCEL_GRACE_S, "pods are stopped (terminationGracePeriodSeconds)")
-        opts.add("validate_spec", type_=bool, default=True,
-                 help="put every object through the API server's dry run before creating any (at submission; "
-                 "--dryrun itself stays offline)")
-        opts.add("reserved_millicpu", type_=int, default=DEFAULT_RESERVED_MILLICPU,
-                 help="CPU (millicores) of a node the kubelet keeps: left out of each pod's CPU request")
-        opts.add("reserved_memmb", type_=int, default=DEFAULT_RESERVED_MEMMB,
-                 help="memory (MiB) of a node the kubelet keeps: left out of each pod's memory request (and of "
-                 "its limit when NUMA-aligned, where they are equal)")
-        opts.add("efa_device_count", type_=int, default=None,
-                 help="EFA devices (vpc.amazonaws.com/efa) per pod over the named resource's: 0 asks for none")
-        opts.add("network_policy", type_=bool, default=False,
-                 help="a NetworkPolicy lets only the app's own pods (and network_peers) reach its pods: its "
-                 "rendezvous store has no authentication (enforced where the network plugin supports it)")
-        opts.add("network_peers", type_=List[str], default=None,
-                 help=f"also let these reach the app's pods (turns network_policy on): {NETWORK_PEER_FORMS}, "
-                 "comma-separated")
-        opts.add("run_as_user", type_=int, default=None,
-                 help="user id the containers run as, with runAsNonRoot (what Pod Security 'restricted' also asks; "
-                 "the image needs that user); default: the image's user")
-        return opts
+        return run_opts()
 
     def workspace_opts(self) -> runopts:
         opts = runopts()
@@ -169,12 +90,12 @@ class KubernetesScheduler(WorkspaceMixin[None], SchedulerShell[KubernetesOpts]):
     def _submit_dryrun(self, app: AppDef, cfg: KubernetesOpts) -> AppDryRunInfo:
         pushes = tuple(self._pushes[image] for image in dict.fromkeys(role.image for role in app.roles)
                        if image in self._pushes)
-        manifests = build_manifests(app, app_id=new_app_id(app.name, KUBERNETES), options=_options(cfg),
+        manifests = build_request(app, app_id=new_app_id(app.name, KUBERNETES), options=_options(cfg),
                                     pushes=pushes)
-        return AppDryRunInfo(manifests, AppManifests.to_yaml)
+        return AppDryRunInfo(manifests, KubernetesJobRequest.to_yaml)
 
     def schedule(self, dryrun_info: AppDryRunInfo[Any]) -> str:
-        manifests: AppManifests = dryrun_info.request
+        manifests: KubernetesJobRequest = dryrun_info.request
         check_queue(self.cluster, manifests.backend, manifests.namespace, manifests.queue)
         check_pods_admitted(self.cluster, manifests.namespace, manifests.objects)
         # Pushed first: a push that fails leaves nothing on the cluster.
@@ -184,7 +105,7 @@ class KubernetesScheduler(WorkspaceMixin[None], SchedulerShell[KubernetesOpts]):
 
     def describe(self, app_id: str) -> Optional[DescribeAppResponse]:
         """The app as its objects and pods are now (two or three requests, whatever its size).
-        Whoever looks ends an app that needs it (``app_view.end_due``): an image that has not
+        Whoever looks ends an app that needs it (``view.end_due``): an image that has not
         pulled for ``image_pull_timeout`` seconds, a failed role whose app still runs other roles."""
         namespace, backend, name = self._split(app_id)
         view = backend.view(self.cluster, namespace, name)
@@ -365,7 +286,7 @@ def _context_namespace() -> str:
         return "default"
 
 
-def _response(app_id: str, view: AppView) -> DescribeAppResponse:
+def _response(app_id: str, view: KubernetesJobView) -> DescribeAppResponse:
     assert view.state is not None  # an app with no objects is not described
     failing = view.failing
     error = None

@@ -32,7 +32,7 @@ from torchx import specs
 from torchx_ext.schedulers.common.role_policy import RolePolicy, min_replicas_of, policy_of
 from torchx_ext.schedulers.common.states import State
 from torchx_ext.schedulers.kubernetes import names
-from torchx_ext.schedulers.kubernetes.app_view import AppView, failure_message, read_app
+from torchx_ext.schedulers.kubernetes.view import KubernetesJobView, failure_message, read_job
 from torchx_ext.schedulers.kubernetes.options import DEFAULT_VOLCANO_QUEUE, ManifestOptions
 from torchx_ext.schedulers.kubernetes.pods import PodAddressing, pod_template
 
@@ -134,11 +134,11 @@ def volcano_pod_place(pod: dict[str, Any]) -> tuple[str, str]:
         "volcano.sh/task-index", "")
 
 
-def read_volcano(app_id: str, job: dict[str, Any] | None, pods: list[dict[str, Any]]) -> AppView:
+def read_volcano(app_id: str, job: dict[str, Any] | None, pods: list[dict[str, Any]]) -> KubernetesJobView:
     """The app as its Volcano Job's phase and its pods say it is; a phase this code does not
     know reads as what the pods show, never as an end."""
     if job is None:
-        return AppView(app_id, None, "", (), ())
+        return KubernetesJobView(app_id, None, "", (), ())
     meta, spec, status = job["metadata"], job.get("spec") or {}, job.get("status") or {}
     end_annotation = {key: value for key, value in (meta.get("annotations") or {}).items() if key == names.ANNOTATION_END}
     tasks = [{
@@ -148,7 +148,7 @@ def read_volcano(app_id: str, job: dict[str, Any] | None, pods: list[dict[str, A
         "spec": {"completions": task.get("replicas", 1), "template": task.get("template") or {}},
         "status": {},
     } for task in spec.get("tasks") or []]
-    view = read_app(app_id, tasks, pods, volcano_pod_place)
+    view = read_job(app_id, tasks, pods, volcano_pod_place)
     phase_state = (status.get("state") or {})
     phase = str(phase_state.get("phase") or "Pending")
     view = dataclasses.replace(view, gang=True, gang_restarts=int(status.get("retryCount") or 0))
@@ -177,7 +177,7 @@ def read_volcano(app_id: str, job: dict[str, Any] | None, pods: list[dict[str, A
     return dataclasses.replace(view, state=current, message=message)
 
 
-def _lost(view: AppView) -> str:
+def _lost(view: KubernetesJobView) -> str:
     """The replicas left with no pod in a failed job: deleted or evicted (Volcano removes the
     pods it stops only once one has failed, or on a restart)."""
     keys = [replica.key for replica in view.replicas if not replica.pod]

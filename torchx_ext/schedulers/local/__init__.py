@@ -1,9 +1,11 @@
 """local_cwd: a job's replicas as processes on this host, each on its own slice of it.
 
-``scheduler.py`` is the backend on the shared shell (``schedulers/common/scheduler.py``),
-``request.py`` its pure dry-run, ``supervisor.py`` the process that runs a job, ``records.py``
-what is kept on disk, ``processes.py`` a job's processes (found, checked and stopped through
-/proc), ``logs.py`` the log files.
+The modules every backend has: ``options.py`` (-cfg), ``request.py`` (the pure dry-run),
+``scheduler.py`` (the backend on the shared shell, ``common/scheduler.py``). local_cwd has no
+system to be a client of: ``supervisor.py`` is the process that runs a job, ``processes.py``
+finds, checks and stops a job's processes through /proc, ``records.py`` keeps what a later
+command reads (the job directory, its records, the registry) and ``targets.py`` checks what each
+replica will run before anything starts. The whole map: docs/layout.md.
 """
 
 from typing import Any

@@ -29,8 +29,7 @@ from torchx_ext.schedulers.common.app_ids import LOCAL, new_app_id
 from torchx_ext.schedulers.common.checks import seconds_option
 from torchx_ext.schedulers.common.job_dir import submitted_request
 from torchx_ext.schedulers.common.logs import LogQuery
-from torchx_ext.schedulers.common.scheduler import HostSliceOpts, ReplicaReport, SchedulerShell
-from torchx_ext.schedulers.common.scheduler import add_cancel_grace_opt, add_host_slice_opts, describe_response
+from torchx_ext.schedulers.common.scheduler import ReplicaReport, SchedulerShell, describe_response
 from torchx_ext.schedulers.common.states import State, app_state, joined_message, restarts_message, spares_message
 from torchx_ext.launcher.liveness import is_spare
 from torchx_ext.schedulers.common.watch import RecordWatch, file_signature
@@ -44,6 +43,7 @@ from torchx_ext.schedulers.local.records import (
     SupervisorRecord,
 )
 from torchx_ext.schedulers.common.role_spec import role_from_spec
+from torchx_ext.schedulers.local.options import LocalOpts, run_opts
 from torchx_ext.schedulers.local.targets import check_targets
 from torchx_ext.schedulers.local.request import build_request, describe_request
 from torchx_ext.numa.topology import DEFAULT_SYSFS_ROOT, Topology
@@ -68,11 +68,6 @@ def _gpus_to_split(sysfs_root: str | None, topology: Topology | None) -> int:
     return gpu_count(topology or host_topology(sysfs_root))
 
 
-class LocalOpts(HostSliceOpts, total=False):
-    log_dir: Optional[str]
-    prepend_cwd: Optional[bool]
-
-
 class LocalScheduler(SchedulerShell[LocalOpts]):
     def __init__(self, session_name: str) -> None:
         super().__init__("local_cwd", session_name)
@@ -80,19 +75,7 @@ class LocalScheduler(SchedulerShell[LocalOpts]):
         self._records = RecordWatch()
 
     def _run_opts(self) -> runopts:
-        opts = runopts()
-        opts.add("log_dir", type_=str, default=None,
-                 help=f"directory for the jobs' logs and records (default {JOBS.state_root() / 'logs'}); "
-                 "each job writes {log_dir}/{app_id}")
-        opts.add("prepend_cwd", type_=bool, default=False,
-                 help="put the current directory before (not after) PATH's entries")
-        add_host_slice_opts(opts, "replica", "CPUs")
-        add_cancel_grace_opt(opts, 10, "a job is cancelled or fails")
-        opts.add("auto_set_cuda_visible_devices", type_=bool, default=False,
-                 help="torchx's split of this host's GPUs: each GPU replica, in role order, gets the next "
-                 "resource.gpu of them as CUDA_VISIBLE_DEVICES (over the role's own); false: slice_replicas "
-                 "gives each replica the GPUs near its CPUs")
-        return opts
+        return run_opts()
 
     def _submit_dryrun(self, app: AppDef, cfg: LocalOpts) -> AppDryRunInfo:
         app_id = new_app_id(app.name, LOCAL)

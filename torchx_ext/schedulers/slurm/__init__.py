@@ -1,9 +1,11 @@
 """slurm: a job's replicas as one Slurm job, one task per node, bound inside what Slurm gave.
 
-``scheduler.py`` is the backend on the shared shell (``schedulers/common/scheduler.py``),
-``options.py`` its ``-cfg``, ``request.py`` its pure dry-run (the batch script),
-``step.py`` the program each task runs, ``records.py`` the job directory and registry,
-``job_view.py`` Slurm's states in ours, ``commands.py`` Slurm's commands.
+The modules every backend has: ``options.py`` (-cfg into ``#SBATCH`` options), ``request.py``
+(the pure dry-run: the batch script), ``view.py`` (Slurm's states read purely into ours),
+``client.py`` (the thin layer over Slurm's commands: sbatch, scancel, sacct, squeue) and
+``scheduler.py`` (the backend on the shared shell, ``common/scheduler.py``). Its own:
+``step.py`` (the program each task runs), ``records.py`` (the job directory and registry) and
+``workspace.py`` (the workspace copied into the job's directory). The whole map: docs/layout.md.
 """
 
 from typing import Any

@@ -64,7 +64,7 @@ class SlurmOpts(TypedDict, total=False):
     quiet: Optional[bool]
 
 
-def slurm_runopts(default_job_dir: str) -> runopts:
+def run_opts(default_job_dir: str) -> runopts:
     opts = runopts()
     opts.add("partition", type_=str, default=None, help="partition to run in (default: the cluster's default)")
     opts.add("time", type_=str, default=None, help=f"time limit of the job: {TIME_FORMS}")

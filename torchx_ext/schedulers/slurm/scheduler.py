@@ -31,10 +31,10 @@ from torchx_ext.schedulers.common.role_spec import role_from_spec
 from torchx_ext.schedulers.common.scheduler import ReplicaReport, SchedulerShell, describe_response
 from torchx_ext.schedulers.common.states import State, app_state, joined_message, restarts_message, spares_message
 from torchx_ext.schedulers.common.watch import EndingWindow, RecordWatch, directory_names
-from torchx_ext.schedulers.slurm.commands import JobStates, most_gpus_per_node, sbatch, scancel
-from torchx_ext.schedulers.slurm.job_view import SlurmJob, forgotten_job_state, replica_state
+from torchx_ext.schedulers.slurm.client import JobStates, most_gpus_per_node, sbatch, scancel
+from torchx_ext.schedulers.slurm.view import SlurmJob, forgotten_job_state, replica_state
 from torchx_ext.schedulers.slurm.options import (SlurmOpts, check_workspace_type, gpu_type_of, partition_of,
-                                                 sbatch_options, slurm_runopts)
+                                                 sbatch_options, run_opts)
 from torchx_ext.schedulers.slurm.records import (
     JOBS,
     SlurmJobDir,
@@ -101,7 +101,7 @@ class SlurmScheduler(WorkspaceMixin[None], SchedulerShell[SlurmOpts]):
         self._ending = EndingWindow()
 
     def _run_opts(self) -> runopts:
-        return slurm_runopts(str(default_job_dirs()))
+        return run_opts(str(default_job_dirs()))
 
     def build_workspace_and_update_role(self, role: Role, workspace: str, cfg: Mapping[str, Any]) -> None:
         """Nothing is built: the workspace is copied into the job's directory when it is submitted

@@ -27,7 +27,7 @@ from torchx_ext.schedulers.kubernetes.volcano import volcano_job
 from torchx_ext.schedulers.kubernetes.workspace import PendingPush
 
 @dataclass(frozen=True)
-class AppManifests:
+class KubernetesJobRequest:
     app_id: str
     namespace: str
     backend: str
@@ -52,8 +52,8 @@ class AppManifests:
         return self.to_yaml()
 
 
-def build_manifests(app: specs.AppDef, *, app_id: str, options: ManifestOptions,
-                    pushes: tuple[PendingPush, ...] = ()) -> AppManifests:
+def build_request(app: specs.AppDef, *, app_id: str, options: ManifestOptions,
+                    pushes: tuple[PendingPush, ...] = ()) -> KubernetesJobRequest:
     """The objects ``kubernetes`` creates for ``app`` (``pushes``: the workspace images its roles
     name, pushed at submission); InvalidArgumentError names bad input."""
     names.check_dns_label(app_id, "app id")
@@ -73,7 +73,7 @@ def build_manifests(app: specs.AppDef, *, app_id: str, options: ManifestOptions,
         objects = job_objects(app, app_id, options)
     if wants_network_policy(options):  # first: no pod of the app runs before it is in place
         objects = (network_policy(app, app_id, options), *objects)
-    return AppManifests(app_id, options.namespace, options.backend, objects, pushes, options.validate_spec,
+    return KubernetesJobRequest(app_id, options.namespace, options.backend, objects, pushes, options.validate_spec,
                         options.queue)
 
 

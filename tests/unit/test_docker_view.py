@@ -8,7 +8,7 @@ import pytest
 
 from torchx_ext.schedulers.common.states import State
 from torchx_ext.schedulers.common.states import JobEnd
-from torchx_ext.schedulers.docker.job_view import ContainerView, end_from_labels, end_labels, engine_time, read_job
+from torchx_ext.schedulers.docker.view import ContainerView, end_from_labels, end_labels, engine_time, read_job
 
 RUNNING = ContainerView("a-r-0", "r", 0, "running", None, 100.0, None, 0, 0)
 

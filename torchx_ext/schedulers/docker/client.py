@@ -19,7 +19,7 @@ from typing import Any
 from torchx_ext.errors import EngineError, InvalidArgumentError
 from torchx_ext.schedulers.common.states import JobEnd
 from torchx_ext.schedulers.images.client import connect_client, engine_call, explanation
-from torchx_ext.schedulers.docker.job_view import ContainerView, end_from_labels, end_labels, engine_time
+from torchx_ext.schedulers.docker.view import ContainerView, end_from_labels, end_labels, engine_time
 from torchx_ext.schedulers.docker.request import (
     HEALTH_INTERVAL_S,
     HEALTH_PROBE_TIMEOUT_S,

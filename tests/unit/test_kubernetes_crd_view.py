@@ -11,9 +11,9 @@ import pytest
 from torchx_ext.components.dist import ddp
 from torchx_ext.schedulers.common.states import JobEnd, State
 from torchx_ext.schedulers.kubernetes.jobset import read_jobset
-from torchx_ext.schedulers.kubernetes.manifests import build_manifests
+from torchx_ext.schedulers.kubernetes.request import build_request
 from torchx_ext.schedulers.kubernetes.options import ManifestOptions
-from torchx_ext.schedulers.kubernetes.app_view import end_annotation, end_due
+from torchx_ext.schedulers.kubernetes.view import end_annotation, end_due
 from torchx_ext.schedulers.kubernetes.volcano import PHASES, read_volcano
 
 APP = "train-abc12345"
@@ -22,7 +22,7 @@ CREATED = "2026-11-22T10:00:00Z"
 
 def built(backend: str, queue: str | None = None, j: str = "2x1") -> dict[str, Any]:
     app = ddp(script="train.py", j=j, image="img:1")
-    obj = build_manifests(app, app_id=APP, options=ManifestOptions(backend=backend, queue=queue)).objects[0]
+    obj = build_request(app, app_id=APP, options=ManifestOptions(backend=backend, queue=queue)).objects[0]
     obj = copy.deepcopy(obj)
     obj["metadata"].update(uid="u-1", creationTimestamp=CREATED)
     return obj

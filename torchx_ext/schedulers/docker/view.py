@@ -4,7 +4,7 @@ The engine keeps everything: each container's status, exit code, times and resta
 (its own ``on-failure`` policy restarts a replica ``max_retries`` times), and one "end" volume
 per job whose labels record a decision that exit codes cannot: the job was cancelled, or it
 failed because of one replica and the others were stopped for that. Whoever decides first
-creates the end volume; the engine keeps only the first (see ``engine.py``).
+creates the end volume; the engine keeps only the first (see ``client.py``).
 """
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ def end_from_labels(labels: Mapping[str, str]) -> JobEnd | None:
 
 
 @dataclass(frozen=True)
-class JobView:
+class DockerJobView:
     state: State | None
     """None: no container of this app exists."""
     replicas: dict[tuple[str, int], State]
@@ -138,26 +138,26 @@ def replica_state(container: ContainerView, end: JobEnd | None) -> State:
     return State.FAILED
 
 
-def read_job(containers: Iterable[ContainerView], end: JobEnd | None) -> JobView:
+def read_job(containers: Iterable[ContainerView], end: JobEnd | None) -> DockerJobView:
     found = list(containers)
     if not found:
-        return JobView(None, {}, None, False)
+        return DockerJobView(None, {}, None, False)
     replicas = {(container.role, container.replica_id): replica_state(container, end) for container in found}
     lost = _lost(found, replicas)
     failed = [container for container in found
               if replicas[(container.role, container.replica_id)] is State.FAILED and container.key not in lost]
     if end is not None:
         failing = next((container for container in found if container.key == end.replica), None)
-        return JobView(end.state, replicas, failing, False)
+        return DockerJobView(end.state, replicas, failing, False)
     if failed:
         first = min(failed, key=lambda container: (container.finished_at or 0.0, container.key))
-        return JobView(State.FAILED, replicas, first, True)
+        return DockerJobView(State.FAILED, replicas, first, True)
     states = {state for (role, replica_id), state in replicas.items() if f"{role}/{replica_id}" not in lost}
     if states == {State.SUCCEEDED}:
-        return JobView(State.SUCCEEDED, replicas, None, False)
+        return DockerJobView(State.SUCCEEDED, replicas, None, False)
     if states == {State.PENDING}:
-        return JobView(State.PENDING, replicas, None, False)
-    return JobView(State.RUNNING, replicas, None, False)
+        return DockerJobView(State.PENDING, replicas, None, False)
+    return DockerJobView(State.RUNNING, replicas, None, False)
 
 
 def _lost(containers: list[ContainerView], replicas: Mapping[tuple[str, int], State]) -> set[str]:

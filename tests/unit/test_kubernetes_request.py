@@ -1,7 +1,7 @@
 """The pure AppDef -> manifests step of the kubernetes scheduler.
 
 Golden files hold the whole dry-run YAML; after a deliberate change regenerate them with
-``UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/unit/test_kubernetes_manifests.py`` and
+``UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/unit/test_kubernetes_request.py`` and
 read the diff. Every manifest is validated strictly against the Kubernetes API schema of two
 minor versions (kubernetes-validate), then against what that schema cannot say.
 """
@@ -25,7 +25,7 @@ from tests.fixtures.crd_schemas import crd_json_schema
 from torchx_ext.components.dist import ddp
 from torchx_ext.errors import InvalidArgumentError
 from torchx_ext.schedulers.common.app_ids import KUBERNETES, new_app_id
-from torchx_ext.schedulers.kubernetes.manifests import AppManifests, build_manifests
+from torchx_ext.schedulers.kubernetes.request import KubernetesJobRequest, build_request
 from torchx_ext.schedulers.kubernetes.options import BACKEND_NAMES, ManifestOptions
 
 GOLDEN = Path(__file__).parent / "golden" / "kubernetes"
@@ -34,7 +34,7 @@ CORE_API_VERSIONS = ("v1", "batch/v1", "networking.k8s.io/v1")
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 
 
-def check(manifests: AppManifests) -> list[dict[str, Any]]:
+def check(manifests: KubernetesJobRequest) -> list[dict[str, Any]]:
     """Validates every object (API schema, then our own rules); returns them."""
     objects = list(yaml.safe_load_all(manifests.to_yaml()))
     for obj in objects:
@@ -79,7 +79,7 @@ def embedded_core_objects(obj: dict[str, Any]) -> list[dict[str, Any]]:
              "spec": task["template"]["spec"]} for task in obj["spec"]["tasks"]]
 
 
-def golden(name: str, manifests: AppManifests) -> None:
+def golden(name: str, manifests: KubernetesJobRequest) -> None:
     path = GOLDEN / f"{name}.yaml"
     # The torchx line's version is a label value: the same file holds for either line.
     text = re.sub(r"(torchx\.pytorch\.org/version: ).*", r"\1TORCHX_VERSION", manifests.to_yaml())
@@ -90,7 +90,7 @@ def golden(name: str, manifests: AppManifests) -> None:
 
 def test_a_2x2_cpu_job_is_a_headless_service_and_one_indexed_job() -> None:
     app = ddp("--lr", "0.1", script="train.py", j="2x2", image="registry.example/train:1")
-    manifests = build_manifests(app, app_id="train-abc12345", options=ManifestOptions(namespace="team-a"))
+    manifests = build_request(app, app_id="train-abc12345", options=ManifestOptions(namespace="team-a"))
 
     service, job = check(manifests)
     golden("ddp_2x2", manifests)
@@ -113,7 +113,7 @@ def test_a_p5_named_resource_gives_guaranteed_numa_aligned_pods_with_gpus_and_ef
                                 priority_class="high", node_selector={"pool": "p5"},
                                 tolerations=("nvidia.com/gpu:NoSchedule", "dedicated=ml:NoExecute"),
                                 image_pull_secrets=("regcred",), image_pull_policy="IfNotPresent", shm_size="64Gi")
-    manifests = build_manifests(app, app_id="train-abc12345", options=options)
+    manifests = build_request(app, app_id="train-abc12345", options=options)
 
     _, job = check(manifests)
     golden("ddp_4x8_p5_queued", manifests)
@@ -131,7 +131,7 @@ def test_a_p5_named_resource_gives_guaranteed_numa_aligned_pods_with_gpus_and_ef
 
 def test_an_elastic_job_runs_max_pods_tolerates_max_minus_min_failures_and_index_0_decides() -> None:
     app = ddp(script="train.py", j="2:4x1", image="img:1", max_retries=1)
-    manifests = build_manifests(app, app_id="elastic-abc12345", options=ManifestOptions())
+    manifests = build_request(app, app_id="elastic-abc12345", options=ManifestOptions())
 
     _, job = check(manifests)
     golden("ddp_elastic_2_4", manifests)
@@ -143,20 +143,20 @@ def test_an_elastic_job_runs_max_pods_tolerates_max_minus_min_failures_and_index
 
 def test_numa_alignment_follows_the_runopt_over_the_named_resource() -> None:
     app = ddp(script="train.py", j="1x1", cpu=3, memMB=2048, image="img:1")
-    aligned = check(build_manifests(app, app_id="a-abc12345", options=ManifestOptions(numa_aligned=True)))[1]
+    aligned = check(build_request(app, app_id="a-abc12345", options=ManifestOptions(numa_aligned=True)))[1]
     resources = aligned["spec"]["template"]["spec"]["containers"][0]["resources"]
     # torchx's reserve of the node, left out: 100 millicores and 1024 MiB.
     assert resources["requests"] == resources["limits"] == {"cpu": "2", "memory": "1024Mi"}
 
     named = ddp(script="train.py", j="1x8", h="dgx_h100", image="img:1")
-    off = check(build_manifests(named, app_id="a-abc12345", options=ManifestOptions(numa_aligned=False)))[1]
+    off = check(build_request(named, app_id="a-abc12345", options=ManifestOptions(numa_aligned=False)))[1]
     assert "cpu" not in off["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
 
 
 def test_arguments_and_env_values_survive_the_kubelets_dollar_expansion() -> None:
     value = "$HOME $(HOME) $$(HOME) ${x} 'q' \"d\"\nnext"
     app = ddp(value, script="echo.py", j="1x1", image="img:1", env={"V": value})
-    job = check(build_manifests(app, app_id="a-abc12345", options=ManifestOptions()))[1]
+    job = check(build_request(app, app_id="a-abc12345", options=ManifestOptions()))[1]
     container = job["spec"]["template"]["spec"]["containers"][0]
 
     assert kubelet_expand(container["args"][-1]) == value
@@ -165,7 +165,7 @@ def test_arguments_and_env_values_survive_the_kubelets_dollar_expansion() -> Non
 
 def test_the_static_rendezvous_node_rank_is_the_pods_completion_index() -> None:
     app = ddp(script="train.py", j="2x1", image="img:1", rdzv_backend="static")
-    job = check(build_manifests(app, app_id="a-abc12345", options=ManifestOptions()))[1]
+    job = check(build_request(app, app_id="a-abc12345", options=ManifestOptions()))[1]
     args = job["spec"]["template"]["spec"]["containers"][0]["args"]
 
     assert args[args.index("--node-rank") + 1] == "$(JOB_COMPLETION_INDEX)"
@@ -199,7 +199,7 @@ def test_any_names_give_valid_dns_names_within_63_characters(app_name: str, role
                                                     num_replicas=replicas)])
     app_id = new_app_id(app_name, KUBERNETES)
     for backend in BACKEND_NAMES:
-        manifests = build_manifests(app, app_id=app_id, options=ManifestOptions(backend=backend))
+        manifests = build_request(app, app_id=app_id, options=ManifestOptions(backend=backend))
         last = last_pod_hostname(manifests)
         assert DNS_LABEL.fullmatch(last) and len(last) <= 63, (backend, last)
         if backend == "jobset":  # its webhook checks the pods' names too: {hostname}-{5 random}
@@ -209,7 +209,7 @@ def test_any_names_give_valid_dns_names_within_63_characters(app_name: str, role
         assert top["metadata"]["annotations"]["torchx-ext/app-name"] == app_name  # readable as given
 
 
-def last_pod_hostname(manifests: AppManifests) -> str:
+def last_pod_hostname(manifests: KubernetesJobRequest) -> str:
     """The hostname each backend's controller gives the first role's last pod."""
     top = manifests.objects[-1]
     if manifests.backend == "jobset":
@@ -237,13 +237,13 @@ def test_distinct_apps_never_collide() -> None:
 def test_bad_roles_are_refused_naming_the_value(change: dict[str, Any], expected: str) -> None:
     arguments: dict[str, Any] = {"script": "train.py", "j": "1x1", "image": "img:1", **change}
     with pytest.raises(InvalidArgumentError, match=re.escape(expected)):
-        build_manifests(ddp(**arguments), app_id="a-abc12345", options=ManifestOptions())
+        build_request(ddp(**arguments), app_id="a-abc12345", options=ManifestOptions())
 
 
 def test_numa_alignment_without_cpu_or_memory_to_request_is_refused() -> None:
     role = specs.Role("trainer", image="img:1", entrypoint="python", resource=specs.Resource(cpu=0, gpu=0, memMB=0))
     with pytest.raises(InvalidArgumentError, match="NUMA-aligned pods need a cpu and memMB"):
-        build_manifests(specs.AppDef("a", roles=[role]), app_id="a-abc12345",
+        build_request(specs.AppDef("a", roles=[role]), app_id="a-abc12345",
                         options=ManifestOptions(numa_aligned=True))
 
 
@@ -265,11 +265,11 @@ def test_numa_alignment_without_cpu_or_memory_to_request_is_refused() -> None:
 def test_bad_options_are_refused_naming_the_value(options: ManifestOptions, expected: str) -> None:
     app = ddp(script="train.py", j="1x1", image="img:1", memMB=1024)
     with pytest.raises(InvalidArgumentError, match=re.escape(expected)):
-        build_manifests(app, app_id="a-abc12345", options=options)
+        build_request(app, app_id="a-abc12345", options=options)
 
 
 def pod_resources(app: specs.AppDef, options: ManifestOptions) -> dict[str, dict[str, str]]:
-    job = check(build_manifests(app, app_id="a-abc12345", options=options))[-1]
+    job = check(build_request(app, app_id="a-abc12345", options=options))[-1]
     resources: dict[str, dict[str, str]] = job["spec"]["template"]["spec"]["containers"][0]["resources"]
     return resources
 
@@ -298,7 +298,7 @@ def test_efa_device_count_overrides_the_named_resources_efa_as_torchx_does(count
 @pytest.mark.parametrize("backend", ["job", "jobset", "volcano"])
 def test_every_role_of_a_two_role_app_gets_the_first_roles_replica_0_as_rank0_as_in_torchx(backend: str) -> None:
     roles = [specs.Role(name, image="img:1", entrypoint="python", num_replicas=2) for name in ("trainer", "reader")]
-    objects = check(build_manifests(specs.AppDef("two", roles=roles), app_id="two-abc12345",
+    objects = check(build_request(specs.AppDef("two", roles=roles), app_id="two-abc12345",
                                     options=ManifestOptions(backend=backend)))
     text = yaml.safe_dump_all(objects)
 
@@ -311,7 +311,7 @@ def test_every_role_of_a_two_role_app_gets_the_first_roles_replica_0_as_rank0_as
 
 
 def first_pod(app: specs.AppDef, backend: str = "job") -> dict[str, Any]:
-    obj = check(build_manifests(app, app_id="train-abc12345", options=ManifestOptions(backend=backend)))[-1]
+    obj = check(build_request(app, app_id="train-abc12345", options=ManifestOptions(backend=backend)))[-1]
     if backend == "volcano":
         return dict(obj["spec"]["tasks"][0]["template"])
     if backend == "jobset":
@@ -364,7 +364,7 @@ def test_a_pod_overlay_file_given_as_metadata_on_the_component_is_read(tmp_path:
 def test_a_pod_overlay_that_cannot_be_read_is_one_line_naming_the_role(tmp_path: Path) -> None:
     app = ddp(script="train.py", j="1x1", image="img:1", metadata={"kubernetes": f"file://{tmp_path}/missing.yaml"})
     with pytest.raises(InvalidArgumentError, match=r"^role 'train': .*missing\.yaml[^\n]*$"):
-        build_manifests(app, app_id="train-abc12345", options=ManifestOptions())
+        build_request(app, app_id="train-abc12345", options=ManifestOptions())
 
 
 @pytest.mark.parametrize("policy, replicas, refused", [
@@ -378,18 +378,18 @@ def test_the_job_backend_refuses_whole_app_retries_it_cannot_give_naming_the_bac
                       retry_policy=policy)
     app = specs.AppDef("mine", roles=[role])
     if not refused:
-        check(build_manifests(app, app_id="mine-abc12345", options=ManifestOptions()))
+        check(build_request(app, app_id="mine-abc12345", options=ManifestOptions()))
         return
     with pytest.raises(InvalidArgumentError, match=r"^role 'worker': retry_policy APPLICATION .* backend=jobset or "
                                                    r"backend=volcano, or the role retry_policy REPLICA$"):
-        build_manifests(app, app_id="mine-abc12345", options=ManifestOptions())
-    check(build_manifests(app, app_id="mine-abc12345", options=ManifestOptions(backend="jobset")))
+        build_request(app, app_id="mine-abc12345", options=ManifestOptions())
+    check(build_request(app, app_id="mine-abc12345", options=ManifestOptions(backend="jobset")))
 
 
 def test_roles_that_become_the_same_job_name_are_refused() -> None:
     roles = [specs.Role(name, image="img:1", entrypoint="python") for name in ("Trainer", "trainer!")]
     with pytest.raises(InvalidArgumentError, match="both become Job name 'a-abc12345-trainer'"):
-        build_manifests(specs.AppDef("a", roles=roles), app_id="a-abc12345", options=ManifestOptions())
+        build_request(specs.AppDef("a", roles=roles), app_id="a-abc12345", options=ManifestOptions())
 
 
 @pytest.mark.parametrize("policy, job_restarts, pod_retries", [
@@ -402,7 +402,7 @@ def test_a_jobset_has_a_replicated_job_per_role_restarts_as_the_retry_policy_say
         policy: specs.RetryPolicy, job_restarts: int, pod_retries: int) -> None:
     app = ddp("--lr", "0.1", script="train.py", j="2x2", image="registry.example/train:1", max_retries=3)
     app.roles[0].retry_policy = policy
-    manifests = build_manifests(app, app_id="train-abc12345", options=ManifestOptions(backend="jobset"))
+    manifests = build_request(app, app_id="train-abc12345", options=ManifestOptions(backend="jobset"))
 
     (jobset,) = check(manifests)
     if policy == specs.RetryPolicy.REPLICA:
@@ -428,7 +428,7 @@ def test_a_jobset_has_a_replicated_job_per_role_restarts_as_the_retry_policy_say
 def test_a_volcano_task_restarts_what_its_roles_retry_policy_names(policy: specs.RetryPolicy, action: str) -> None:
     roles = [specs.Role(name, image="img:1", entrypoint="python", num_replicas=2, max_retries=2, retry_policy=policy)
              for name in ("trainer", "reader")]
-    (job,) = check(build_manifests(specs.AppDef("mine", roles=roles), app_id="mine-abc12345",
+    (job,) = check(build_request(specs.AppDef("mine", roles=roles), app_id="mine-abc12345",
                                    options=ManifestOptions(backend="volcano")))
 
     for task in job["spec"]["tasks"]:
@@ -440,7 +440,7 @@ def test_a_volcano_task_restarts_what_its_roles_retry_policy_names(policy: specs
 
 def test_a_queued_jobset_is_created_suspended_with_kueues_label() -> None:
     app = ddp(script="train.py", j="4x8", h="aws_p5.48xlarge", image="registry.example/train:1")
-    manifests = build_manifests(app, app_id="train-abc12345",
+    manifests = build_request(app, app_id="train-abc12345",
                                 options=ManifestOptions(backend="jobset", queue="gpu-queue"))
 
     (jobset,) = check(manifests)
@@ -453,7 +453,7 @@ def test_a_queued_jobset_is_created_suspended_with_kueues_label() -> None:
 
 def test_a_volcano_job_is_torchxs_shape_with_our_pods_and_a_min_available_gang() -> None:
     app = ddp("--lr", "0.1", script="train.py", j="2x2", image="registry.example/train:1", max_retries=2)
-    manifests = build_manifests(app, app_id="train-abc12345", options=ManifestOptions(backend="volcano"))
+    manifests = build_request(app, app_id="train-abc12345", options=ManifestOptions(backend="volcano"))
 
     (job,) = check(manifests)
     golden("volcano_ddp_2x2", manifests)
@@ -468,7 +468,7 @@ def test_a_volcano_job_is_torchxs_shape_with_our_pods_and_a_min_available_gang()
     # dist.ddp asks for REPLICA: a failed pod restarts alone, the others re-rendezvous with it.
     assert {"event": "PodFailed", "action": "RestartPod"} in task["policies"]
     # No retries: a failed pod ends the job, which keeps the pods that ended (and their logs).
-    once = check(build_manifests(ddp(script="train.py", j="2x2", image="img:1"), app_id="train-abc12345",
+    once = check(build_request(ddp(script="train.py", j="2x2", image="img:1"), app_id="train-abc12345",
                                  options=ManifestOptions(backend="volcano")))[0]
     assert once["spec"]["tasks"][0]["policies"] == [{"event": "PodFailed", "action": "TerminateJob"},
                                                     {"event": "PodEvicted", "action": "TerminateJob"}]
@@ -479,16 +479,16 @@ def test_a_volcano_job_is_torchxs_shape_with_our_pods_and_a_min_available_gang()
 
 def test_an_elastic_role_in_volcano_and_jobset_keeps_its_pods_failures_to_itself() -> None:
     app = ddp(script="train.py", j="2:4x1", image="img:1", max_retries=1)
-    volcano = check(build_manifests(app, app_id="elastic-abc12345",
+    volcano = check(build_request(app, app_id="elastic-abc12345",
                                     options=ManifestOptions(backend="volcano", queue="research")))[0]
-    golden("volcano_ddp_elastic_2_4", build_manifests(app, app_id="elastic-abc12345",
+    golden("volcano_ddp_elastic_2_4", build_request(app, app_id="elastic-abc12345",
                                                       options=ManifestOptions(backend="volcano", queue="research")))
     task = volcano["spec"]["tasks"][0]
     assert volcano["spec"]["queue"] == "research" and volcano["spec"]["minAvailable"] == 2
     assert task["minAvailable"] == 2 and task["replicas"] == 4
     assert task["policies"] == []  # a failed pod stays failed, a deleted one is recreated: no restart of all
 
-    jobset = check(build_manifests(app, app_id="elastic-abc12345", options=ManifestOptions(backend="jobset")))[0]
+    jobset = check(build_request(app, app_id="elastic-abc12345", options=ManifestOptions(backend="jobset")))[0]
     job = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]
     assert job["backoffLimitPerIndex"] == 1 and job["maxFailedIndexes"] == 2
     assert job["successPolicy"] == {"rules": [{"succeededIndexes": "0"}]}
@@ -497,7 +497,7 @@ def test_an_elastic_role_in_volcano_and_jobset_keeps_its_pods_failures_to_itself
 @pytest.mark.parametrize("backend", ["jobset", "volcano"])
 def test_the_replica_id_is_the_index_the_backends_controller_gives_each_pod(backend: str) -> None:
     app = ddp(script="train.py", j="2x1", image="img:1", rdzv_backend="static")
-    (top,) = check(build_manifests(app, app_id="a-abc12345", options=ManifestOptions(backend=backend)))
+    (top,) = check(build_request(app, app_id="a-abc12345", options=ManifestOptions(backend=backend)))
     pod = (top["spec"]["replicatedJobs"][0]["template"]["spec"]["template"] if backend == "jobset"
            else top["spec"]["tasks"][0]["template"])
     args = pod["spec"]["containers"][0]["args"]
@@ -516,7 +516,7 @@ def test_gpus_are_asked_as_the_vendors_resource_or_the_one_given(h: str | None, 
                                                                  asked: str) -> None:
     app = ddp(script="train.py", j="1x2", h=h, image="img:1") if h else ddp(script="train.py", j="1x2", gpu=2,
                                                                              image="img:1")
-    job = check(build_manifests(app, app_id="g-abc12345", options=ManifestOptions(gpu_resource=gpu_resource)))[1]
+    job = check(build_request(app, app_id="g-abc12345", options=ManifestOptions(gpu_resource=gpu_resource)))[1]
     resources = job["spec"]["template"]["spec"]["containers"][0]["resources"]
 
     expected = "8" if h else "2"
@@ -528,7 +528,7 @@ def test_gpus_are_asked_as_the_vendors_resource_or_the_one_given(h: str | None, 
 def test_a_bad_gpu_resource_is_one_line_naming_it(gpu_resource: str) -> None:
     app = ddp(script="train.py", j="1x2", gpu=2, image="img:1")
     with pytest.raises(InvalidArgumentError, match=f"invalid gpu_resource {gpu_resource!r}: expected an extended"):
-        build_manifests(app, app_id="g-abc12345", options=ManifestOptions(gpu_resource=gpu_resource))
+        build_request(app, app_id="g-abc12345", options=ManifestOptions(gpu_resource=gpu_resource))
 
 
 def test_hot_spares_get_a_readiness_probe_that_fails_while_they_wait_on_the_job_backend_only() -> None:
@@ -547,7 +547,7 @@ def test_hot_spares_get_a_readiness_probe_that_fails_while_they_wait_on_the_job_
         "spec"]["containers"][0]
     for backend in ("jobset", "volcano"):
         with pytest.raises(InvalidArgumentError, match=f"HOT_SPARE .* backend={backend} restarts every pod: give -cfg backend=job"):
-            build_manifests(app, app_id="train-abc12345", options=ManifestOptions(backend=backend))
+            build_request(app, app_id="train-abc12345", options=ManifestOptions(backend=backend))
 
 
 @pytest.mark.parametrize("backend", BACKEND_NAMES)
@@ -556,7 +556,7 @@ def test_every_container_asks_for_what_pod_security_restricted_needs_and_the_use
 
     assert first_pod(app, backend)["spec"]["containers"][0]["securityContext"] == {
         "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}
-    given = check(build_manifests(app, app_id="train-abc12345", options=ManifestOptions(backend=backend, run_as_user=1000)))
+    given = check(build_request(app, app_id="train-abc12345", options=ManifestOptions(backend=backend, run_as_user=1000)))
     assert yaml.safe_dump_all(given).count("runAsNonRoot: true\n") == 1
     assert yaml.safe_dump_all(given).count("runAsUser: 1000\n") == 1
 
@@ -566,7 +566,7 @@ def test_a_bad_run_as_user_is_one_line_naming_it(user: Any) -> None:
     app = ddp(script="train.py", j="1x1", image="img:1")
     with pytest.raises(InvalidArgumentError, match=rf"^invalid run_as_user {re.escape(repr(user))}: expected a user id "
                        r"of 1 or more, one the image has \(root, 0, is what Pod Security 'restricted' refuses\)$"):
-        build_manifests(app, app_id="g-abc12345", options=ManifestOptions(run_as_user=user))
+        build_request(app, app_id="g-abc12345", options=ManifestOptions(run_as_user=user))
 
 
 @pytest.mark.parametrize("backend", BACKEND_NAMES)
@@ -575,7 +575,7 @@ def test_the_admission_check_finds_each_roles_pod_template_in_every_backend(back
     from torchx_ext.schedulers.kubernetes.pod_security import pod_templates
 
     roles = [specs.Role(name, image="img:1", entrypoint="python", num_replicas=2) for name in ("trainer", "reader")]
-    objects = build_manifests(specs.AppDef("two", roles=roles), app_id="two-abc12345",
+    objects = build_request(specs.AppDef("two", roles=roles), app_id="two-abc12345",
                               options=ManifestOptions(backend=backend)).objects
 
     assert sorted(template["metadata"]["annotations"][ANNOTATION_ROLE_NAME]
@@ -588,7 +588,7 @@ def test_a_network_policy_comes_first_and_lets_in_the_apps_own_pods_and_the_peer
     options = ManifestOptions(backend=backend, namespace="ml", network_peers=(
         "app=prometheus", "namespace:monitoring", "10.1.0.0/16", "fd00::/8"))
 
-    policy, *rest = check(build_manifests(app, app_id="train-abc12345", options=options))
+    policy, *rest = check(build_request(app, app_id="train-abc12345", options=options))
 
     own = {"torchx-ext/app-id": "train-abc12345"}
     assert first_pod(app, backend)["metadata"]["labels"].items() >= own.items()
@@ -597,7 +597,7 @@ def test_a_network_policy_comes_first_and_lets_in_the_apps_own_pods_and_the_peer
         {"podSelector": {"matchLabels": own}}, {"podSelector": {"matchLabels": {"app": "prometheus"}}},
         {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}},
         {"ipBlock": {"cidr": "10.1.0.0/16"}}, {"ipBlock": {"cidr": "fd00::/8"}}]}]}
-    assert not any(obj["kind"] == "NetworkPolicy" for obj in check(build_manifests(
+    assert not any(obj["kind"] == "NetworkPolicy" for obj in check(build_request(
         app, app_id="train-abc12345", options=ManifestOptions(backend=backend))))
 
 
@@ -607,4 +607,4 @@ def test_a_bad_network_peer_is_one_line_naming_it_and_the_forms(peer: str) -> No
     with pytest.raises(InvalidArgumentError, match=rf"^invalid network_peers entry {re.escape(repr(peer))}: expected "
                        r"LABEL=VALUE \(pods of the namespace\), namespace:NAME \(every pod of a namespace\) or a "
                        r"CIDR such as 10.0.0.0/8$"):
-        build_manifests(app, app_id="g-abc12345", options=ManifestOptions(network_peers=(peer,)))
+        build_request(app, app_id="g-abc12345", options=ManifestOptions(network_peers=(peer,)))

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from torchx_ext.errors import InvalidArgumentError, TorchxExtError
-from torchx_ext.schedulers.slurm.job_view import SlurmJob, parse_sacct, parse_squeue
+from torchx_ext.schedulers.slurm.view import SlurmJob, parse_sacct, parse_squeue
 
 TIMEOUT_S = 60
 # Between this host's clock and the controller's, and submission and the record's write.

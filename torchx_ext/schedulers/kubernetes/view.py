@@ -1,6 +1,6 @@
 """An app as its Jobs and pods say it is, read purely from the API's JSON.
 
-``read_app`` takes what two label-selected lists return (the app's Jobs, its pods) and gives
+``read_job`` takes what two label-selected lists return (the app's Jobs, its pods) and gives
 the job's state, each replica's, and a message that says why a job is stuck or failed:
 Job conditions first (FailureTarget/Failed, SuccessCriteriaMet/Complete, Suspended), then the
 pods (an image that does not pull, a pod no node can take, a kubelet that refused it).
@@ -91,7 +91,7 @@ class RoleView:
 
 
 @dataclass(frozen=True)
-class AppView:
+class KubernetesJobView:
     app_id: str
     state: State | None
     """None: the app has no Job (it does not exist, or was deleted)."""
@@ -142,11 +142,11 @@ def job_pod_place(pod: dict[str, Any]) -> tuple[str, str]:
         names.LABEL_COMPLETION_INDEX, "")
 
 
-def read_app(app_id: str, jobs: list[dict[str, Any]], pods: list[dict[str, Any]],
-             place: Callable[[dict[str, Any]], tuple[str, str]] = job_pod_place) -> AppView:
+def read_job(app_id: str, jobs: list[dict[str, Any]], pods: list[dict[str, Any]],
+             place: Callable[[dict[str, Any]], tuple[str, str]] = job_pod_place) -> KubernetesJobView:
     """``place``: a pod's (role's Job name, replica index), by the labels of the controller that made it."""
     if not jobs:
-        return AppView(app_id, None, "", (), ())
+        return KubernetesJobView(app_id, None, "", (), ())
     jobs = sorted(jobs, key=lambda job: job["metadata"].get("creationTimestamp") or "")
     # Two ends written at once (a cancel, a describe ending a failure) may each reach some Jobs:
     # the earlier one is the app's, on every reader.
@@ -196,7 +196,7 @@ def read_app(app_id: str, jobs: list[dict[str, Any]], pods: list[dict[str, Any]]
                     .isdigit()), None)
     replaced = sum(_replaced_pods(job, state) for (state, _), job in job_states)
     last = max(replaced_failures, key=lambda replica: replica.finished_at or 0.0, default=None)
-    return AppView(app_id, state, message, roles, tuple(replicas), failing, end,
+    return KubernetesJobView(app_id, state, message, roles, tuple(replicas), failing, end,
                    stuck_since if state in (State.PENDING, State.RUNNING) else None, timeout, replaced_pods=replaced,
                    last_failure=failure_message(last) if last is not None else "")
 
@@ -210,7 +210,7 @@ def _replaced_pods(job: dict[str, Any], state: State) -> int:
     return max(0, int(status.get("failed") or 0) - given_up - ended_it)
 
 
-def end_due(view: AppView, now: float) -> JobEnd | None:
+def end_due(view: KubernetesJobView, now: float) -> JobEnd | None:
     """The end an app needs from us now, if any: an image that has not pulled within the
     timeout, or a failed app whose other roles' Jobs still run (their controllers only stop
     their own Job's pods)."""
