@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from tests.conformance.cases import EVERY_CASE
 from tests.fixtures.netns import cut_link_of
 from tests.fixtures.slurm_cluster import busy_nodes, slurm_leftovers
 from tests.helpers import STATE_ROOT_ENV, alive, still_there
@@ -44,6 +45,10 @@ class SchedulerUnderTest:
     the bench also pauses containers, ``_docker_pause``)."""
     shared_dir_mounts: Callable[[Path], list[str]] = lambda directory: []
     """--mounts that make ``directory`` the same path in every replica (a checkpoint directory)."""
+    keeps_lost_replicas_end: bool = True
+    """Its status names a lost replica and how it ended (a deleted or replaced pod leaves no record)."""
+    store_outside_replicas: bool = False
+    """The rendezvous store runs apart from the replicas: losing one restarts only that one."""
 
 
 def _sigkill(pids: list[int]) -> None:
@@ -233,14 +238,14 @@ def kube_leftovers(client: Any) -> Callable[..., list[str]]:
     return leftovers
 
 
-@pytest.fixture(params=["local_cwd", "local_docker", "kubernetes", "kubernetes-jobset", "kubernetes-volcano", "slurm"])
+@pytest.fixture(params=EVERY_CASE)
 def scheduler(
     request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[SchedulerUnderTest]:
     if request.param == "local_cwd":
         monkeypatch.setenv(STATE_ROOT_ENV, str(tmp_path / "state"))
         yield SchedulerUnderTest("local_cwd", {"log_dir": str(tmp_path / "logs"), "cancel_grace": 5}, _local_leftovers,
-                                 kill_replica=_local_kill, freeze_replica=_local_freeze)
+                                 kill_replica=_local_kill, freeze_replica=_local_freeze, store_outside_replicas=True)
     elif request.param == "local_docker":
         client = request.getfixturevalue("docker_client")
         image = request.getfixturevalue("test_image")
@@ -273,7 +278,7 @@ def scheduler(
         yield SchedulerUnderTest("kubernetes", {"cancel_grace": 5, "backend": backend}, kube_leftovers(client),
                                  component_args={"image": image.name, "cpu": 1},
                                  kill_replica=_kube_delete_pod, freeze_replica=_kube_freeze(client),
-                                 shared_dir_mounts=_bind)
+                                 shared_dir_mounts=_bind, keeps_lost_replicas_end=False)
         # Jobs stay until deleted: delete what this test made (their pods go with them).
         for app_id in {item.app_id for item in kube_scheduler.list()} - before:
             kube_scheduler.delete(app_id)

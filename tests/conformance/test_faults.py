@@ -17,13 +17,14 @@ import pytest
 from torchx.runner import Runner
 from torchx.specs import AppState, parse_app_handle
 
+from tests.conformance.cases import EVERY_BACKEND, EVERY_CASE, NO_ROOM_FOR_A_SPARE
 from tests.conformance.conftest import JOBS, SchedulerUnderTest
 from tests.conformance.jobs_api import status_until, wait, wait_for_line
 from torchx_ext.components.dist import ddp
 
 STEPS = 24
 STEP_S = 0.25
-SURVIVING = ["local_cwd", "local_docker", "kubernetes", "kubernetes-jobset", "kubernetes-volcano", "slurm"]
+SURVIVING = EVERY_CASE
 
 
 def _history(directory: Path) -> list[list[Any]]:
@@ -94,7 +95,7 @@ def test_losing_any_replica_with_max_retries_resumes_from_the_checkpoint_at_full
     status = runner.status(handle)
     assert status is not None and status.num_restarts >= 2, status
     assert status.msg.startswith(f"{status.num_restarts} restarts"), status.msg
-    if scheduler.name in ("local_cwd", "local_docker", "slurm"):  # a deleted pod leaves no record
+    if scheduler.keeps_lost_replicas_end:
         assert "replica checkpointed/0" in status.msg and "killed" in status.msg, status.msg
     assert scheduler.leftovers(app_id) == []
 
@@ -168,7 +169,7 @@ def test_a_fixed_job_without_retries_fails_within_30_s_naming_the_lost_replica(
 # are the same for JobSet and Volcano); TORCHX_EXT_FAULT_MATRIX=all runs every case everywhere.
 EVERY_CASE_EVERYWHERE = os.environ.get("TORCHX_EXT_FAULT_MATRIX") == "all"
 FREEZE_MATRIX = SURVIVING if EVERY_CASE_EVERYWHERE else ["local_cwd"]
-FROZEN_PEER = SURVIVING if EVERY_CASE_EVERYWHERE else ["local_cwd", "local_docker", "kubernetes", "slurm"]
+FROZEN_PEER = SURVIVING if EVERY_CASE_EVERYWHERE else EVERY_BACKEND
 
 
 def _freeze(scheduler: SchedulerUnderTest, app_id: str, replica_id: int) -> None:
@@ -191,9 +192,9 @@ def test_a_frozen_replica_is_replaced_and_every_step_is_done_once(
     assert history[-1][1] == 2, history
     status = runner.status(handle)
     assert status is not None and status.num_restarts >= 1, status
-    if scheduler.name == "local_cwd":  # the store outside the replicas: only the frozen one restarted
+    if scheduler.store_outside_replicas:  # only the frozen one restarted
         assert status.num_restarts == 1, status
-    if scheduler.name in ("local_cwd", "local_docker", "slurm"):  # a replaced pod leaves no record
+    if scheduler.keeps_lost_replicas_end:
         assert f"replica checkpointed/{replica_id}" in status.msg and "gave no sign of life" in status.msg, status.msg
     assert scheduler.leftovers(app_id) == []
 
@@ -231,7 +232,7 @@ def test_a_fixed_job_without_retries_fails_within_60_s_of_a_freeze(
 
 # Hot spares (dist.ddp --spares): where the scheduler starts a lost replica again on its own (not
 # the whole gang), the replacement waits as the new spare.
-SPARES = ["local_cwd", "local_docker", "kubernetes"]
+SPARES = [name for name in EVERY_BACKEND if name not in NO_ROOM_FOR_A_SPARE]
 SPARE_STEPS = 160
 
 

@@ -14,6 +14,7 @@ from torchx.runner import Runner
 from torchx.schedulers.api import Stream
 from torchx.specs import AppState
 
+from tests.conformance.cases import EVERY_BACKEND
 from tests.conformance.conftest import SchedulerUnderTest
 from tests.conformance.jobs_api import wait, wait_for_line
 from torchx_ext.components.dist import ddp
@@ -27,7 +28,7 @@ def _ours(lines: list[str]) -> list[str]:
 
 
 # JobSet's and Volcano's pods log as the job backend's do: the same reader.
-@pytest.mark.parametrize("scheduler", ["local_cwd", "local_docker", "kubernetes", "slurm"], indirect=True)
+@pytest.mark.parametrize("scheduler", EVERY_BACKEND, indirect=True)
 def test_log_options_select_a_stream_a_time_window_and_a_regex_and_a_tail_ends_with_the_job(
     runner: Runner, scheduler: SchedulerUnderTest
 ) -> None:

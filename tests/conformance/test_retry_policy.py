@@ -11,14 +11,15 @@ import pytest
 from torchx.runner import Runner
 from torchx.specs import AppDef, AppState, BindMount, Resource, RetryPolicy, Role, parse_mounts
 
+from tests.conformance.cases import EVERY_CASE
 from tests.conformance.conftest import JOBS, SchedulerUnderTest
 from tests.conformance.jobs_api import wait
 
 # Where each policy is honoured. Kubernetes' job backend refuses APPLICATION with retries in one
 # line (tests/unit/test_kubernetes_request.py).
 HONOURED = {
-    RetryPolicy.REPLICA: ["local_cwd", "local_docker", "kubernetes", "kubernetes-jobset", "kubernetes-volcano", "slurm"],
-    RetryPolicy.APPLICATION: ["local_cwd", "local_docker", "kubernetes-jobset", "kubernetes-volcano", "slurm"],
+    RetryPolicy.REPLICA: EVERY_CASE,
+    RetryPolicy.APPLICATION: [name for name in EVERY_CASE if name != "kubernetes"],
 }
 
 

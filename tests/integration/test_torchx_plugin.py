@@ -19,6 +19,7 @@ from torchx.specs.finder import ModuleComponentsFinder
 
 from tests.integration.launcher_helpers import JOBS, clean_env
 from torchx_ext.registration.lines import require_torchx
+from torchx_ext.schedulers.backends import SCHEDULERS
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -27,19 +28,11 @@ LINE = require_torchx()
 TORCHX_BUILTIN_SCHEDULERS = list(DEFAULT_SCHEDULER_MODULES)
 # Scheduler options each needs for a dry run; all the client libraries they need are installed.
 # Only those the installed torchx has are tried (nightly has no lsf, kubernetes_mcad, aws_batch).
-DRYRUN_SCHEDULERS = {
-    name: cfg
-    for name, cfg in {
-        "local_cwd": [],
-        "local_docker": [],
-        "slurm": [],
-        "lsf": [],
-        "kubernetes": ["-cfg", "namespace=default"],  # ours on both lines
-        "kubernetes_mcad": ["-cfg", "namespace=default"],
-        "aws_batch": ["-cfg", "queue=default"],
-    }.items()
-    if name in TORCHX_BUILTIN_SCHEDULERS
-}
+# Ours (every backend of torchx_ext/schedulers/backends.py), then some of torchx's own.
+DRYRUN_CFG = {"kubernetes": ["-cfg", "namespace=default"], "kubernetes_mcad": ["-cfg", "namespace=default"],
+              "aws_batch": ["-cfg", "queue=default"]}
+DRYRUN_SCHEDULERS = {name: DRYRUN_CFG.get(name, []) for name in [*SCHEDULERS, "lsf", "kubernetes_mcad", "aws_batch"]
+                     if name in TORCHX_BUILTIN_SCHEDULERS}
 
 
 def torchx(*args: str, timeout: float = 180, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -89,6 +82,7 @@ def test_exactly_the_installed_torchx_builtin_schedulers_are_offered_with_local_
     names = offered_schedulers()
     assert names[0] == "local_cwd"  # torchx run's default
     assert sorted(names) == sorted(TORCHX_BUILTIN_SCHEDULERS)  # nothing this torchx lacks
+    assert set(SCHEDULERS) <= set(names)
 
 
 def test_dryrun_on_each_scheduler_runs_our_launcher() -> None:

@@ -15,15 +15,11 @@ from torchx.schedulers import get_scheduler_factories
 from torchx.specs import runopts
 
 from tests.helpers import torchx
+from torchx_ext.schedulers.backends import BACKENDS
 
 REPO = Path(__file__).resolve().parents[2]
 PARITY = REPO / "docs" / "torchx-parity.md"
-TORCHX_SCHEDULERS = {
-    "local_cwd": "torchx.schedulers.local_scheduler",
-    "local_docker": "torchx.schedulers.docker_scheduler",
-    "kubernetes": "torchx.schedulers.kubernetes_scheduler",
-    "slurm": "torchx.schedulers.slurm_scheduler",
-}
+TORCHX_SCHEDULERS = {backend.scheduler: backend.torchx_builtin for backend in BACKENDS if backend.torchx_builtin}
 # (scheduler, option): how ours differs on purpose, as docs/torchx-parity.md says.
 DIFFERENT_DEFAULTS = {("kubernetes", "namespace"): "the kubeconfig context's namespace"}
 NOT_REQUIRED = {("kubernetes", "queue"): "optional: Kueue or Volcano, by backend"}

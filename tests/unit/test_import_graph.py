@@ -12,6 +12,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from torchx_ext.schedulers.backends import BACKENDS
+
 PACKAGE_ROOT = Path(__file__).resolve().parents[2] / "torchx_ext"
 # The layers below the schedulers: what they import must never need a scheduler.
 BELOW_SCHEDULERS = ("torchx_ext.launcher", "torchx_ext.numa", "torchx_ext.error_file", "torchx_ext.replica_env",
@@ -110,14 +112,9 @@ def test_nothing_below_the_schedulers_imports_them() -> None:
     assert {module: targets for module, targets in offending.items() if targets} == {}
 
 
-SHARED_BY_BACKENDS = ("common", "images", "placement")
-
-
 def test_no_backend_imports_another_and_what_they_share_imports_none() -> None:
     graph = import_graph()
-    backends = sorted(path.name for path in (PACKAGE_ROOT / "schedulers").iterdir()
-                      if (path / "__init__.py").exists() and path.name not in SHARED_BY_BACKENDS)
-    assert {"local", "docker", "kubernetes", "slurm"} <= set(backends)
+    backends = [backend.package for backend in BACKENDS]
 
     def owner(module: str) -> str | None:
         parts = module.split(".")

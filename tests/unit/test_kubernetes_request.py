@@ -24,7 +24,7 @@ from torchx import specs
 from tests.fixtures.crd_schemas import crd_json_schema
 from torchx_ext.components.dist import ddp
 from torchx_ext.errors import InvalidArgumentError
-from torchx_ext.schedulers.common.app_ids import KUBERNETES, new_app_id
+from torchx_ext.schedulers.common.app_ids import DNS_LABEL_IDS, new_app_id
 from torchx_ext.schedulers.kubernetes.request import KubernetesJobRequest, build_request
 from torchx_ext.schedulers.kubernetes.options import BACKEND_NAMES, ManifestOptions
 
@@ -197,7 +197,7 @@ def kubelet_expand(text: str, env: dict[str, str] | None = None) -> str:
 def test_any_names_give_valid_dns_names_within_63_characters(app_name: str, role_name: str, replicas: int) -> None:
     app = specs.AppDef(app_name, roles=[specs.Role(role_name, image="img:1", entrypoint="python",
                                                     num_replicas=replicas)])
-    app_id = new_app_id(app_name, KUBERNETES)
+    app_id = new_app_id(app_name, DNS_LABEL_IDS)
     for backend in BACKEND_NAMES:
         manifests = build_request(app, app_id=app_id, options=ManifestOptions(backend=backend))
         last = last_pod_hostname(manifests)
@@ -222,7 +222,7 @@ def last_pod_hostname(manifests: KubernetesJobRequest) -> str:
 
 
 def test_distinct_apps_never_collide() -> None:
-    ids = {new_app_id("train", KUBERNETES) for _ in range(2000)}
+    ids = {new_app_id("train", DNS_LABEL_IDS) for _ in range(2000)}
     assert len(ids) == 2000
 
 

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from torchx_ext.errors import InvalidArgumentError, StateTransitionError
-from torchx_ext.schedulers.common.app_ids import DOCKER, KUBERNETES, LOCAL, AppIdRules, new_app_id
+from torchx_ext.schedulers.common.app_ids import CONTAINER_NAME_IDS, DNS_LABEL_IDS, FILE_NAME_IDS, AppIdRules, new_app_id
 from torchx_ext.error_file import ErrorReport, parse_error_report, read_error_file, write_error_file
 from torchx_ext.schedulers.common.logs import LogQuery
 from torchx_ext.schedulers.common.states import JOB_MOVES, REPLICA_MOVES, State, app_state, job_move, job_state_from_replicas, replica_move
@@ -91,10 +91,10 @@ def test_log_query_selects_by_time_and_regex() -> None:
     assert LogQuery.of().stream == "combined"
 
 
-RULES = [LOCAL, DOCKER, KUBERNETES]
+RULES = [FILE_NAME_IDS, CONTAINER_NAME_IDS, DNS_LABEL_IDS]
 
 
-@pytest.mark.parametrize("rules", RULES, ids=lambda rules: rules.backend)
+@pytest.mark.parametrize("rules", RULES, ids=lambda rules: rules.kind)
 @given(name=st.text(max_size=300))
 def test_any_name_gives_a_valid_id_for_every_backend(rules: AppIdRules, name: str) -> None:
     app_id = new_app_id(name, rules)
@@ -104,16 +104,16 @@ def test_any_name_gives_a_valid_id_for_every_backend(rules: AppIdRules, name: st
 
 
 def test_kubernetes_ids_are_dns_labels_that_keep_the_readable_name() -> None:
-    app_id = new_app_id("My_Train.Job " + "x" * 100, KUBERNETES, suffix="abc12345")
+    app_id = new_app_id("My_Train.Job " + "x" * 100, DNS_LABEL_IDS, suffix="abc12345")
 
     assert re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", app_id) and len(app_id) == 40
     assert app_id.startswith("my-train-job-xxx") and app_id.endswith("-abc12345")
-    assert new_app_id("0-starts-with-digit", KUBERNETES, suffix="s").startswith("starts-with-digit")
-    assert new_app_id("___", LOCAL, suffix="s") == "app-s"
+    assert new_app_id("0-starts-with-digit", DNS_LABEL_IDS, suffix="s").startswith("starts-with-digit")
+    assert new_app_id("___", FILE_NAME_IDS, suffix="s") == "app-s"
 
 
 def test_ids_are_unique() -> None:
-    assert len({new_app_id("train", KUBERNETES) for _ in range(1000)}) == 1000
+    assert len({new_app_id("train", DNS_LABEL_IDS) for _ in range(1000)}) == 1000
 
 
 def test_error_reports_written_by_torch_are_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -85,20 +85,43 @@ class TorchxLineEntryPoints:
 
 def _read_once(directory: str) -> Distribution:
     """The distribution made of ``directory``, each of its files read once per process: torchx
-    reads entry points dozens of times per command (its component finder, once a function)."""
-    from importlib.metadata import PathDistribution
+    reads entry points dozens of times per command (its component finder, once a function).
+
+    A ``Distribution`` of its own, not a ``PathDistribution``: importlib_metadata (which torchx
+    0.7.0 reads) passes such a one through, where it would read a ``PathDistribution``'s
+    directory again by itself, past ``read_text``.
+    """
+    from importlib.metadata import Distribution
     from pathlib import Path
 
-    class ReadOnce(PathDistribution):
+    class ReadOnce(Distribution):
         _texts: dict[str, str | None] = {}
 
         def read_text(self, filename: str | os.PathLike[str]) -> str | None:
             key = os.fspath(filename)
             if key not in self._texts:
-                self._texts[key] = super().read_text(filename)
+                try:
+                    text: str | None = Path(directory, key).read_text(encoding="utf-8")
+                except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError):
+                    text = None
+                self._texts[key] = _with_our_schedulers(text) if key == "entry_points.txt" else text
             return self._texts[key]
 
-    return ReadOnce(Path(directory))
+        def locate_file(self, path: str | os.PathLike[str]) -> Path:
+            return Path(directory, path)
+
+    return ReadOnce()
+
+
+def _with_our_schedulers(text: str | None) -> str | None:
+    """``entry_points.txt`` with our schedulers first in its ``[torchx.schedulers]`` group (torchx
+    0.7.0's), from the one list of backends; a file without that group, as it is."""
+    header = "[torchx.schedulers]\n"
+    if text is None or header not in text:
+        return text
+    from torchx_ext.schedulers.backends import entry_point_lines
+
+    return text.replace(header, header + "".join(f"{line}\n" for line in entry_point_lines()), 1)
 
 
 def torchx_package_dir() -> Path | None:

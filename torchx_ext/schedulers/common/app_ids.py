@@ -1,8 +1,9 @@
 """App ids: unique, readable, and valid wherever a backend puts them.
 
-An id is the app's name, cleaned to the backend's character set and cut to its length, plus
-a random suffix. Local ids become file names; Docker ids container names and hostnames;
-Kubernetes ids object names that must be DNS-1123 labels of at most 63 characters.
+An id is the app's name, cleaned to a character set and cut to a length, plus a random suffix.
+The rules are named for where an id goes, and each backend takes the one it needs: local_cwd's
+ids (and slurm's job directories) become file names; local_docker's container names and
+hostnames; kubernetes' object names that must be DNS-1123 labels of at most 63 characters.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ _SUFFIX_ALPHABET = string.ascii_lowercase + string.digits
 
 @dataclass(frozen=True)
 class AppIdRules:
-    backend: str
+    kind: str
+    """What an id of these rules is, for messages."""
     max_length: int
     """Of the whole id, suffix included."""
     pattern: str
@@ -33,14 +35,14 @@ class AppIdRules:
         return len(app_id) <= self.max_length and re.fullmatch(self.pattern, app_id) is not None
 
 
-LOCAL = AppIdRules("local_cwd", 100, r"[A-Za-z0-9][A-Za-z0-9_.-]*", r"[^A-Za-z0-9_.-]+")
+FILE_NAME_IDS = AppIdRules("a file name", 100, r"[A-Za-z0-9][A-Za-z0-9_.-]*", r"[^A-Za-z0-9_.-]+")
 # Container names allow [a-zA-Z0-9][a-zA-Z0-9_.-]; hostnames ({app_id}-{role}-{replica}) are
 # DNS labels, so leave room for the role and replica in 63 characters.
-DOCKER = AppIdRules("local_docker", 40, r"[a-z0-9][a-z0-9-]*", r"[^a-z0-9-]+", lowercase=True, first="a-z0-9")
+CONTAINER_NAME_IDS = AppIdRules("a container name and hostname", 40, r"[a-z0-9][a-z0-9-]*", r"[^a-z0-9-]+", lowercase=True, first="a-z0-9")
 # RFC 1123 labels that also start with a letter (RFC 1035): valid for Services too. The id
 # names the Service; Jobs are {app_id}-{role} and pod hostnames {job}-{index}, all DNS labels
 # of at most 63 characters, so the id leaves room for a role and an index.
-KUBERNETES = AppIdRules("kubernetes", 40, r"[a-z]([a-z0-9-]*[a-z0-9])?", r"[^a-z0-9-]+", lowercase=True, first="a-z")
+DNS_LABEL_IDS = AppIdRules("a DNS label", 40, r"[a-z]([a-z0-9-]*[a-z0-9])?", r"[^a-z0-9-]+", lowercase=True, first="a-z")
 
 
 def new_app_id(name: str, rules: AppIdRules, suffix: str | None = None) -> str:
@@ -56,5 +58,5 @@ def new_app_id(name: str, rules: AppIdRules, suffix: str | None = None) -> str:
         text = "app"
     app_id = f"{text}-{suffix}"
     if not rules.matches(app_id):
-        raise ValueError(f"suffix {suffix!r} makes {app_id!r}, not a valid {rules.backend} app id")
+        raise ValueError(f"suffix {suffix!r} makes {app_id!r}, not an app id that is {rules.kind}")
     return app_id

@@ -127,7 +127,7 @@ def describe_response(
     return response
 
 
-class SchedulerShell(Scheduler[Opts]):  # type: ignore[misc]  # torchx has no types
+class SchedulerShell(Scheduler[Opts]):  # torchx has no types: its Scheduler is Any to mypy (pyproject)
     image_hint: ClassVar[str | None] = None
     """What image a role needs (said when it has none); None: the backend runs no images."""
 

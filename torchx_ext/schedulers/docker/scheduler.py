@@ -22,7 +22,7 @@ from torchx.specs import AppDef, AppDryRunInfo, Role, runopts
 from torchx.workspace.api import WorkspaceMixin
 
 from torchx_ext.error_file import ErrorReport
-from torchx_ext.schedulers.common.app_ids import DOCKER, new_app_id
+from torchx_ext.schedulers.common.app_ids import CONTAINER_NAME_IDS, new_app_id
 from torchx_ext.schedulers.common.checks import seconds_option
 from torchx_ext.schedulers.common.logs import LogQuery
 from torchx_ext.schedulers.common.scheduler import ReplicaReport, SchedulerShell, describe_response
@@ -69,7 +69,7 @@ class DockerScheduler(WorkspaceMixin[None], SchedulerShell[DockerOpts]):
     def _submit_dryrun(self, app: AppDef, cfg: DockerOpts) -> AppDryRunInfo:
         request = build_request(
             app,
-            app_id=new_app_id(app.name, DOCKER),
+            app_id=new_app_id(app.name, CONTAINER_NAME_IDS),
             topology=host_topology(cfg.get("sysfs_root")) if cfg.get("slice_replicas") else None,
             shm_size=cfg.get("shm_size") or "auto",
             cancel_grace_s=seconds_option(cfg, "cancel_grace"),

@@ -3,7 +3,7 @@ every one readable.
 
 Kubernetes refuses a Job whose name is not a DNS-1123 label of at most 63 characters (it
 becomes a label value on its pods), a Service not an RFC 1035 label, and a pod hostname
-({job}-{index}) over 63 characters. The app id (``common.app_ids.KUBERNETES``, at most 40)
+({job}-{index}) over 63 characters. The app id (``common.app_ids.DNS_LABEL_IDS``, at most 40)
 names the Service and leaves room for ``-{role}-{index}`` in the rest.
 """
 

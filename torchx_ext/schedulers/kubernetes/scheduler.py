@@ -22,7 +22,7 @@ from torchx.workspace.api import WorkspaceMixin
 
 from torchx_ext.error_file import ErrorReport
 from torchx_ext.errors import InvalidArgumentError, KubernetesError
-from torchx_ext.schedulers.common.app_ids import KUBERNETES, new_app_id
+from torchx_ext.schedulers.common.app_ids import DNS_LABEL_IDS, new_app_id
 from torchx_ext.schedulers.common.checks import seconds_option
 from torchx_ext.schedulers.common.logs import LogQuery
 from torchx_ext.schedulers.common.scheduler import ReplicaReport, SchedulerShell, describe_response
@@ -90,7 +90,7 @@ class KubernetesScheduler(WorkspaceMixin[None], SchedulerShell[KubernetesOpts]):
     def _submit_dryrun(self, app: AppDef, cfg: KubernetesOpts) -> AppDryRunInfo:
         pushes = tuple(self._pushes[image] for image in dict.fromkeys(role.image for role in app.roles)
                        if image in self._pushes)
-        manifests = build_request(app, app_id=new_app_id(app.name, KUBERNETES), options=_options(cfg),
+        manifests = build_request(app, app_id=new_app_id(app.name, DNS_LABEL_IDS), options=_options(cfg),
                                     pushes=pushes)
         return AppDryRunInfo(manifests, KubernetesJobRequest.to_yaml)
 

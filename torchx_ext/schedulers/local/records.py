@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from torchx_ext.errors import JobRecordError
-from torchx_ext.schedulers.common.app_ids import LOCAL
+from torchx_ext.schedulers.common.app_ids import FILE_NAME_IDS
 from torchx_ext.schedulers.common.files import DIR_MODE, write_atomically
 from torchx_ext.schedulers.common.job_dir import JobDirectory, JobRegistry
 from torchx_ext.schedulers.common.role_policy import RolePolicy
@@ -276,5 +276,5 @@ def _read(path: Path, parse: Callable[[str], _Record]) -> _Record:
         raise JobRecordError(f"{path}: malformed ({error!r})") from None
 
 
-JOBS: JobRegistry[LocalJobDir] = JobRegistry("local_cwd", STATE_ROOT_ENV, LocalJobDir, LOCAL.matches,
+JOBS: JobRegistry[LocalJobDir] = JobRegistry("local_cwd", STATE_ROOT_ENV, LocalJobDir, FILE_NAME_IDS.matches,
                                               submission_order=lambda entry: entry.stat().st_mtime)

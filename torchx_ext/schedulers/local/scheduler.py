@@ -25,7 +25,7 @@ from torchx.specs import AppDef, AppDryRunInfo, AppState, runopts
 
 from torchx_ext.error_file import ErrorReport
 from torchx_ext.errors import InvalidArgumentError, JobRecordError
-from torchx_ext.schedulers.common.app_ids import LOCAL, new_app_id
+from torchx_ext.schedulers.common.app_ids import FILE_NAME_IDS, new_app_id
 from torchx_ext.schedulers.common.checks import seconds_option
 from torchx_ext.schedulers.common.job_dir import submitted_request
 from torchx_ext.schedulers.common.logs import LogQuery
@@ -78,7 +78,7 @@ class LocalScheduler(SchedulerShell[LocalOpts]):
         return run_opts()
 
     def _submit_dryrun(self, app: AppDef, cfg: LocalOpts) -> AppDryRunInfo:
-        app_id = new_app_id(app.name, LOCAL)
+        app_id = new_app_id(app.name, FILE_NAME_IDS)
         log_dir = Path(cfg.get("log_dir") or JOBS.state_root() / "logs")
         grace = seconds_option(cfg, "cancel_grace")
         check_targets(app, os.getcwd(), os.environ)

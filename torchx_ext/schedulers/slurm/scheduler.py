@@ -23,7 +23,7 @@ from torchx.workspace.api import WorkspaceMixin
 
 from torchx_ext.error_file import ErrorReport, read_error_file
 from torchx_ext.errors import InvalidArgumentError
-from torchx_ext.schedulers.common.app_ids import LOCAL, new_app_id
+from torchx_ext.schedulers.common.app_ids import FILE_NAME_IDS, new_app_id
 from torchx_ext.schedulers.common.files import DIR_MODE, write_atomically
 from torchx_ext.schedulers.common.job_dir import submitted_request
 from torchx_ext.schedulers.common.logs import LogQuery
@@ -134,7 +134,7 @@ class SlurmScheduler(WorkspaceMixin[None], SchedulerShell[SlurmOpts]):
         parent = Path(cfg.get("job_dir") or default_job_dirs()).absolute()
         request = build_request(
             app,
-            job_dir=str(parent / new_app_id(app.name, LOCAL)),
+            job_dir=str(parent / new_app_id(app.name, FILE_NAME_IDS)),
             cwd=os.getcwd(),
             interpreter=sys.executable,
             options=options,

@@ -1,0 +1,14 @@
+"""The cases the conformance and fault suites run on: every backend of
+``torchx_ext/schedulers/backends.py`` once, and kubernetes once more for each ``-cfg backend``
+beyond its default. A new backend is a new case here by itself; how the suite runs it (its
+engine, how it loses a replica) is its branch of the ``scheduler`` fixture in conftest.py."""
+
+from __future__ import annotations
+
+from torchx_ext.schedulers.backends import SCHEDULERS
+
+KUBERNETES_BACKENDS = ["kubernetes-jobset", "kubernetes-volcano"]
+EVERY_CASE = [*SCHEDULERS, *KUBERNETES_BACKENDS]
+EVERY_BACKEND = list(SCHEDULERS)
+"""One case per backend, each with its default options."""
+NO_ROOM_FOR_A_SPARE = {"slurm": "the test cluster's two nodes: tests/slurm/test_spares.py runs its own three"}
