@@ -21,7 +21,7 @@ from typing import Any
 from torchx import specs
 
 from torchx_ext.components.dist import ddp
-from torchx_ext.schedulers.common.app_ids import KUBERNETES, new_app_id
+from torchx_ext.schedulers.common.app_ids import DNS_LABEL_IDS, new_app_id
 from torchx_ext.schedulers.kubernetes.request import build_request
 from torchx_ext.schedulers.kubernetes.options import ManifestOptions
 
@@ -29,7 +29,7 @@ TARGET_MS = 200.0
 
 
 def ours(app: specs.AppDef) -> Any:
-    return build_request(app, app_id=new_app_id(app.name, KUBERNETES), options=ManifestOptions()).objects
+    return build_request(app, app_id=new_app_id(app.name, DNS_LABEL_IDS), options=ManifestOptions()).objects
 
 
 def torchx_builtin(app: specs.AppDef) -> Any:
