@@ -161,5 +161,6 @@ def test_a_role_whose_retries_restart_the_whole_app_is_left_to_the_watcher(
     request = request_for(app, None)
 
     assert {container.whole_app for container in request.containers} == {whole_app}
-    assert all(("torchx_ext.restarts_whole_app" in container.labels) == whole_app for container in request.containers)
+    assert all(("torchx_ext.restarts_whole_app" in container.labels_on_engine()) == whole_app
+               for container in request.containers)
     assert ("(of the whole app)" in describe_request(request)) == whole_app

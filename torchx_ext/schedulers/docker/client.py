@@ -350,7 +350,7 @@ class Engine:
             "name": container.name,
             "hostname": container.name,
             "environment": dict(container.env),
-            "labels": dict(container.labels),
+            "labels": container.labels_on_engine(),
             "network": network,
             # An init as PID 1 forwards SIGTERM to the launcher and reaps orphaned grandchildren.
             "init": True,
@@ -380,8 +380,8 @@ class Engine:
             }
         if container.privileged:
             kwargs["privileged"] = True
-        if container.max_retries > 0 and not container.whole_app:
-            kwargs["restart_policy"] = {"Name": "on-failure", "MaximumRetryCount": container.max_retries}
+        if container.policy.max_retries > 0 and not container.whole_app:
+            kwargs["restart_policy"] = {"Name": "on-failure", "MaximumRetryCount": container.policy.max_retries}
         if container.gpus and container.gpu_vendor == "amd":
             kwargs["devices"] += ["/dev/kfd:/dev/kfd:rwm", "/dev/dri:/dev/dri:rwm"]
         elif container.gpus and self.podman:

@@ -21,7 +21,7 @@ from torchx_ext.numa.topology import Topology
 from torchx_ext.launcher.liveness import probe_command, runs_our_launcher
 from torchx_ext.replica_env import ERROR_FILE_ENV, LIVENESS_FILE_ENV, RANK0_HOST_ENV, RDZV_HOST_ENV, REPLICA_ENV
 from torchx_ext.schedulers.common.checks import shm_mb
-from torchx_ext.schedulers.common.role_policy import min_replicas_of, restarts_whole_app
+from torchx_ext.schedulers.common.role_policy import RolePolicy, policy_of, restarts_whole_app
 from torchx_ext.schedulers.placement import ReplicaSlice, slice_host
 
 SCHEDULER = "local_docker"
@@ -84,13 +84,25 @@ class ContainerRequest:
     nano_cpus: int | None
     """Only when not pinned to a cpuset: pinning is the CPU policy then."""
     mounts: tuple[Mount, ...]
-    max_retries: int
+    policy: RolePolicy
+    """Its role's (``common/role_policy.py``): kept on the container as labels (``labels_on_engine``)."""
     privileged: bool = False
     whole_app: bool = False
     """Retried with the whole app (``LABEL_WHOLE_APP``): the engine restarts it on its own never."""
     health_probe: tuple[str, ...] = ()
     """The HEALTHCHECK's argv, for a replica that runs our launcher: it fails once the launcher has
     not touched its liveness file for 10 s (frozen or hung); the job's watcher then kills it."""
+
+    def labels_on_engine(self) -> dict[str, str]:
+        """Its labels and its role's policy as labels: what describe, the watcher and a restart
+        read back from the engine (``view.ContainerView``)."""
+        return {
+            **self.labels,
+            LABEL_ROLE_REPLICAS: str(self.policy.num_replicas),
+            LABEL_MIN_REPLICAS: str(self.policy.min_replicas),
+            LABEL_MAX_RETRIES: str(self.policy.max_retries),
+            **({LABEL_WHOLE_APP: "1"} if self.whole_app else {}),
+        }
 
 
 @dataclass(frozen=True)
@@ -164,10 +176,6 @@ def build_request(
                         LABEL_APP_NAME: app.name,
                         LABEL_ROLE: role.name,
                         LABEL_REPLICA: str(replica_id),
-                        LABEL_ROLE_REPLICAS: str(role.num_replicas),
-                        LABEL_MIN_REPLICAS: str(min_replicas_of(role)),
-                        LABEL_MAX_RETRIES: str(role.max_retries),
-                        **({LABEL_WHOLE_APP: "1"} if restarts_whole_app(app, role) else {}),
                         LABEL_GRACE: str(cancel_grace_s),
                         LABEL_IMAGE: role.image,
                     },
@@ -179,7 +187,7 @@ def build_request(
                     shm_mb=shm,
                     nano_cpus=int(role.resource.cpu * 1e9) if piece is None and role.resource.cpu > 0 else None,
                     mounts=tuple(_mount(mount, role.name) for mount in role.mounts) + device_mounts(role),
-                    max_retries=role.max_retries,
+                    policy=policy_of(role),
                     privileged=privileged,
                     whole_app=restarts_whole_app(app, role),
                     health_probe=tuple(probe_command(LIVENESS_FILE, python=resolved.entrypoint))
@@ -231,7 +239,7 @@ def describe_request(request: DockerJobRequest) -> str:
             f"{container.role}/{container.replica_id}: container={container.name} image={container.image} "
             f"cpuset_cpus={container.cpuset_cpus or 'all'} cpuset_mems={container.cpuset_mems or 'all'} "
             f"gpus={gpus} memory={memory} shm={container.shm_mb}m (counted in memory) "
-            f"restarts={container.max_retries}{' (of the whole app)' if container.whole_app else ''}"
+            f"restarts={container.policy.max_retries}{' (of the whole app)' if container.whole_app else ''}"
             f"{' privileged' if container.privileged else ''}"
         )
         lines.append(f"  command: {list(container.command)!r}")
