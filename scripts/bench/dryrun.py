@@ -16,7 +16,9 @@ import subprocess
 import sys
 import time
 
-ARGS = ["run", "--dryrun", "-s", "local_cwd", "dist.ddp", "-j", "2x2", "--script", "train.py"]
+# A script that exists: dist.ddp checks it before the dry run (torchx's own does not).
+TRAIN = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "examples", "train.py")
+ARGS = ["run", "--dryrun", "-s", "local_cwd", "dist.ddp", "-j", "2x2", "--script", TRAIN]
 WITHOUT_PLUGIN = """
 import importlib_metadata as metadata, sys  # what torchx 0.7.0 reads entry points with
 real = metadata.entry_points
@@ -55,7 +57,8 @@ def main() -> int:
     args = parser.parse_args()
     probe = subprocess.run([sys.executable, "-c", WITH_PLUGIN, *ARGS], capture_output=True, text=True)
     base = subprocess.run([sys.executable, "-c", WITHOUT_PLUGIN, *ARGS], capture_output=True, text=True)
-    assert "torchx_ext.launcher" in probe.stdout and "torchrun" in base.stdout, "wrong components measured"
+    assert "torchx_ext.launcher" in probe.stdout and "torchrun" in base.stdout, (
+        f"wrong components measured: {probe.stderr[-500:]} {base.stderr[-500:]}")
     ours: list[float] = []
     theirs: list[float] = []
     for index in range(args.runs):

@@ -151,7 +151,7 @@ def test_docker_dry_run_resolves_torchxs_macros_and_keeps_its_restarts_and_mount
     assert container.env["FOO"] == "bar"
     # Replica 0's host name. Ours: DNS-safe, torchx's role name with "_" as "-" (torchx keeps "_").
     assert container.env["TORCHX_RANK0_HOST"] == container.name == f"{request.app_id}-trainer-foo-0"
-    assert container.max_retries == 3  # the engine's on-failure restart policy, as torchx's
+    assert container.policy.max_retries == 3  # the engine's on-failure restart policy, as torchx's
     assert container.memory_mb == 3000 and not container.privileged
     bind, device = container.mounts
     assert (bind.kind, bind.source, bind.target, bind.read_only) == ("bind", "/tmp", "/tmp", True)

@@ -260,7 +260,7 @@ def test_spares_are_hot_spare_replicas_beyond_the_rendezvous_nodes(j: str, spare
     assert _flag(role.args, "--node-rank") == specs.macros.replica_id
     assert _flag(role.args, "--rdzv-endpoint-env") == specs.macros.rank0_env
     assert _flag(role.args, "--max-restarts") == restarts
-    assert _flag(role.args, "--spares") == str(spares)
+    assert _flag(role.args, "--hot-spares") == str(spares)
 
 
 def test_spmd_takes_spares_too() -> None:

@@ -99,6 +99,13 @@ def test_hot_spares_get_nodes_of_their_own_and_a_step_that_outlives_a_lost_repli
     assert "--kill-on-bad-exit=0" in step
 
 
+def test_min_replicas_above_num_replicas_is_refused_in_one_line_before_sbatch() -> None:
+    app = specs.AppDef("a", roles=[specs.Role("r", image="", entrypoint="echo", num_replicas=1, min_replicas=2)])
+
+    with pytest.raises(InvalidArgumentError, match=r"^role 'r': min_replicas 2 is not within 1\.\.1 \(num_replicas\)$"):
+        request_for(app)
+
+
 def test_a_fixed_role_without_retries_is_one_step_that_ends_with_its_first_failed_task() -> None:
     script = request_for(ddp(script="train.py", j="2x1"))
 

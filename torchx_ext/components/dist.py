@@ -292,7 +292,8 @@ def _app(
         # a spare takes the place of the replica it replaced.
         args += ["--node-rank", macros.replica_id]
     if spares:
-        args += ["--spares", str(spares)]
+        # The spelling every launcher takes: an image may hold a torchx_ext from before --spares.
+        args += ["--hot-spares", str(spares)]
     restarts = max_restarts(max_retries, min_nodes, max_nodes, spares)
     if restarts:
         args += ["--max-restarts", str(restarts)]

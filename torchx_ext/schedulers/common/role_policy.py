@@ -14,10 +14,11 @@ standard library, so this module does too (a torchx ``Role`` is read by its attr
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from torchx_ext.errors import InvalidArgumentError
 from torchx_ext.role_metadata import spares_of as recorded_spares
 
 APPLICATION = "APPLICATION"
@@ -31,6 +32,7 @@ IN_PLACE = ("REPLICA", "HOT_SPARE")
 class RoleLike(Protocol):
     """What this module reads of a torchx ``specs.Role``."""
 
+    name: str
     num_replicas: int
     min_replicas: int | None
     max_retries: int
@@ -98,6 +100,13 @@ def has_spares(role: RoleLike) -> bool:
     return retry_policy_of(role) == "HOT_SPARE" or recorded_spares(role.metadata or {}) > 0
 
 
+def check_replica_counts(role: RoleLike) -> None:
+    """InvalidArgumentError unless ``min_replicas`` is within 1..``num_replicas``."""
+    if not 1 <= min_replicas_of(role) <= role.num_replicas:
+        raise InvalidArgumentError(
+            f"role {role.name!r}: min_replicas {role.min_replicas} is not within 1..{role.num_replicas} (num_replicas)")
+
+
 def policy_of(role: RoleLike) -> RolePolicy:
     return RolePolicy(retry_policy=retry_policy_of(role), max_retries=int(role.max_retries),
                       num_replicas=int(role.num_replicas), min_replicas=min_replicas_of(role),
@@ -110,3 +119,16 @@ def restarts_whole_app(app: AppLike, role: RoleLike) -> bool:
     policy = policy_of(role)
     return policy.restarts_app and policy.max_retries > 0 and sum(each.num_replicas for each in app.roles) > 1
 
+
+
+def policy_of_format_1(role: Mapping[str, Any]) -> RolePolicy:
+    """A role of a job record written before the policy was kept apart (local_cwd's and slurm's
+    format 1): its numbers at the role and in its spec. A job submitted before an upgrade is
+    still read, and still run (slurm's step program reads its request on every node)."""
+    spec = role.get("spec") or {}
+    replicas = role.get("num_replicas") or spec.get("num_replicas") or len(role.get("replicas") or []) or 1
+    least = role.get("min_replicas")
+    return RolePolicy(retry_policy=str(role.get("retry_policy") or spec.get("retry_policy") or "REPLICA"),
+                      max_retries=int(role.get("max_retries", spec.get("max_retries", 0))),
+                      num_replicas=int(replicas), min_replicas=int(replicas if least is None else least),
+                      has_spares=bool(spec.get("hot_spares")))

@@ -16,7 +16,7 @@ from typing import Any
 from torchx import specs
 
 from torchx_ext.errors import InvalidArgumentError
-from torchx_ext.schedulers.common.role_policy import has_spares, min_replicas_of, restarts_whole_app
+from torchx_ext.schedulers.common.role_policy import check_replica_counts, has_spares, restarts_whole_app
 from torchx_ext.schedulers.common.checks import check_image
 from torchx_ext.schedulers.kubernetes import names
 from torchx_ext.schedulers.kubernetes.indexed_job import job_objects
@@ -103,6 +103,4 @@ def check_role(role: specs.Role) -> None:
     check_image(role, IMAGE_HINT)
     if role.num_replicas < 1:
         raise InvalidArgumentError(f"role {role.name!r} has {role.num_replicas} replicas: expected 1 or more")
-    if not 1 <= min_replicas_of(role) <= role.num_replicas:
-        raise InvalidArgumentError(
-            f"role {role.name!r}: min_replicas {role.min_replicas} is not within 1..{role.num_replicas} (num_replicas)")
+    check_replica_counts(role)

@@ -22,13 +22,15 @@ from torchx_ext.errors import JobRecordError
 from torchx_ext.schedulers.common.app_ids import FILE_NAME_IDS
 from torchx_ext.schedulers.common.files import DIR_MODE, write_atomically
 from torchx_ext.schedulers.common.job_dir import JobDirectory, JobRegistry
-from torchx_ext.schedulers.common.role_policy import RolePolicy
+from torchx_ext.schedulers.common.role_policy import RolePolicy, policy_of_format_1
 from torchx_ext.schedulers.common.states import State
 from torchx_ext.schedulers.local.processes import boot_id, process_start_ticks
 
 STATE_ROOT_ENV = "TORCHX_EXT_LOCAL_STATE"
 # Written into every record; a record of another format is reported, not guessed at.
-FORMAT_VERSION = 2
+FORMAT_VERSION = 1
+REQUEST_FORMAT = 2
+"""The request's: each role's policy kept once (``policy``). Format 1 requests are read too."""
 ERROR_FILE_NAME = "error.json"
 """A replica's torchelastic error file, in its log directory."""
 LIVENESS_FILE_NAME = "liveness"
@@ -80,19 +82,13 @@ class LocalJobRequest:
         return [replica for role in self.roles for replica in role.replicas]
 
     def to_json(self) -> str:
-        return json.dumps({FORMAT_KEY: FORMAT_VERSION, **asdict(self)}, indent=1)
+        return json.dumps({FORMAT_KEY: REQUEST_FORMAT, **asdict(self)}, indent=1)
 
     @staticmethod
     def from_json(text: str) -> "LocalJobRequest":
-        data = _versioned(text)
-        roles = [
-            LocalRoleRequest(**{
-                **_fields(LocalRoleRequest, role),
-                "replicas": [ReplicaRequest(**_fields(ReplicaRequest, replica)) for replica in _list(role["replicas"])],
-                "policy": RolePolicy(**_fields(RolePolicy, role["policy"])),
-            })
-            for role in _list(data.pop("roles", None))
-        ]
+        version, data = _versioned(text, (1, REQUEST_FORMAT))
+        roles = [_role(role if version == REQUEST_FORMAT else _format_1_role(role))
+                 for role in _list(data.pop("roles", None))]
         return LocalJobRequest(**{**_fields(LocalJobRequest, {**data, "roles": []}), "roles": roles})
 
 
@@ -128,7 +124,7 @@ class JobState:
 
     @staticmethod
     def from_json(text: str) -> "JobState":
-        data = _versioned(text)
+        _, data = _versioned(text, (FORMAT_VERSION,))
         replicas = [ReplicaState(**_fields(ReplicaState, replica)) for replica in _list(data.pop("replicas", None))]
         state = JobState(**{**_fields(JobState, {**data, "replicas": []}), "replicas": replicas})
         state.state = _state(state.state)
@@ -140,7 +136,24 @@ class JobState:
 _Record = TypeVar("_Record")
 
 
-def _versioned(text: str) -> dict[str, Any]:
+def _role(role: object) -> LocalRoleRequest:
+    data = _fields(LocalRoleRequest, role)
+    policy = data["policy"]
+    return LocalRoleRequest(**{
+        **data,
+        "replicas": [ReplicaRequest(**_fields(ReplicaRequest, replica)) for replica in _list(data["replicas"])],
+        "policy": policy if isinstance(policy, RolePolicy) else RolePolicy(**_fields(RolePolicy, policy)),
+    })
+
+
+def _format_1_role(role: object) -> dict[str, Any]:
+    if not isinstance(role, dict):
+        raise JobRecordError(f"expected an object for a role, found {type(role).__name__}")
+    kept = {key: value for key, value in role.items() if key not in ("max_retries", "min_replicas", "retry_policy")}
+    return {**kept, "policy": policy_of_format_1(role)}
+
+
+def _versioned(text: str, versions: tuple[int, ...]) -> tuple[int, dict[str, Any]]:
     try:
         data = json.loads(text)
     except ValueError as error:
@@ -148,12 +161,12 @@ def _versioned(text: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise JobRecordError(f"expected a JSON object, found {type(data).__name__}")
     version = data.pop(FORMAT_KEY, None)
-    if version != FORMAT_VERSION:
+    if version not in versions:
         raise JobRecordError(
-            f"record format {version!r}, this torchx_ext reads format {FORMAT_VERSION} "
+            f"record format {version!r}, this torchx_ext reads format {' or '.join(map(str, versions))} "
             "(written by another version of torchx_ext: use that version, or remove the job)"
         )
-    return data
+    return version, data
 
 
 def _fields(cls: type[_Record], data: object) -> dict[str, Any]:

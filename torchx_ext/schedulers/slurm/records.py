@@ -22,11 +22,12 @@ from typing import Any
 
 from torchx_ext.errors import JobRecordError
 from torchx_ext.schedulers.common.job_dir import JobDirectory, JobRegistry
-from torchx_ext.schedulers.common.role_policy import RolePolicy
+from torchx_ext.schedulers.common.role_policy import RolePolicy, policy_of_format_1
 from torchx_ext.schedulers.common.states import how_it_ended
 
 STATE_ROOT_ENV = "TORCHX_EXT_SLURM_STATE"
 FORMAT_VERSION = 2
+"""Each role's policy kept once (``policy``); requests of format 1 are read too."""
 JOB_ID = re.compile(r"\d+")
 
 
@@ -68,13 +69,22 @@ class SlurmJobRequest:
     @staticmethod
     def from_json(text: str) -> "SlurmJobRequest":
         data = json.loads(text)
-        if data.pop("format", None) != FORMAT_VERSION:
-            raise JobRecordError(f"not a slurm job request of format {FORMAT_VERSION}")
-        roles = [SlurmRoleRequest(**{**role, "policy": RolePolicy(**role["policy"])}) for role in data.pop("roles")]
+        version = data.pop("format", None)
+        if version not in (1, FORMAT_VERSION):
+            raise JobRecordError(f"not a slurm job request of format 1 or {FORMAT_VERSION}")
+        roles = [SlurmRoleRequest(**{**role, "policy": RolePolicy(**role["policy"])}) if version == FORMAT_VERSION
+                 else _format_1_role(role) for role in data.pop("roles")]
         return SlurmJobRequest(roles=roles, **data)
 
     def role(self, name: str) -> SlurmRoleRequest | None:
         return next((role for role in self.roles if role.name == name), None)
+
+
+def _format_1_role(role: dict[str, Any]) -> SlurmRoleRequest:
+    """A role of a request written before the policy was kept apart: a job queued (or requeued)
+    across an upgrade still runs."""
+    kept = {key: value for key, value in role.items() if key not in ("min_replicas", "num_replicas")}
+    return SlurmRoleRequest(**{**kept, "policy": policy_of_format_1(role)})
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from pathlib import Path
 from torchx import specs
 
 from torchx_ext.errors import InvalidArgumentError
-from torchx_ext.schedulers.common.role_policy import policy_of
+from torchx_ext.schedulers.common.role_policy import check_replica_counts, policy_of
 from torchx_ext.schedulers.common.role_spec import role_spec
 from torchx_ext.schedulers.slurm.options import gpu_type_of
 from torchx_ext.schedulers.slurm.records import SlurmJobDir, SlurmJobRequest, SlurmRoleRequest
@@ -259,6 +259,7 @@ def _role_request(role: specs.Role, cwd: str, interpreter: str) -> SlurmRoleRequ
     if not _ROLE_NAME.fullmatch(role.name):
         raise InvalidArgumentError(
             f"role name {role.name!r} names the job's log files: use letters, digits, '_', '.' and '-'")
+    check_replica_counts(role)
     return SlurmRoleRequest(
         name=role.name,
         policy=policy_of(role),
