@@ -11,8 +11,9 @@ both:
   ``dist.spmd``.
 - Schedulers and named resources: torchx 0.7.0 reads entry points, and a registered
   ``torchx.schedulers`` group *replaces* its builtin schedulers, so on 0.7.0 every 0.7.0
-  builtin is registered again next to ours (``torchx_0_7_0/entry_points.txt``, local_cwd first:
-  the default of ``torchx run``). torchx-nightly *adds* plugins to its builtins and still reads
+  builtin is registered again next to ours (``torchx_0_7_0/entry_points.txt``, to which
+  ``metadata.py`` adds ours from ``schedulers/backends.py``, local_cwd first: the default of
+  ``torchx run``). torchx-nightly *adds* plugins to its builtins and still reads
   entry points, so that same list would make it offer schedulers it no longer has (``-s
   aws_batch``). Nightly finds ours in its own plugin namespace instead (``torchx_plugins/
   schedulers`` and ``torchx_plugins/named_resources`` in this repository), which it reads
