@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from torchx_ext.schedulers.backends import SCHEDULERS
 
-KUBERNETES_BACKENDS = ["kubernetes-jobset", "kubernetes-volcano"]
-EVERY_CASE = [*SCHEDULERS, *KUBERNETES_BACKENDS]
+VARIANTS = {"kubernetes": ["kubernetes-jobset", "kubernetes-volcano"]}
+"""A backend's cases beyond its default options (kubernetes: ``-cfg backend``), each run after it."""
+EVERY_CASE = [case for name in SCHEDULERS for case in [name, *VARIANTS.get(name, [])]]
 EVERY_BACKEND = list(SCHEDULERS)
 """One case per backend, each with its default options."""
 NO_ROOM_FOR_A_SPARE = {"slurm": "the test cluster's two nodes: tests/slurm/test_spares.py runs its own three"}

@@ -249,7 +249,8 @@ def scheduler(
     elif request.param == "local_docker":
         client = request.getfixturevalue("docker_client")
         image = request.getfixturevalue("test_image")
-        before = {container.id for container in client.containers.list(all=True)}
+        # ignore_removed: the previous test's pods (kubernetes cases) may still be going.
+        before = {container.id for container in client.containers.list(all=True, ignore_removed=True)}
         yield SchedulerUnderTest(
             "local_docker", {"cancel_grace": 5}, _docker_leftovers(client),
             component_args={"image": image.name, "mounts": list(image.mount_options)},
@@ -259,8 +260,8 @@ def scheduler(
         from torchx.schedulers import get_scheduler_factories
 
         docker_scheduler = get_scheduler_factories()["local_docker"]("conformance")
-        made = {container.labels.get("torchx_ext.app_id") for container in client.containers.list(all=True)
-                if container.id not in before}
+        made = {container.labels.get("torchx_ext.app_id")
+                for container in client.containers.list(all=True, ignore_removed=True) if container.id not in before}
         for app_id in made - {None}:
             docker_scheduler.delete(app_id)
         docker_scheduler.close()
