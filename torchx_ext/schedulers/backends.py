@@ -22,9 +22,14 @@ class Backend:
         """The module of the torchx builtin whose name it takes (and whose options and meanings it keeps)."""
 
     @property
+    def module(self) -> str:
+        """Its package's module name, whose ``create_scheduler`` torchx calls."""
+        return f"torchx_ext.schedulers.{self.package}"
+
+    @property
     def factory(self) -> str:
         """The entry point's value: ``module:create_scheduler``."""
-        return f"torchx_ext.schedulers.{self.package}:create_scheduler"
+        return f"{self.module}:create_scheduler"
 
 
 BACKENDS = (  # the first is the default of `torchx run`

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 def _plugin(position: int, backend: Backend) -> Callable[..., Scheduler]:
     def create(session_name: str, **kwargs: object) -> Scheduler:
-        module = importlib.import_module(f"torchx_ext.schedulers.{backend.package}")
+        module = importlib.import_module(backend.module)
         return module.create_scheduler(session_name, **kwargs)
 
     create.__name__ = create.__qualname__ = _name(position, backend)

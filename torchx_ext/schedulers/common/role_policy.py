@@ -120,11 +120,17 @@ def restarts_whole_app(app: AppLike, role: RoleLike) -> bool:
     return policy.restarts_app and policy.max_retries > 0 and sum(each.num_replicas for each in app.roles) > 1
 
 
-
-def policy_of_format_1(role: Mapping[str, Any]) -> RolePolicy:
+def format_1_role(role: Mapping[str, Any]) -> dict[str, Any]:
     """A role of a job record written before the policy was kept apart (local_cwd's and slurm's
-    format 1): its numbers at the role and in its spec. A job submitted before an upgrade is
-    still read, and still run (slurm's step program reads its request on every node)."""
+    format 1), as a role of today: its numbers, at the role and in its spec, become its
+    ``policy``. A job submitted before an upgrade is still read, and still run (slurm's step
+    program reads its request on every node)."""
+    kept = {key: value for key, value in role.items()
+            if key not in ("max_retries", "min_replicas", "num_replicas", "retry_policy")}
+    return {**kept, "policy": _policy_of_format_1(role)}
+
+
+def _policy_of_format_1(role: Mapping[str, Any]) -> RolePolicy:
     spec = role.get("spec") or {}
     replicas = role.get("num_replicas") or spec.get("num_replicas") or len(role.get("replicas") or []) or 1
     least = role.get("min_replicas")

@@ -22,7 +22,7 @@ from torchx_ext.errors import JobRecordError
 from torchx_ext.schedulers.common.app_ids import FILE_NAME_IDS
 from torchx_ext.schedulers.common.files import DIR_MODE, write_atomically
 from torchx_ext.schedulers.common.job_dir import JobDirectory, JobRegistry
-from torchx_ext.schedulers.common.role_policy import RolePolicy, policy_of_format_1
+from torchx_ext.schedulers.common.role_policy import RolePolicy, format_1_role
 from torchx_ext.schedulers.common.states import State
 from torchx_ext.schedulers.local.processes import boot_id, process_start_ticks
 
@@ -149,8 +149,7 @@ def _role(role: object) -> LocalRoleRequest:
 def _format_1_role(role: object) -> dict[str, Any]:
     if not isinstance(role, dict):
         raise JobRecordError(f"expected an object for a role, found {type(role).__name__}")
-    kept = {key: value for key, value in role.items() if key not in ("max_retries", "min_replicas", "retry_policy")}
-    return {**kept, "policy": policy_of_format_1(role)}
+    return format_1_role(role)
 
 
 def _versioned(text: str, versions: tuple[int, ...]) -> tuple[int, dict[str, Any]]:

@@ -22,7 +22,7 @@ from typing import Any
 
 from torchx_ext.errors import JobRecordError
 from torchx_ext.schedulers.common.job_dir import JobDirectory, JobRegistry
-from torchx_ext.schedulers.common.role_policy import RolePolicy, policy_of_format_1
+from torchx_ext.schedulers.common.role_policy import RolePolicy, format_1_role
 from torchx_ext.schedulers.common.states import how_it_ended
 
 STATE_ROOT_ENV = "TORCHX_EXT_SLURM_STATE"
@@ -72,19 +72,13 @@ class SlurmJobRequest:
         version = data.pop("format", None)
         if version not in (1, FORMAT_VERSION):
             raise JobRecordError(f"not a slurm job request of format 1 or {FORMAT_VERSION}")
+        # A format 1 request: a job queued (or requeued) across an upgrade still runs.
         roles = [SlurmRoleRequest(**{**role, "policy": RolePolicy(**role["policy"])}) if version == FORMAT_VERSION
-                 else _format_1_role(role) for role in data.pop("roles")]
+                 else SlurmRoleRequest(**format_1_role(role)) for role in data.pop("roles")]
         return SlurmJobRequest(roles=roles, **data)
 
     def role(self, name: str) -> SlurmRoleRequest | None:
         return next((role for role in self.roles if role.name == name), None)
-
-
-def _format_1_role(role: dict[str, Any]) -> SlurmRoleRequest:
-    """A role of a request written before the policy was kept apart: a job queued (or requeued)
-    across an upgrade still runs."""
-    kept = {key: value for key, value in role.items() if key not in ("min_replicas", "num_replicas")}
-    return SlurmRoleRequest(**{**kept, "policy": policy_of_format_1(role)})
 
 
 @dataclass(frozen=True)
