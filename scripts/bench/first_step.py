@@ -17,6 +17,8 @@ Schedulers and targets (ours/torchx, medians, at most):
                 before each pair: each side builds its image)
   slurm         -j 1x2, --wait                 0.6; also each side's time outside the controller's
                 wait for an allocation (slurmctld's log: submission to "sched: Allocate")
+  slurm-allocation  the same, ours as the steps of an allocation held for the bench (salloc
+                -N1 --exclusive; -cfg allocation), torchx's sbatch on the other node   0.35
   kubernetes    -j 2x2 --cpu 1 on the test cluster (its pods on the Docker engine), ours only:
                 absolute phases. torchx 0.7.0's kubernetes scheduler submits a Volcano job whose
                 replicas find rank 0 through the svc plugin's VC_<task>_HOSTS variables, which the
@@ -28,7 +30,7 @@ of ours; created on first use). Needs: slurm, ``SLURM_CONF`` naming a cluster th
 (``DOCKER_HOST``, else the private test engine's socket). Schedulers that cannot run here are
 said and left out. Exits 0 whether or not a target is met; 1 when a run fails.
 
-    .venv/bin/python scripts/bench/first_step.py [--schedulers local_cwd,local_docker,slurm,kubernetes]
+    .venv/bin/python scripts/bench/first_step.py [--schedulers local_cwd,local_docker,slurm,slurm-allocation,kubernetes]
         [--runs N] [--docker-modes warm,cold]
 """
 
@@ -244,6 +246,40 @@ def slurm_case(workdir: Path) -> Case | None:
     return Case("slurm -j 1x2", 0.6, command, workdir, before_each=ready, slurm_log=log)
 
 
+def slurm_allocation_case(workdir: Path, stack: ExitStack) -> Case | None:
+    """Ours in an allocation held for the bench (``-cfg allocation``: steps, no sbatch), against
+    torchx's sbatch path on the cluster's other node, which is all it has."""
+    base = slurm_case(workdir)
+    if base is None:
+        return None
+    held = subprocess.run(["salloc", "--no-shell", "--nodes=1", "--exclusive", "--job-name=bench-held"],
+                          capture_output=True, text=True, timeout=120)
+    granted = re.search(r"Granted job allocation (\d+)", held.stderr)
+    if granted is None:
+        print(f"slurm in an allocation: salloc failed ({held.stderr.strip()[-300:]}): left out", flush=True)
+        return None
+    allocation = granted.group(1)
+    stack.callback(subprocess.run, ["scancel", allocation], capture_output=True)
+
+    def command(venv: Path) -> list[str]:
+        if venv != OURS:
+            return base.command(venv)
+        return ["run", "-s", "slurm", "-cfg", f"job_dir={workdir / 'jobs'},allocation={allocation}", "--wait",
+                "dist.ddp", "-j", "1x2", "--script", str(workdir / JOB.name)]
+
+    config = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True).stdout
+    interval = re.search(r"^SchedulerParameters\s*=.*\bsched_interval=(\d+)", config, re.MULTILINE)
+
+    def ready(side_runs: list[Run]) -> None:
+        slurm_idle(allocation)
+        # torchx's batch job at its best: submitted just before the controller's pass.
+        if base.slurm_log is not None and interval is not None and side_runs:
+            submit_s = statistics.median(run.phases["submit"] for run in side_runs)
+            before_controller_pass(base.slurm_log, float(interval.group(1)), submit_s)
+
+    return Case(f"slurm -j 1x2 in allocation {allocation} (torchx: sbatch)", 0.35, command, workdir, before_each=ready)
+
+
 def before_controller_pass(log: Path, period_s: float, submit_s: float) -> None:
     """Waits so that the next submission (``submit_s`` after the CLI's start) lands
     ``CONTROLLER_LEAD_S`` before the controller's next scheduling pass. With a short
@@ -265,13 +301,15 @@ def before_controller_pass(log: Path, period_s: float, submit_s: float) -> None:
 CONTROLLER_LEAD_S = 0.3
 
 
-def slurm_idle() -> None:
-    """Waits until no job is queued or running and every node is idle, then a little more."""
+def slurm_idle(held: str = "") -> None:
+    """Waits until no job is queued or running and every node is idle (but allocation ``held``,
+    and its node), then a little more."""
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        queue = subprocess.run(["squeue", "-h"], capture_output=True, text=True).stdout.strip()
-        states = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True).stdout.split()
-        if not queue and all(state.rstrip("*") == "idle" for state in states):
+        queue = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout.split()
+        states = subprocess.run(["sinfo", "-h", "-N", "-o", "%T"], capture_output=True, text=True).stdout.split()
+        busy = [state for state in states if state.rstrip("*") != "idle"]
+        if queue == ([held] if held else []) and len(busy) == (1 if held else 0):
             break
         time.sleep(0.5)
     time.sleep(IDLE_GAP_S)
@@ -347,12 +385,12 @@ for app in scheduler.list():
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--schedulers", default="local_cwd,local_docker,slurm,kubernetes")
+    parser.add_argument("--schedulers", default="local_cwd,local_docker,slurm,slurm-allocation,kubernetes")
     parser.add_argument("--runs", type=int, default=7, help="timed runs of each side per scheduler (default 7)")
     parser.add_argument("--docker-modes", default="warm,cold")
     args = parser.parse_args()
     names = [name.strip() for name in args.schedulers.split(",") if name.strip()]
-    known = ("local_cwd", "local_docker", "slurm", "kubernetes")
+    known = ("local_cwd", "local_docker", "slurm", "slurm-allocation", "kubernetes")
     if unknown := [name for name in names if name not in known]:
         parser.error(f"unknown scheduler(s) {', '.join(unknown)}: expected some of {', '.join(known)}")
     modes = [mode.strip() for mode in args.docker_modes.split(",") if mode.strip()]
@@ -373,6 +411,8 @@ def main() -> int:
             if name == "local_cwd":
                 cases.append(local_cwd_case(place))
             elif name == "slurm" and (case := slurm_case(place)) is not None:
+                cases.append(case)
+            elif name == "slurm-allocation" and (case := slurm_allocation_case(place, stack)) is not None:
                 cases.append(case)
             elif name == "local_docker":
                 cases.extend(stack.enter_context(docker_cases(place, modes, stack)))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +21,7 @@ import pytest
 
 from tests.conformance.cases import EVERY_CASE
 from tests.fixtures.netns import cut_link_of
-from tests.fixtures.slurm_cluster import busy_nodes, slurm_leftovers
+from tests.fixtures.slurm_cluster import busy_nodes, hold_allocation, slurm_leftovers
 from tests.helpers import STATE_ROOT_ENV, alive, still_there
 from torchx_ext.schedulers.local.processes import marked_processes
 from torchx_ext.schedulers.slurm.records import STATE_ROOT_ENV as SLURM_STATE_ROOT_ENV
@@ -169,7 +170,9 @@ def _slurm_replica_processes(job_id: str, role: str, replica_id: int) -> list[in
                 parents[int(entry.name)] = int(Path(f"/proc/{entry.name}/stat").read_text().rsplit(")", 1)[1].split()[1])
             except (OSError, IndexError, ValueError):
                 continue
-            if (f"SLURM_JOB_ID={job_id}".encode() in environ and f"SLURM_PROCID={replica_id}".encode() in environ
+            # A job in an allocation (its app id holds a '-') carries its app id as the driver gave it.
+            marker = f"TORCHX_EXT_SLURM_APP_ID={job_id}" if "-" in job_id else f"SLURM_JOB_ID={job_id}"
+            if (marker.encode() in environ and f"SLURM_PROCID={replica_id}".encode() in environ
                     and b"torchx_ext.schedulers.slurm.step" in command and role.encode() in command):
                 steps.append(int(entry.name))
     below: set[int] = set()
@@ -284,7 +287,7 @@ def scheduler(
         for app_id in {item.app_id for item in kube_scheduler.list()} - before:
             kube_scheduler.delete(app_id)
         kube_scheduler.close()
-    elif request.param == "slurm":
+    elif request.param.startswith("slurm"):
         request.getfixturevalue("slurm_cluster")  # SLURM_CONF points at it
         monkeypatch.setenv(SLURM_STATE_ROOT_ENV, str(tmp_path / "slurm-state"))
         from torchx.schedulers import get_scheduler_factories
@@ -293,11 +296,16 @@ def scheduler(
         # A test that needs every node (an elastic job allocated MIN-MAX) must not start while
         # the last test's job still holds one.
         assert still_there(busy_nodes, settle_s=30, poll_s=0.2) == []
+        cfg = {"job_dir": str(tmp_path / "jobs")}
+        if request.param == "slurm-allocation":  # the job's steps in an allocation held for the test
+            cfg["allocation"] = hold_allocation(2)
         # One CPU per replica: both test nodes are this 2-CPU machine.
-        yield SchedulerUnderTest("slurm", {"job_dir": str(tmp_path / "jobs")}, slurm_leftovers,
+        yield SchedulerUnderTest("slurm", cfg, slurm_leftovers,
                                  component_args={"cpu": 1}, kill_replica=_slurm_kill, freeze_replica=_slurm_freeze)
         for item in slurm_scheduler.list():
             slurm_scheduler.delete(item.app_id)
+        if "allocation" in cfg:
+            subprocess.run(["scancel", cfg["allocation"]], capture_output=True)
     else:
         raise AssertionError(request.param)
 

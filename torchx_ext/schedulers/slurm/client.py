@@ -1,4 +1,5 @@
-"""Slurm's commands, run as argument lists: sbatch, scancel, and the reading of job states.
+"""Slurm's commands, run as argument lists: sbatch, scancel, the reading of job states and of
+an allocation's resources, and the cancelling of one job's steps in an allocation.
 
 Every refusal becomes one line naming what Slurm said; a missing command says how to get it.
 """
@@ -12,6 +13,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from torchx_ext.errors import InvalidArgumentError, TorchxExtError
+from torchx_ext.schedulers.slurm.allocation import Allocation, parse_allocation
 from torchx_ext.schedulers.slurm.view import SlurmJob, parse_sacct, parse_squeue
 
 TIMEOUT_S = 60
@@ -141,3 +143,32 @@ class JobStates:
                 return {}  # every one of them is forgotten
             raise SlurmError(f"squeue failed: {last_line(done.stderr)}")
         return {job_id: job for job_id, job in parse_squeue(done.stdout).items() if job_id in job_ids}
+
+
+def read_allocation(job_id: str) -> Allocation:
+    """What allocation ``job_id`` holds, as the controller says; one line naming it if Slurm does
+    not know it."""
+    done = run(["scontrol", "-d", "-o", "show", "job", job_id], check=False)
+    if done.returncode != 0 or "JobState=" not in done.stdout:
+        raise InvalidArgumentError(f"allocation {job_id}: Slurm does not know it ({last_line(done.stderr) or 'no answer'}); "
+                                   "give -cfg allocation=JOBID of an allocation you hold (squeue --me), or 'new'")
+    return parse_allocation(job_id, done.stdout)
+
+
+def allocation_state(job_id: str) -> str | None:
+    """Slurm's state of allocation ``job_id`` now (None: the controller forgot it)."""
+    done = run(["squeue", "-h", "--states=all", "-j", job_id, "-o", "%T"], check=False)
+    if done.returncode != 0:
+        if "Invalid job id" in done.stderr:
+            return None
+        raise SlurmError(f"squeue failed: {last_line(done.stderr)}")
+    return done.stdout.strip().split("\n")[0] or None
+
+
+def cancel_steps(job_id: str, step_name: str) -> None:
+    """Cancel the steps named ``step_name`` in allocation ``job_id``, and no other."""
+    done = run(["squeue", "-h", "-s", "-j", job_id, "-o", "%i|%j"], check=False)
+    steps = [line.split("|", 1)[0] for line in done.stdout.splitlines()
+             if line.split("|", 1)[1:] == [step_name]] if done.returncode == 0 else []
+    for step in steps:
+        scancel(step)

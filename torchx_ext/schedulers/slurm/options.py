@@ -62,6 +62,7 @@ class SlurmOpts(TypedDict, total=False):
     workspace_type: Optional[str]
     image_repo: Optional[str]
     quiet: Optional[bool]
+    allocation: Optional[str]
 
 
 def run_opts(default_job_dir: str) -> runopts:
@@ -92,6 +93,10 @@ def run_opts(default_job_dir: str) -> runopts:
              "(an image run through srun --container-image) is refused: the steps run on the nodes' Python")
     opts.add("image_repo", type_=str, default=None, help="torchx's, for workspace_type=docker: unused")
     opts.add("quiet", type_=bool, default=False, help="torchx's, for workspace_type=docker: unused")
+    opts.add("allocation", type_=str, default=None,
+             help="the job id of an allocation you hold (salloc): the job runs as its steps, started at once, with "
+             "no sbatch; default: the allocation whose shell or batch script runs torchx, if any; 'new': a job "
+             "of its own")
     opts.add("sbatch_args", type_=List[str], default=None,
              help="any other sbatch options, each --name=value or (on the command line, where = is taken) "
              "--name value, e.g. '--signal B:USR1@60;--requeue'")

@@ -1,5 +1,5 @@
 """slurm's records: the job directory every node reads and writes, and the registry that finds
-it by app id (the Slurm job id) from any directory.
+it by app id from any directory.
 
 A job directory must be visible at the same path on every node (a shared file system: home
 directories usually are). It holds ``request.json`` (what each role runs), ``batch.sh`` (the
@@ -7,7 +7,9 @@ script given to ``sbatch``), the replicas' logs ``<role>-<k>.out``/``.err`` (``s
 and ``--error``) and ``<role>-<k>.log`` (both, in arrival order), each with an index of arrival
 times, ``<role>-<k>.started``/``.exit`` (written by the step program: the node it ran on, and
 how it ended), ``<role>.rdzv-port`` (the port node rank 0 picked), ``cancelled`` (a cancel was asked for) and ``final.json`` (the end Slurm
-reported, kept once read).
+reported, kept once read). A job in an allocation has no Slurm job of its own: its app id is the
+allocation's id and the directory's name, and ``driver.json`` (the host and pid of the driver
+that runs ``batch.sh``), ``driver.out`` and ``driver.exit`` (how the script ended) stand for it.
 
 Standard library only: the step program imports this module on every node.
 """
@@ -28,7 +30,8 @@ from torchx_ext.schedulers.common.states import how_it_ended
 STATE_ROOT_ENV = "TORCHX_EXT_SLURM_STATE"
 FORMAT_VERSION = 2
 """Each role's policy kept once (``policy``); requests of format 1 are read too."""
-JOB_ID = re.compile(r"\d+")
+APP_ID = re.compile(r"(\d+)(-[A-Za-z0-9][A-Za-z0-9_.-]*)?")
+"""A Slurm job id; a job in an allocation: the allocation's, then its directory's name."""
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,11 @@ class SlurmJobRequest:
     workspace: str = ""
     """The workspace copied into the job's ``workspace/`` at submission, where its steps run ("": none;
     they run in the submit directory)."""
+    allocation: str = ""
+    """The allocation whose steps the job runs as, started by a driver on the submitting host
+    ("": a job of its own, queued by sbatch)."""
+    allocation_nodes: int = 0
+    """How many nodes that allocation held at submission."""
 
     def to_json(self) -> str:
         return json.dumps({"format": FORMAT_VERSION, **asdict(self)}, indent=1)
@@ -104,6 +112,20 @@ class SlurmJobDir(JobDirectory):
     @property
     def cancelled(self) -> Path:
         return self.path / "cancelled"
+
+    @property
+    def driver(self) -> Path:
+        """Where the driver of a job in an allocation runs: its host and pid."""
+        return self.path / "driver.json"
+
+    @property
+    def driver_exit(self) -> Path:
+        """The driver's exit code, written as it ends."""
+        return self.path / "driver.exit"
+
+    @property
+    def driver_output(self) -> Path:
+        return self.path / "driver.out"
 
     @property
     def final(self) -> Path:
@@ -155,6 +177,11 @@ class SlurmJobDir(JobDirectory):
         except OSError:
             return ""
 
+    @property
+    def rank0_address(self) -> Path:
+        """The address of the first role's node rank 0, for the other roles of a job in an allocation."""
+        return self.path / "rank0.address"
+
     def rendezvous_port(self, role: str) -> Path:
         return self.path / f"{role}.rdzv-port"
 
@@ -182,8 +209,8 @@ class SlurmJobDir(JobDirectory):
 
 
 JOBS: JobRegistry[SlurmJobDir] = JobRegistry("slurm", STATE_ROOT_ENV, SlurmJobDir,
-                                              lambda app_id: JOB_ID.fullmatch(app_id) is not None,
-                                              submission_order=lambda entry: int(entry.name))
+                                              lambda app_id: APP_ID.fullmatch(app_id) is not None,
+                                              submission_order=lambda entry: (int(entry.name.split("-")[0]), entry.name))
 
 
 def first_failure(ends: dict[tuple[str, int], StepEnd | None]) -> tuple[str, int] | None:

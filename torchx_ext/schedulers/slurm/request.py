@@ -21,6 +21,7 @@ from torchx import specs
 from torchx_ext.errors import InvalidArgumentError
 from torchx_ext.schedulers.common.role_policy import check_replica_counts, policy_of
 from torchx_ext.schedulers.common.role_spec import role_spec
+from torchx_ext.schedulers.slurm.allocation import Allocation
 from torchx_ext.schedulers.slurm.options import gpu_type_of
 from torchx_ext.schedulers.slurm.records import SlurmJobDir, SlurmJobRequest, SlurmRoleRequest
 
@@ -39,11 +40,13 @@ def build_request(
     exclusive: bool = False,
     gpu_types: list[str] | None = None,
     workspace: str = "",
+    allocation: Allocation | None = None,
 ) -> SlurmJobRequest:
     """The request for ``app``; ``options``: the checked ``#SBATCH`` options of its ``-cfg``;
     ``gpu_types``: the GRES type to ask each role's GPUs of ("": any; None: as each role's named
     resource says); ``workspace``: a directory copied into the job's at submission, whose copy
-    is where the steps run (``cwd`` is then ignored)."""
+    is where the steps run (``cwd`` is then ignored); ``allocation``: the allocation whose steps
+    the job runs as (its script is then the driver's, run on the submitting host: no ``sbatch``)."""
     if workspace:
         cwd = str(SlurmJobDir(Path(job_dir)).workspace)
     for path, what in ((job_dir, "job_dir"), (cwd, "the current directory")):
@@ -54,9 +57,10 @@ def build_request(
     if gpu_types is None:
         gpu_types = [gpu_type_of(None, role.resource) for role in app.roles]
     script = batch_script(job_name, SlurmJobDir(Path(job_dir)), cwd, roles, app.roles, options, interpreter, exclusive,
-                          gpu_types)
-    return SlurmJobRequest(app_name=app.name, job_dir=job_dir, roles=roles, script=script, options=options,
-                           workspace=workspace)
+                          gpu_types, allocation)
+    return SlurmJobRequest(app_name=app.name, job_dir=job_dir, roles=roles, script=script,
+                           options=options, workspace=workspace, allocation=allocation.job_id if allocation else "",
+                           allocation_nodes=allocation.nodes if allocation else 0)
 
 
 def batch_script(
@@ -69,27 +73,41 @@ def batch_script(
     interpreter: str,
     exclusive: bool,
     gpu_types: list[str] | None = None,
+    allocation: Allocation | None = None,
 ) -> str:
     lines = [
         "#!/bin/bash",
         "# Written by torchx_ext's slurm scheduler: one srun step per role, one task per node; each",
         f"# task runs {STEP_MODULE}, which reads its command from request.json beside this script.",
-        f"#SBATCH --job-name={job_name}",
-        f"#SBATCH --chdir={cwd}",
-        f"#SBATCH --output={_pattern(str(job.path))}/slurm-%j.out",
-        "#SBATCH --open-mode=append",
     ]
-    heterogeneous = len(roles) > 1
+    heterogeneous = len(roles) > 1 and allocation is None
     types = gpu_types or [""] * len(roles)
-    for position, (role, spec) in enumerate(zip(roles, specs_of_roles)):
-        if position:
-            lines.append("#SBATCH hetjob")
-        if not position:
-            lines.append(f"#SBATCH {_requeue(specs_of_roles)}")
-        lines += [f"#SBATCH {option}" for option in _shape(role, spec.resource, types[position])]
-        lines += [f"#SBATCH {option}" for option in options]
-    lines += ["", "set -u"]
-    sruns = [_srun(position, role, spec, job, types[position], interpreter, exclusive, heterogeneous)
+    if allocation is None:
+        lines += [
+            f"#SBATCH --job-name={job_name}",
+            f"#SBATCH --chdir={cwd}",
+            f"#SBATCH --output={_pattern(str(job.path))}/slurm-%j.out",
+            "#SBATCH --open-mode=append",
+        ]
+        for position, (role, spec) in enumerate(zip(roles, specs_of_roles)):
+            if position:
+                lines.append("#SBATCH hetjob")
+            if not position:
+                lines.append(f"#SBATCH {_requeue(specs_of_roles)}")
+            lines += [f"#SBATCH {option}" for option in _shape(role, spec.resource, types[position])]
+            lines += [f"#SBATCH {option}" for option in options]
+        lines += ["", "set -u"]
+    else:
+        exit_record = shlex.quote(str(job.driver_exit))
+        lines += [
+            f"# Run by the driver on the submitting host, as steps of allocation {allocation.job_id} (no sbatch).",
+            "",
+            "set -u",
+            # The end, for describe: the driver is no Slurm job that accounting would remember.
+            f'trap \'code=$?; echo "$code" > {exit_record}.tmp && mv -f {exit_record}.tmp {exit_record}\' EXIT',
+            "trap 'exit 143' TERM",
+        ]
+    sruns = [_srun(position, role, spec, job, types[position], interpreter, exclusive, heterogeneous, allocation)
              for position, (role, spec) in enumerate(zip(roles, specs_of_roles))]
     budget = _whole_app_restarts(roles, specs_of_roles)
     if budget is not None:
@@ -116,13 +134,20 @@ def batch_script(
 
 
 def _srun(position: int, role: SlurmRoleRequest, spec: specs.Role, job: SlurmJobDir, gpu_type: str, interpreter: str,
-          exclusive: bool, heterogeneous: bool) -> str:
+          exclusive: bool, heterogeneous: bool, allocation: Allocation | None = None) -> str:
     """The role's step: one task per node, each running the step program."""
     group = f"_HET_GROUP_{position}" if heterogeneous else ""
     nodes = f"${{SLURM_JOB_NUM_NODES{group}}}"
     cpus = f"${{SLURM_CPUS_ON_NODE{group}}}" if exclusive else str(max(1, int(spec.resource.cpu)))
+    in_allocation: list[str] = []
+    if allocation is not None:
+        # The allocation may hold more nodes than the role asks, and other jobs' steps: its
+        # replicas are counted, and the steps named for the job, which cancel finds them by.
+        nodes = str(role.num_replicas)
+        cpus = str(allocation.cpus_per_node) if exclusive else cpus
+        in_allocation = [f"--jobid={allocation.job_id}", f"--job-name={job.path.name}"]
     # Expanded by the shell: Slurm's own variables, no user input.
-    shaped = [f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1", f"--cpus-per-task={cpus}"]
+    shaped = [*in_allocation, f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1", f"--cpus-per-task={cpus}"]
     prefix = f"{_pattern(str(job.path))}/{_pattern(role.name)}"
     # A fixed role's step ends with its first failed task (the others could not go on); the
     # survivors of a role that carries on short (elastic, or with spares) go on without it.
@@ -153,6 +178,7 @@ def _retried(srun: str, job: SlurmJobDir, role: str, max_retries: int, carries_o
         '    [ "$code" -eq 0 ] && exit 0',
         *([f"    {check} && exit 0"] if carries_on_short else []),
         f'    [ "$attempt" -ge {int(reruns)} ] && exit "$code"',
+        f'    [ -e {shlex.quote(str(job.cancelled))} ] && exit "$code"',  # cancelled in an allocation: its steps alone
         f"    {record} || true",  # what failed it, for describe while the rerun runs
         "    attempt=$((attempt + 1))",
         f'    echo "$attempt" > {restarts}',
@@ -208,6 +234,7 @@ def _whole_app(sruns: list[str], job: SlurmJobDir, roles: list[SlurmRoleRequest]
         '  for pid in "${steps[@]}"; do [ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null; done',
         "  wait",
         f'  [ "$attempt" -ge {int(budget)} ] && exit "$code"',
+        f'  [ -e {shlex.quote(str(job.cancelled))} ] && exit "$code"',
         f'  {shlex.join([*step, "--record-restart", str(job.path)])} "${{roles[$failed]}}" || true',
         "  attempt=$((attempt + 1))",
         "done",

@@ -9,8 +9,12 @@ Logs are the job directory's files, found by app id from any directory.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import signal
+import socket
+import subprocess
 import sys
 import time
 from collections.abc import Iterable, Mapping
@@ -31,7 +35,10 @@ from torchx_ext.schedulers.common.role_spec import role_from_spec
 from torchx_ext.schedulers.common.scheduler import ReplicaReport, SchedulerShell, describe_response
 from torchx_ext.schedulers.common.states import State, app_state, joined_message, restarts_message, spares_message
 from torchx_ext.schedulers.common.watch import EndingWindow, RecordWatch, directory_names
-from torchx_ext.schedulers.slurm.client import JobStates, most_gpus_per_node, sbatch, scancel
+from torchx_ext.schedulers.slurm.allocation import DriverFacts, allocation_of, check_fits, driver_environment
+from torchx_ext.schedulers.slurm.allocation import job_state as driver_job_state
+from torchx_ext.schedulers.slurm.client import (JobStates, allocation_state, cancel_steps, most_gpus_per_node,
+                                                read_allocation, sbatch, scancel)
 from torchx_ext.schedulers.slurm.view import SlurmJob, forgotten_job_state, replica_state
 from torchx_ext.schedulers.slurm.options import (SlurmOpts, check_workspace_type, gpu_type_of, partition_of,
                                                  sbatch_options, run_opts)
@@ -127,20 +134,32 @@ class SlurmScheduler(WorkspaceMixin[None], SchedulerShell[SlurmOpts]):
         for role in app.roles:
             self._workspaces.pop(id(role), None)
         options = sbatch_options(cfg)
-        gpu_types, whole_nodes = gpu_requests(app, cfg, partition_of(options))
-        if whole_nodes:
-            options = sbatch_options(cfg, whole_nodes=True)
-        exclusive = bool(cfg.get("exclusive")) or whole_nodes
         parent = Path(cfg.get("job_dir") or default_job_dirs()).absolute()
+        name = new_app_id(app.name, FILE_NAME_IDS)
+        allocation_id = allocation_of(cfg, os.environ)
+        allocation = None
+        if allocation_id is not None:
+            allocation = read_allocation(allocation_id)
+            check_fits(app, allocation)
+            # Each role's GPUs of whatever type the allocation holds; all of a node's: all its CPUs too.
+            gpu_types = [""] * len(app.roles)
+            whole_nodes = all(0 < int(role.resource.gpu or 0) == allocation.gpus_per_node for role in app.roles)
+            name = f"{allocation_id}-{name}"
+        else:
+            gpu_types, whole_nodes = gpu_requests(app, cfg, partition_of(options))
+            if whole_nodes:
+                options = sbatch_options(cfg, whole_nodes=True)
+        exclusive = bool(cfg.get("exclusive")) or whole_nodes
         request = build_request(
             app,
-            job_dir=str(parent / new_app_id(app.name, FILE_NAME_IDS)),
+            job_dir=str(parent / name),
             cwd=os.getcwd(),
             interpreter=sys.executable,
             options=options,
             exclusive=exclusive,
             gpu_types=gpu_types,
             workspace=workspace,
+            allocation=allocation,
         )
         return AppDryRunInfo(request, describe_request)
 
@@ -165,6 +184,8 @@ class SlurmScheduler(WorkspaceMixin[None], SchedulerShell[SlurmOpts]):
                     f"cannot write the job's directory {job.path} ({error.strerror or error}): give a directory "
                     "every node sees with -cfg job_dir=DIR") from None
             raise
+        if request.allocation:
+            return self._start_driver(request, job)
         try:
             # The GPUs asked for are named too: a GRES type the cluster lacks is refused only as
             # "Requested node configuration is not available".
@@ -175,6 +196,26 @@ class SlurmScheduler(WorkspaceMixin[None], SchedulerShell[SlurmOpts]):
             raise
         JOBS.register(job_id, job.path)
         return job_id
+
+    @staticmethod
+    def _start_driver(request: Any, job: SlurmJobDir) -> str:
+        """Runs the job's script on this host, detached, as the steps of its allocation: no sbatch,
+        no queue. Its end is the script's record (``driver.exit``)."""
+        app_id = job.path.name
+        ignored = [option.split("=", 1)[0] for option in request.options if option != "--exclusive"]
+        try:
+            with open(job.driver_output, "ab") as output:
+                driver = subprocess.Popen(["bash", str(job.script)], cwd=request.roles[0].cwd, stdin=subprocess.DEVNULL,
+                                          stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
+                                          env=driver_environment(os.environ, request.allocation, app_id))
+            write_atomically(job.driver, json.dumps({"host": socket.gethostname(), "pid": driver.pid}))
+        except BaseException:
+            shutil.rmtree(job.path, ignore_errors=True)
+            raise
+        JOBS.register(app_id, job.path)
+        print(f"running in allocation {request.allocation} ({request.allocation_nodes} nodes): no sbatch, no queue"
+              + (f"; {', '.join(ignored)} ignored (they shape a new job)" if ignored else ""), file=sys.stderr)
+        return app_id
 
     @staticmethod
     def _copy_workspace(request: Any, job: SlurmJobDir) -> None:
@@ -254,11 +295,12 @@ class SlurmScheduler(WorkspaceMixin[None], SchedulerShell[SlurmOpts]):
         for every job whose end is not known yet."""
         jobs = {app_id: job for app_id in JOBS.app_ids() if (job := JOBS.find(app_id)) is not None}
         ended = {app_id: end for app_id, job in jobs.items() if (end := _kept_end(job)) is not None}
-        live = self._states.read((app_id for app_id in jobs if app_id not in ended),
-                                 since=min((_submitted_at(job) for job in jobs.values()), default=time.time()))
+        queued = [app_id for app_id in jobs if app_id not in ended and app_id.isdigit()]
+        live = self._states.read(queued, since=min((_submitted_at(job) for job in jobs.values()), default=time.time()))
         listed = []
         for app_id, job in jobs.items():
-            slurm = ended.get(app_id) or self._settle(app_id, job, live.get(app_id))
+            slurm = ended.get(app_id) or (self._settle(app_id, job, live.get(app_id)) if app_id in queued
+                                          else self._in_allocation(job))
             listed.append(ListAppResponse(app_id=app_id, state=app_state(slurm.state)))
         return listed
 
@@ -288,7 +330,18 @@ class SlurmScheduler(WorkspaceMixin[None], SchedulerShell[SlurmOpts]):
             return
         # Kept first: whatever the processes exit with as they are stopped, the job is CANCELLED.
         write_atomically(job.cancelled, str(time.time()))
-        scancel(app_id)
+        allocation = job.read_request().allocation
+        if not allocation:
+            scancel(app_id)
+            return
+        # The job's own steps only: the allocation and its other steps go on.
+        driver = _local_driver(job)
+        if driver is not None:
+            try:
+                os.killpg(driver, signal.SIGTERM)
+            except OSError:
+                pass
+        cancel_steps(allocation, job.path.name)
 
     def _delete_existing(self, app_id: str) -> None:
         """Cancel the job if it runs, then remove its directory (logs included) and its entry."""
@@ -303,6 +356,8 @@ class SlurmScheduler(WorkspaceMixin[None], SchedulerShell[SlurmOpts]):
         kept = _kept_end(job)
         if kept is not None:
             return kept
+        if not app_id.isdigit():
+            return self._in_allocation(job)
         found = self._settle(app_id, job, self._states.read([app_id], since=_submitted_at(job)).get(app_id))
         if not found.terminal and _replicas_done(job):
             # The controller ends a job a moment before accounting hears of it.
@@ -334,6 +389,25 @@ class SlurmScheduler(WorkspaceMixin[None], SchedulerShell[SlurmOpts]):
         if reported.terminal:
             _keep_end(job, reported)
         return reported
+
+
+    @staticmethod
+    def _in_allocation(job: SlurmJobDir) -> SlurmJob:
+        """A job in an allocation, from its driver's records and the allocation's state; an end is kept."""
+        request = job.read_request()
+        facts = DriverFacts(
+            allocation=request.allocation,
+            allocation_state=allocation_state(request.allocation),
+            cancelled=job.cancelled.exists(),
+            driver_exit=_recorded_code(job.driver_exit),
+            driver_alive=None if _driver_host(job) != socket.gethostname() else _local_driver(job) is not None,
+            started=any(job.started(role.name, k).exists() for role in request.roles for k in range(role.num_replicas)),
+        )
+        state, word, message = driver_job_state(facts)
+        found = SlurmJob(state, word, message)
+        if found.terminal:
+            _keep_end(job, found)
+        return found
 
 
 def create_scheduler(session_name: str, **kwargs: Any) -> SlurmScheduler:
@@ -374,8 +448,6 @@ def _submitted_at(job: SlurmJobDir) -> float:
 
 
 def _kept_end(job: SlurmJobDir) -> SlurmJob | None:
-    import json
-
     try:
         data = json.loads(job.final.read_text())
         return SlurmJob(State(data["state"]), data["slurm_state"], data["message"])
@@ -384,8 +456,6 @@ def _kept_end(job: SlurmJobDir) -> SlurmJob | None:
 
 
 def _keep_end(job: SlurmJobDir, end: SlurmJob) -> None:
-    import json
-
     try:
         write_atomically(job.final, json.dumps({"state": end.state.value, "slurm_state": end.slurm_state,
                                                 "message": end.message}))
@@ -398,3 +468,37 @@ def _error_report(job: SlurmJobDir, role: str, replica_id: int, end: StepEnd) ->
     message = step_ended(end, report.message if report is not None else "")
     return ErrorReport(message=message, error_code=end.exit_code, timestamp=int(end.at),
                        traceback=report.traceback if report is not None else "")
+
+
+def _driver_record(job: SlurmJobDir) -> dict[str, Any]:
+    try:
+        data = json.loads(job.driver.read_text())
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _driver_host(job: SlurmJobDir) -> str:
+    return str(_driver_record(job).get("host", ""))
+
+
+def _local_driver(job: SlurmJobDir) -> int | None:
+    """The pid of the job's driver if it runs on this host still (not a zombie, not another
+    process that took its pid)."""
+    record = _driver_record(job)
+    pid = record.get("pid")
+    if record.get("host") != socket.gethostname() or not isinstance(pid, int):
+        return None
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+    return pid if state != "Z" and os.fsencode(job.script) in command else None
+
+
+def _recorded_code(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None

@@ -41,6 +41,7 @@ from torchx_ext.replica_env import (ALLOCATED_NODES_ENV, ERROR_FILE_ENV, LIVENES
                                     RDZV_HOST_ENV, RDZV_IS_HOST_ENV, RDZV_PORT_ENV, REPLICA_ENV)
 from torchx_ext.schedulers.common.files import write_atomically
 from torchx_ext.schedulers.common.log_files import IndexedLog
+from torchx_ext.schedulers.slurm.allocation import ALLOCATION_ENV, APP_ID_ENV
 from torchx_ext.schedulers.slurm.records import SlurmJobDir, SlurmRoleRequest, StepEnd, first_failure, step_ended
 
 START_ORDER_WAIT_S = 10.0
@@ -84,8 +85,15 @@ def main(argv: list[str] | None = None) -> int:
 
     rdzv_host, own_address = node_addresses(os.environ.get("SLURM_STEP_NODELIST", node), node, say)
     # torchx's rank 0 is the first role's replica 0, for every role: its het group 0's first node.
-    rank0_host = rdzv_host if job.read_request().roles[0].name == role.name else node_addresses(
-        os.environ.get("SLURM_JOB_NODELIST_HET_GROUP_0") or os.environ.get("SLURM_JOB_NODELIST", node), node, say)[0]
+    first_role = job.read_request().roles[0].name == role.name
+    if first_role:
+        rank0_host = rdzv_host
+    elif ALLOCATION_ENV in os.environ:
+        # Each role is a step of its own in an allocation, whose node list is not the first role's.
+        rank0_host = published_rank0(job, say) or rdzv_host
+    else:
+        rank0_host = node_addresses(os.environ.get("SLURM_JOB_NODELIST_HET_GROUP_0")
+                                    or os.environ.get("SLURM_JOB_NODELIST", node), node, say)[0]
     argv_, env = replica_command(role, job, replica_id, rank0_host, rdzv_host)
     # The address rank 0's workers are reached at (MASTER_ADDR): the node's own, not its name.
     env.setdefault("PET_LOCAL_ADDR", own_address)
@@ -97,12 +105,14 @@ def main(argv: list[str] | None = None) -> int:
 
     def started() -> None:
         write_atomically(job.started(role.name, replica_id), json.dumps({"node": node, "at": time.time()}))
+        if replica_id == 0 and first_role:
+            write_atomically(job.rank0_address, rdzv_host)
         if replica_id == 0 and port is not None:
             # Published once node rank 0's agent has its pid: see rendezvous_port.
             write_atomically(job.rendezvous_port(role.name), port)
 
     # On the node's own disk: the job directory is shared (NFS), whose stalls are not the replica's.
-    liveness = Path(tempfile.gettempdir()) / f"torchx_ext-{os.environ.get('SLURM_JOB_ID', '')}-{role.name}-{replica_id}.alive"
+    liveness = Path(tempfile.gettempdir()) / f"torchx_ext-{app_id()}-{role.name}-{replica_id}.alive"
     liveness.unlink(missing_ok=True)
     env[LIVENESS_FILE_ENV] = str(liveness)
 
@@ -174,6 +184,11 @@ def _replaces_what_was_said(path: Path, text: str, killed: bool) -> bool:
     if other_replica and STORE_LOST in text and age < INCIDENT_S:
         return False
     return not (other_replica and STORE_LOST not in said and age < CONSEQUENCE_S)
+
+
+def app_id() -> str:
+    """The job's app id: its Slurm job id, or the one its driver gave it in an allocation."""
+    return os.environ.get(APP_ID_ENV) or os.environ.get("SLURM_JOB_ID", "")
 
 
 def controller_answers(timeout_s: float = 3.0) -> bool:
@@ -261,7 +276,7 @@ def replica_command(role: SlurmRoleRequest, job: SlurmJobDir, replica_id: int, r
     replica 0, which hosts the role's rendezvous store."""
     from torchx import specs
 
-    values = specs.macros.Values(img_root="", app_id=os.environ.get("SLURM_JOB_ID", ""), replica_id=str(replica_id),
+    values = specs.macros.Values(img_root="", app_id=app_id(), replica_id=str(replica_id),
                                  rank0_env=RANK0_HOST_ENV)
     resolved = values.apply(specs.Role(name=role.name, image="", entrypoint=role.entrypoint, args=list(role.args),
                                        env=dict(role.env)))
@@ -277,6 +292,19 @@ def replica_command(role: SlurmRoleRequest, job: SlurmJobDir, replica_id: int, r
     if role.policy.carries_on_short:
         env[ALLOCATED_NODES_ENV] = os.environ.get("SLURM_STEP_NUM_NODES", str(role.num_replicas))
     return [resolved.entrypoint, *resolved.args], env
+
+
+def published_rank0(job: SlurmJobDir, say: Callable[[str], None], wait_s: float = START_ORDER_WAIT_S) -> str:
+    """The first role's node rank 0, once its step program published it (empty after ``wait_s``)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return job.rank0_address.read_text().strip()
+        except OSError:
+            if time.monotonic() >= deadline:
+                say(f"the first role's replica 0 did not start within {wait_s:.0f} s: {RANK0_HOST_ENV} is this role's own")
+                return ""
+            time.sleep(0.1)
 
 
 def node_addresses(nodelist: str, node: str, say: Callable[[str], None]) -> tuple[str, str]:
