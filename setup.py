@@ -18,6 +18,7 @@ ENTRY_POINTS = {
     # (nightly's delete: torchx_nightly/).
     "torchx.cli.cmds": [
         "topo = torchx_ext.cli.topo:CmdTopo",
+        "warm = torchx_ext.cli.warm:CmdWarm",
         "status = torchx_ext.cli.handles:CheckedStatus",
         "describe = torchx_ext.cli.handles:CheckedDescribe",
         "log = torchx_ext.cli.handles:CheckedLog",

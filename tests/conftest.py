@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -27,6 +27,19 @@ def local_cwd_state(tmp_path_factory: pytest.TempPathFactory) -> Path:
     state = tmp_path_factory.mktemp("local_cwd_state")
     os.environ.setdefault(STATE_ROOT_ENV, str(state))
     return Path(os.environ[STATE_ROOT_ENV])
+
+
+@pytest.fixture(scope="session", autouse=True)
+def warm_runtime_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Warm interpreters the tests start (local_cwd's -cfg warm=true) listen here, not where the
+    user's do, and are stopped at the end."""
+    runtime = tmp_path_factory.mktemp("runtime")
+    runtime.chmod(0o700)
+    os.environ["XDG_RUNTIME_DIR"] = str(runtime)
+    yield runtime
+    from torchx_ext.warm import client
+
+    client.stop()
 
 
 @pytest.fixture(scope="session")

@@ -23,6 +23,7 @@ from tests.conformance.cases import EVERY_CASE
 from tests.fixtures.netns import cut_link_of
 from tests.fixtures.slurm_cluster import busy_nodes, hold_allocation, slurm_leftovers
 from tests.helpers import STATE_ROOT_ENV, alive, still_there
+from tests.warm_helpers import ensure_warm
 from torchx_ext.schedulers.local.processes import marked_processes
 from torchx_ext.schedulers.slurm.records import STATE_ROOT_ENV as SLURM_STATE_ROOT_ENV
 
@@ -245,9 +246,13 @@ def kube_leftovers(client: Any) -> Callable[..., list[str]]:
 def scheduler(
     request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[SchedulerUnderTest]:
-    if request.param == "local_cwd":
+    if request.param.startswith("local_cwd"):
         monkeypatch.setenv(STATE_ROOT_ENV, str(tmp_path / "state"))
-        yield SchedulerUnderTest("local_cwd", {"log_dir": str(tmp_path / "logs"), "cancel_grace": 5}, _local_leftovers,
+        cfg: dict[str, Any] = {"log_dir": str(tmp_path / "logs"), "cancel_grace": 5}
+        if request.param == "local_cwd-warm":  # the job's processes forked by the warm interpreter
+            ensure_warm()
+            cfg["warm"] = True
+        yield SchedulerUnderTest("local_cwd", cfg, _local_leftovers,
                                  kill_replica=_local_kill, freeze_replica=_local_freeze, store_outside_replicas=True)
     elif request.param == "local_docker":
         client = request.getfixturevalue("docker_client")

@@ -104,7 +104,8 @@ def test_losing_any_replica_with_max_retries_resumes_from_the_checkpoint_at_full
 # reset connections would hide the rendezvous' part. Here the ranks meet through the store.
 # Both c10d handlers (the launcher reads $PET_C10D_HANDLER); the engines' own loss, on the default.
 @pytest.mark.parametrize("scheduler, handler", [("local_cwd", "arrivals"), ("local_cwd", "torch"),
-                                                ("local_docker", "arrivals")], indirect=["scheduler"])
+                                                ("local_cwd-warm", "arrivals"), ("local_docker", "arrivals")],
+                         indirect=["scheduler"])
 def test_a_worker_that_fails_once_restarts_every_node_within_10_s_where_peers_notice_nothing(
     runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path, handler: str
 ) -> None:
@@ -169,8 +170,9 @@ def test_a_fixed_job_without_retries_fails_within_30_s_naming_the_lost_replica(
 # are the same for JobSet and Volcano); TORCHX_EXT_FAULT_MATRIX=all runs every case everywhere.
 EVERY_CASE_EVERYWHERE = os.environ.get("TORCHX_EXT_FAULT_MATRIX") == "all"
 FREEZE_MATRIX = SURVIVING if EVERY_CASE_EVERYWHERE else ["local_cwd"]
-# And in a Slurm allocation, where the step program, not the batch job, handles the freeze.
-FROZEN_PEER = SURVIVING if EVERY_CASE_EVERYWHERE else [*EVERY_BACKEND, "slurm-allocation"]
+# And in a Slurm allocation, where the step program, not the batch job, handles the freeze; and
+# local_cwd's warm start, whose launchers are forks.
+FROZEN_PEER = SURVIVING if EVERY_CASE_EVERYWHERE else [*EVERY_BACKEND, "local_cwd-warm", "slurm-allocation"]
 
 
 def _freeze(scheduler: SchedulerUnderTest, app_id: str, replica_id: int) -> None:
@@ -233,7 +235,7 @@ def test_a_fixed_job_without_retries_fails_within_60_s_of_a_freeze(
 
 # Hot spares (dist.ddp --spares): where the scheduler starts a lost replica again on its own (not
 # the whole gang), the replacement waits as the new spare.
-SPARES = [name for name in EVERY_BACKEND if name not in NO_ROOM_FOR_A_SPARE]
+SPARES = [name for name in [*EVERY_BACKEND, "local_cwd-warm"] if name not in NO_ROOM_FOR_A_SPARE]
 SPARE_STEPS = 160
 
 

@@ -13,6 +13,7 @@ from torchx_ext.schedulers.local.records import JOBS
 class LocalOpts(HostSliceOpts, total=False):
     log_dir: Optional[str]
     prepend_cwd: Optional[bool]
+    warm: Optional[bool]
 
 
 def run_opts() -> runopts:
@@ -22,6 +23,9 @@ def run_opts() -> runopts:
              "each job writes {log_dir}/{app_id}")
     opts.add("prepend_cwd", type_=bool, default=False,
              help="put the current directory before (not after) PATH's entries")
+    opts.add("warm", type_=bool, default=False,
+             help="start the job's processes from a resident interpreter that has imported torch (started by the "
+             "first such job, ended after 10 idle minutes; torchx warm status|stop): no import of torch per job")
     add_host_slice_opts(opts, "replica", "CPUs")
     add_cancel_grace_opt(opts, 10, "a job is cancelled or fails")
     opts.add("auto_set_cuda_visible_devices", type_=bool, default=False,

@@ -77,6 +77,8 @@ class LocalJobRequest:
     slices: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     cancel_grace_s: float = 10.0
+    warm: bool = False
+    """Whether its processes are forked by the warm interpreter (``torchx_ext/warm``)."""
 
     def replicas(self) -> list[ReplicaRequest]:
         return [replica for role in self.roles for replica in role.replicas]

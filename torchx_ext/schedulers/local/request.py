@@ -43,6 +43,7 @@ def build_request(
     prepend_cwd: bool = False,
     cancel_grace_s: float = 10.0,
     gpus_to_split: int | None = None,
+    warm: bool = False,
 ) -> LocalJobRequest:
     """The processes to start for ``app``; ``topology`` None turns slicing off; ``gpus_to_split``:
     the host's GPU count when ``auto_set_cuda_visible_devices`` asks for torchx's split of them."""
@@ -94,6 +95,7 @@ def build_request(
         warnings=sorted({warning for piece in slices for warning in piece.warnings}
                         | ({split_warning} if split_warning else set())),
         cancel_grace_s=cancel_grace_s,
+        warm=warm,
     )
 
 

@@ -95,6 +95,7 @@ class LocalScheduler(SchedulerShell[LocalOpts]):
             prepend_cwd=bool(cfg.get("prepend_cwd")),
             cancel_grace_s=float(grace),
             gpus_to_split=_gpus_to_split(cfg.get("sysfs_root"), topology) if split else None,
+            warm=bool(cfg.get("warm")),
         )
         return AppDryRunInfo(request, describe_request)
 
@@ -114,11 +115,15 @@ class LocalScheduler(SchedulerShell[LocalOpts]):
         with open(job.supervisor_log, "ab") as log:
             # Started in the job directory: `-m` puts the cwd first on sys.path, and the
             # user's directory may hold modules named like the standard library's.
-            process = subprocess.Popen(
-                [sys.executable, "-m", "torchx_ext.schedulers.local.supervisor", str(job.path)],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, cwd=job.path,
-            )
-        job.supervisor.write_text(str(SupervisorRecord.of(process.pid)))
+            pid = _warm_supervisor(job, log.fileno()) if request.warm else None
+            if pid is not None:
+                _until_started(job, WARM_START_WAIT_S)
+            else:
+                pid = subprocess.Popen(
+                    [sys.executable, "-m", SUPERVISOR, str(job.path)],
+                    stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, cwd=job.path,
+                ).pid
+        job.supervisor.write_text(str(SupervisorRecord.of(pid)))
         self._submitted.append(request.app_id)
         return str(request.app_id)
 
@@ -256,6 +261,31 @@ class LocalScheduler(SchedulerShell[LocalOpts]):
             except Exception:  # close must not raise
                 pass
         self._submitted.clear()
+
+
+SUPERVISOR = "torchx_ext.schedulers.local.supervisor"
+
+
+WARM_START_WAIT_S = 0.5
+
+
+def _until_started(job: LocalJobDir, timeout_s: float) -> None:
+    """Waits (a few ms) until the warm supervisor started the replicas: torchx's CLI asks once
+    whether a job it follows has started and, if not yet, sleeps a whole second, more than a warm
+    job may take in all."""
+    deadline = time.monotonic() + timeout_s
+    while job.read_state().state is State.SUBMITTED and time.monotonic() < deadline:
+        time.sleep(0.005)
+
+
+def _warm_supervisor(job: LocalJobDir, log: int) -> int | None:
+    """The job's supervisor forked by the warm interpreter (None: none answered; one is started
+    for the next job, and this one starts cold)."""
+    from torchx_ext.warm.client import run_module
+
+    with open(os.devnull, "rb") as nothing:
+        return run_module(SUPERVISOR, [str(job.path)], cwd=str(job.path), env=os.environ,
+                          streams=(nothing.fileno(), log, log))
 
 
 def create_scheduler(session_name: str, **kwargs: Any) -> LocalScheduler:

@@ -40,6 +40,8 @@ from torchx_ext.schedulers.local.processes import (JOB_MARKER_ENV, marked_proces
 from torchx_ext.schedulers.local.records import (ERROR_FILE_NAME, LIVENESS_FILE_NAME, LocalJobDir, JobState, LocalJobRequest,
                                                  ReplicaRequest, ReplicaState, LocalRoleRequest)
 from torchx_ext.schedulers.common.log_files import ReplicaLogWriter
+from torchx_ext.warm import fork
+from torchx_ext.warm.fork import ForkedProcess
 
 _PR_SET_CHILD_SUBREAPER = 36
 _POLL_S = 0.5
@@ -82,7 +84,7 @@ class Supervisor:
         self.by_pid: dict[int, _Replica] = {}
         # Kept alive: a Popen collected while its process runs is polled by subprocess's own
         # cleanup, which would reap the process and take its exit code from us.
-        self.processes: dict[int, subprocess.Popen[bytes]] = {}
+        self.processes: dict[int, subprocess.Popen[bytes] | ForkedProcess] = {}
         self.selector = selectors.DefaultSelector()
         self.pipes: dict[int, tuple[_Replica, str]] = {}
         self.ending: State | None = None  # the terminal state being worked towards
@@ -176,11 +178,8 @@ class Supervisor:
                 host = self.store is None and request.replica_id == 0 and request.role == self._hosting_role
                 rendezvous = {RDZV_PORT_ENV: str(self.port), RDZV_IS_HOST_ENV: "1" if host else "0",
                               LIVENESS_FILE_ENV: str(replica.liveness_file)}
-                process = subprocess.Popen(
-                    request.argv, cwd=request.cwd, env={**os.environ, **request.env, **rendezvous},
-                    stdin=subprocess.DEVNULL, stdout=out_write, stderr=err_write, start_new_session=True,
-                    umask=self.user_umask,
-                )
+                process = _start_process(request.argv, cwd=request.cwd, env={**os.environ, **request.env, **rendezvous},
+                                         stdout=out_write, stderr=err_write, umask=self.user_umask)
         except (OSError, ValueError, TorchxExtError) as error:
             for descriptor in descriptors:
                 os.close(descriptor)
@@ -459,6 +458,24 @@ class Supervisor:
 
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, on_stop)
+
+
+def _start_process(argv: list[str], *, cwd: str, env: dict[str, str], stdout: int, stderr: int,
+                   umask: int) -> subprocess.Popen[bytes] | ForkedProcess:
+    """``argv`` in a session of its own; forked, not started anew, when this supervisor is a fork of
+    the warm interpreter and ``argv`` runs our launcher with this interpreter: it finds torch imported."""
+    if fork.WARM and argv[:3] == [sys.executable, "-m", LAUNCHER_MODULE]:
+        try:
+            with open(os.devnull, "rb") as nothing:
+                return fork.run_module_in_fork(LAUNCHER_MODULE, argv[3:], cwd=cwd, env=env, umask=umask,
+                                               streams=(nothing.fileno(), stdout, stderr))
+        except fork.NoRoom as error:
+            _log(f"started anew, not forked: {error}")
+    return subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
+                            start_new_session=True, umask=umask)
+
+
+LAUNCHER_MODULE = "torchx_ext.launcher"
 
 
 def _how_it_ended(replica: _Replica, code: int) -> str:

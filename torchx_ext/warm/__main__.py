@@ -1,0 +1,27 @@
+"""``python -m torchx_ext.warm serve SOCKET|status|stop``: the warm interpreter itself (started by
+the client, detached), and the answers ``torchx warm`` prints."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["serve"] and len(args) in (2, 3):  # the third: room for its forks' cmdlines
+        from torchx_ext.warm.server import serve
+
+        serve(Path(args[1]))
+        return 0
+    from torchx_ext.cli.warm import report
+
+    if len(args) == 1 and args[0] in ("status", "stop"):
+        print(report(args[0]))
+        return 0
+    print("usage: python -m torchx_ext.warm serve SOCKET | status | stop", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,96 @@
+"""Asking the warm interpreter (``server.py``) to run a module for a job, and to say how it is or
+to stop. Standard library only, and quick: the torchx CLI calls it on each local job's submission.
+Whatever goes wrong costs at most a cold start: the caller gets None and starts the process
+itself, and a new server is started, detached, for the next job.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from torchx_ext.warm.server import receive, send, socket_path
+
+CONNECT_TIMEOUT_S = 2.0
+
+
+def run_module(module: str, args: list[str], *, cwd: str, env: Mapping[str, str],
+               streams: tuple[int, int, int]) -> int | None:
+    """The pid of ``python -m module *args`` forked by the warm interpreter with this process's
+    umask, rlimits and CPUs and the given ``cwd``, ``env`` and standard streams; None when no warm
+    interpreter answered (one is then started for the next call)."""
+    import resource
+
+    umask = os.umask(0o077)
+    os.umask(umask)
+    rlimits = {kind: resource.getrlimit(kind) for name in dir(resource)
+               if name.startswith("RLIMIT_") and (kind := getattr(resource, name)) >= 0}
+    request = {"op": "run", "module": module, "args": args, "cwd": cwd, "env": dict(env), "umask": umask,
+               "rlimits": rlimits, "cpus": sorted(os.sched_getaffinity(0))}
+    try:
+        path = socket_path()
+        answer = ask(path, request, list(streams))
+    except OSError:
+        start_server()  # none answers: one for the next job
+        return None
+    except ValueError:
+        return None  # it answered, but cannot run this one (its environment too large): cold
+    pid = answer.get("pid")
+    return pid if isinstance(pid, int) else None
+
+
+def ask(path: Path, request: dict[str, Any], descriptors: list[int] | None = None) -> dict[str, Any]:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+        connection.settimeout(CONNECT_TIMEOUT_S)
+        connection.connect(str(path))
+        send(connection, request, descriptors)
+        answer, received = receive(connection)
+        for descriptor in received:
+            os.close(descriptor)
+    if "error" in answer:
+        raise ValueError(str(answer["error"]))
+    return answer
+
+
+def start_server() -> None:
+    """Starts a warm interpreter for this environment, detached (in the background: the job that
+    found none starts cold meanwhile)."""
+    try:
+        path = socket_path()
+        log = open(path.with_suffix(".log"), "ab")
+    except OSError:
+        return
+    # Room in its argument and environment areas for those of the processes it forks (fork.py).
+    room = {f"TORCHX_EXT_WARM_ROOM_{index}": "." * ROOM_PER_VARIABLE for index in range(ENV_ROOM_VARIABLES)}
+    with log:
+        subprocess.Popen([sys.executable, "-m", "torchx_ext.warm", "serve", str(path), " " * ARGV_ROOM],
+                         stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd="/", start_new_session=True,
+                         env={**os.environ, **room})
+
+
+ARGV_ROOM = 32 << 10
+ROOM_PER_VARIABLE = 100 << 10
+"""Below the kernel's limit on one argument or variable (128 KiB)."""
+ENV_ROOM_VARIABLES = 4
+
+
+def status() -> dict[str, Any] | None:
+    """What the warm interpreter of this environment says of itself; None when none answers."""
+    try:
+        return ask(socket_path(), {"op": "status"})
+    except (OSError, ValueError):
+        return None
+
+
+def stop() -> int | None:
+    """Ends the warm interpreter of this environment; its pid, None when none answered."""
+    try:
+        pid = ask(socket_path(), {"op": "stop"}).get("stopped")
+    except (OSError, ValueError):
+        return None
+    return pid if isinstance(pid, int) else None

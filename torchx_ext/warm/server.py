@@ -1,0 +1,208 @@
+"""The warm interpreter: one resident process per user and Python environment that has imported
+torch and our launcher, and forks each local job's supervisor (whose replicas' launchers are
+forks of it in turn) on request, so that no process of the job imports torch again.
+
+It listens on a Unix socket of mode 0600 in the user's runtime directory (``$XDG_RUNTIME_DIR``,
+else ``/tmp/torchx_ext-UID``, a directory of mode 0700 that must be the user's), named by a key
+of the interpreter, torch and torchx_ext's files (``environment_key``): a new venv, torch or
+torchx_ext is another socket, and so another server; the old one ends once idle. It answers
+only a peer of its own uid (``SO_PEERCRED``), runs one thread (a fork keeps only the calling
+one), never touches CUDA, and ends after ``IDLE_S`` without a request.
+
+The protocol, one request per connection: 4 bytes of length, then a JSON object (``op``: run,
+status or stop), with the job's stdin, stdout and stderr passed as descriptors (SCM_RIGHTS);
+the answer is one JSON object.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+IDLE_S = 600.0
+"""How long it waits for a request before it ends (``$TORCHX_EXT_WARM_IDLE_S`` when its starter set it)."""
+IDLE_ENV = "TORCHX_EXT_WARM_IDLE_S"
+PRELOAD = ("torch", "torch.distributed", "torch.distributed.elastic.agent.server.local_elastic_agent",
+           "torch.distributed.elastic.rendezvous.dynamic_rendezvous", "torchx_ext.launcher.cli",
+           # The supervisor's own imports (not itself: it runs as __main__).
+           "torchx_ext.schedulers.local.records", "torchx_ext.schedulers.common.log_files", "torchx_ext.numa.bind")
+MAX_REQUEST = 16 << 20
+
+
+def runtime_dir() -> Path:
+    """The user's directory for the socket, made (0700) if missing; refused if anyone else may
+    write it."""
+    base = os.environ.get("XDG_RUNTIME_DIR") or f"/tmp/torchx_ext-{os.getuid()}"
+    path = Path(base) / "torchx_ext" if os.environ.get("XDG_RUNTIME_DIR") else Path(base)
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    info = path.stat()
+    if info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise PermissionError(f"{path} is not yours alone (owner {info.st_uid}, mode {info.st_mode & 0o777:o}): "
+                              "the warm interpreter's socket goes nowhere others may write")
+    return path
+
+
+def environment_key() -> str:
+    """What a warm interpreter must share with the job: the interpreter and its prefix, torch's
+    files and torchx_ext's (a changed file of either makes another key). No import of torch."""
+    import importlib.util
+
+    parts = [os.path.realpath(sys.executable), sys.prefix, sys.version, str(os.getuid())]
+    spec = importlib.util.find_spec("torch")
+    if spec is not None and spec.origin:
+        torch_dir = Path(spec.origin).parent
+        parts += [str(torch_dir), *(str(_mtime(torch_dir / name)) for name in ("__init__.py", "version.py"))]
+    package = Path(__file__).resolve().parents[1]
+    parts += [str(package), *(f"{path}:{_mtime(path)}" for path in sorted(package.rglob("*.py")))]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
+
+
+def _mtime(path: Path) -> int:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return 0
+
+
+def socket_path(key: str | None = None) -> Path:
+    return runtime_dir() / f"warm-{key or environment_key()}.sock"
+
+
+def serve(path: Path, idle_s: float | None = None) -> None:
+    """Preload, listen at ``path`` and fork what is asked, until ``idle_s`` pass without a request,
+    a stop, or another server took ``path``."""
+    import importlib
+
+    idle_s = float(os.environ.get(IDLE_ENV, IDLE_S)) if idle_s is None else idle_s
+    for name in PRELOAD:
+        importlib.import_module(name)
+    from torchx_ext.warm import fork
+
+    fork.check_forkable()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    staged = path.with_name(f"{path.name}.{os.getpid()}")
+    staged.unlink(missing_ok=True)
+    mask = os.umask(0o177)
+    try:
+        listener.bind(str(staged))
+    finally:
+        os.umask(mask)
+    os.chmod(staged, 0o600)
+    listener.listen(64)
+    os.replace(staged, path)  # the newest server answers; an older one sees that and ends
+    ours = path.stat().st_ino
+    signal.signal(signal.SIGCHLD, _reap)
+    started, served, last = time.time(), 0, time.monotonic()
+    while True:
+        ready, _, _ = select.select([listener], [], [], min(5.0, max(0.0, idle_s - (time.monotonic() - last))))
+        if not ready:
+            if time.monotonic() - last >= idle_s or not _still_ours(path, ours):
+                break
+            continue
+        connection, _ = listener.accept()
+        last = time.monotonic()
+        with connection:
+            try:
+                stop = _answer(connection, {"pid": os.getpid(), "started": started, "served": served,
+                                            "python": sys.executable, "key": path.stem.removeprefix("warm-")})
+                served += 1
+            except Exception as error:  # one bad request ends only itself
+                print(f"warm: a request failed: {error!r}", file=sys.stderr, flush=True)
+                continue
+        if stop:
+            break
+    if _still_ours(path, ours):
+        path.unlink(missing_ok=True)
+
+
+def _still_ours(path: Path, inode: int) -> bool:
+    try:
+        return path.stat().st_ino == inode
+    except OSError:
+        return False
+
+
+def _reap(*_: object) -> None:
+    while True:
+        try:
+            pid = os.waitpid(-1, os.WNOHANG)[0]
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _answer(connection: socket.socket, status: dict[str, Any]) -> bool:
+    """Answers one request; whether it asked the server to stop."""
+    credentials = struct.unpack("3i", connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    uid = int(credentials[1])
+    if uid != os.getuid():
+        send(connection, {"error": f"uid {uid} is not this warm interpreter's user ({os.getuid()}): refused"})
+        return False
+    request, descriptors = receive(connection)
+    from torchx_ext.warm.fork import NoRoom
+
+    try:
+        op = request.get("op")
+        if op == "status":
+            send(connection, status)
+        elif op == "stop":
+            send(connection, {"stopped": status["pid"]})
+            return True
+        elif op == "run" and len(descriptors) == 3:
+            from torchx_ext.warm.fork import run_module_in_fork
+
+            child = run_module_in_fork(
+                request["module"], list(request["args"]), cwd=request["cwd"], env=request["env"],
+                umask=int(request["umask"]), streams=(descriptors[0], descriptors[1], descriptors[2]),
+                cpus=set(request["cpus"]) if request.get("cpus") else None,
+                rlimits={int(kind): (soft, hard) for kind, (soft, hard) in request.get("rlimits", {}).items()})
+            send(connection, {"pid": child.pid})
+        else:
+            send(connection, {"error": f"unknown request {op!r} (or its streams missing)"})
+    except NoRoom as error:
+        send(connection, {"error": str(error)})
+    finally:
+        for descriptor in descriptors:
+            os.close(descriptor)
+    return False
+
+
+def send(connection: socket.socket, message: dict[str, Any], descriptors: list[int] | None = None) -> None:
+    data = json.dumps(message).encode()
+    header = struct.pack("!I", len(data))
+    if descriptors:
+        socket.send_fds(connection, [header + data], descriptors)
+    else:
+        connection.sendall(header + data)
+
+
+def receive(connection: socket.socket) -> tuple[dict[str, Any], list[int]]:
+    data, descriptors, _, _ = socket.recv_fds(connection, 1 << 16, 8)
+    while len(data) < 4:
+        more = connection.recv(4 - len(data))
+        if not more:
+            raise ValueError("the connection closed before a request")
+        data += more
+    (length,) = struct.unpack("!I", data[:4])
+    if length > MAX_REQUEST:
+        raise ValueError(f"a request of {length} bytes")
+    body = data[4:]
+    while len(body) < length:
+        more = connection.recv(min(1 << 20, length - len(body)))
+        if not more:
+            raise ValueError("the connection closed mid-request")
+        body += more
+    message = json.loads(body)
+    if not isinstance(message, dict):
+        raise ValueError("a request that is not a JSON object")
+    return message, list(descriptors)
