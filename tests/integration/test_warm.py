@@ -21,7 +21,7 @@ import pytest
 from tests.helpers import TORCHX, still_there, torchx
 from tests.warm_helpers import ensure_warm
 from torchx_ext.warm import client
-from torchx_ext.warm.server import environment_key, socket_path
+from torchx_ext.warm.server import environment_key, receive, send, socket_path
 
 JOBS = Path(__file__).parent / "jobs"
 TRICKY = "a 'quoted' \"value\" with $HOME, a ; and\na newline"
@@ -54,6 +54,12 @@ def test_a_warm_jobs_processes_are_forks_of_the_warm_interpreter_with_the_state_
     warm = run_state_job(tmp_path, warm=True, warm_pid=warm_pid)
 
     assert (cold.pop("warm"), warm.pop("warm")) == (False, True)
+    cold_launcher, warm_launcher = dict(cold.pop("launcher")), dict(warm.pop("launcher"))  # type: ignore[call-overload]
+    # The launcher itself a fork, showing in /proc what an exec would: its command, the job's marker.
+    assert (cold_launcher.pop("forked"), warm_launcher.pop("forked")) == (False, True)
+    assert warm_launcher == cold_launcher
+    assert warm_launcher["argv"][1:] == ["-m", "torchx_ext.launcher", "--rdzv-backend"], warm_launcher
+    assert warm_launcher["marker"] and warm_launcher["stdin"] == "/dev/null"
     assert warm == cold
     assert warm["value"] == TRICKY and warm["argv"] == ["one arg", "$two"]
     assert (warm["umask"], warm["core"], warm["cpus"]) == ("0o27", 1234567, [1])
@@ -69,7 +75,11 @@ def connect_as(uid: int, path: Path) -> str:
         try:
             os.setgid(uid)
             os.setuid(uid)
-            said = json.dumps(client.ask(path, {"op": "status"}))
+            # The protocol itself, not the client (which would refuse a server of another uid first).
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+                connection.connect(str(path))
+                send(connection, {"op": "status"})
+                said = json.dumps(receive(connection)[0])
         except (OSError, ValueError) as error:
             said = f"{type(error).__name__}: {error}"
         os.write(write, said.encode())
@@ -106,7 +116,7 @@ def _refused_to(path: Path) -> None:
     finally:
         path.chmod(0o600)
         path.parent.chmod(0o700)
-    assert said == "ValueError: uid 65534 is not this warm interpreter's user (0): refused", said
+    assert json.loads(said) == {"error": "uid 65534 is not this warm interpreter's user (0): refused"}, said
 
 
 def test_status_stop_a_killed_interpreter_and_a_changed_torchx_ext(tmp_path: Path) -> None:
@@ -126,16 +136,23 @@ def test_status_stop_a_killed_interpreter_and_a_changed_torchx_ext(tmp_path: Pat
     assert ran.returncode == 0 and "STATE " in ran.stdout + ran.stderr, ran.stdout + ran.stderr
     assert ensure_warm(timeout_s=30) != pid
 
-    # A changed torchx_ext (or torch, or venv) is another key, so another interpreter.
+    # A changed torchx_ext (or torch, or venv) is another key: the next warm job starts cold and
+    # starts another interpreter, which serves the one after.
+    serving = ensure_warm()
     key = environment_key()
     module = Path(client.__file__)
     before = module.stat()
     os.utime(module, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000_000))
     try:
-        assert environment_key() != key
+        assert environment_key() != key and client.status() is None
+        ran = torchx("run", "-s", "local_cwd", "-cfg", "warm=true", "dist.ddp", "-j", "1x1", "--script",
+                     str(JOBS / "process_state.py"), cwd=tmp_path)
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+        assert ensure_warm(timeout_s=30) not in (serving, pid)
+        client.stop()
     finally:
         os.utime(module, ns=(before.st_atime_ns, before.st_mtime_ns))
-    assert environment_key() == key
+    assert environment_key() == key and client.status() is not None
 
 
 def test_it_ends_by_itself_once_idle(tmp_path: Path) -> None:

@@ -32,7 +32,7 @@ SOCKET_OF_GPU = {0: 0, 1: 0, 2: 0, 3: 1, 4: 0, 5: 1, 6: 1, 7: 1}
 @pytest.fixture
 def job_dir(slurm_cluster: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.setenv(STATE_ROOT_ENV, str(tmp_path / "state"))
-    yield tmp_path / "jobs"
+    yield tmp_path / "the jobs"  # a blank in the path: the driver's script quotes it
     subprocess.run(["scancel", "--user=root", "--name=held"], capture_output=True)
 
 

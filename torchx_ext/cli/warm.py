@@ -22,6 +22,11 @@ def report(action: str) -> str:
     from torchx_ext.warm import client
     from torchx_ext.warm.server import IDLE_S, socket_path
 
+    try:
+        socket_path()
+    except OSError as error:
+        return f"no warm interpreter can run here: {error}"
+
     if action == "stop":
         pid = client.stop()
         return f"stopped the warm interpreter (pid {pid})" if pid else "no warm interpreter runs for this environment"

@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import os
 import socket
+import struct
 import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from torchx_ext.warm.server import receive, send, socket_path
+from torchx_ext.warm.server import receive, runs_or_starts, send, socket_path
 
 CONNECT_TIMEOUT_S = 2.0
+ANSWER_TIMEOUT_S = 30.0
+"""A fork takes milliseconds; an interpreter that took this long is not to be waited for."""
 
 
 def run_module(module: str, args: list[str], *, cwd: str, env: Mapping[str, str],
@@ -36,7 +39,7 @@ def run_module(module: str, args: list[str], *, cwd: str, env: Mapping[str, str]
         path = socket_path()
         answer = ask(path, request, list(streams))
     except OSError:
-        start_server()  # none answers: one for the next job
+        start_server()  # none answers: one for the next job (unless one is starting)
         return None
     except ValueError:
         return None  # it answered, but cannot run this one (its environment too large): cold
@@ -48,6 +51,12 @@ def ask(path: Path, request: dict[str, Any], descriptors: list[int] | None = Non
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
         connection.settimeout(CONNECT_TIMEOUT_S)
         connection.connect(str(path))
+        # Our environment and streams go to no one but ourselves.
+        credentials = struct.unpack("3i", connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                                struct.calcsize("3i")))
+        if int(credentials[1]) != os.getuid():
+            raise ConnectionRefusedError(f"{path} is served by uid {credentials[1]}, not by you")
+        connection.settimeout(ANSWER_TIMEOUT_S)
         send(connection, request, descriptors)
         answer, received = receive(connection)
         for descriptor in received:
@@ -62,7 +71,9 @@ def start_server() -> None:
     found none starts cold meanwhile)."""
     try:
         path = socket_path()
-        log = open(path.with_suffix(".log"), "ab")
+        if runs_or_starts(path):
+            return
+        log = os.fdopen(os.open(path.with_suffix(".log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600), "ab")
     except OSError:
         return
     # Room in its argument and environment areas for those of the processes it forks (fork.py).

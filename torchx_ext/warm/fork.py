@@ -125,7 +125,10 @@ def _become(module: str, args: list[str], cwd: str, env: Mapping[str, str], umas
             try:
                 resource.setrlimit(kind, (soft, hard))
             except (ValueError, OSError):  # above this process's hard limit: the nearest it may have
-                resource.setrlimit(kind, (min(soft, resource.getrlimit(kind)[1]), resource.getrlimit(kind)[1]))
+                ceiling = resource.getrlimit(kind)[1]
+                below = ceiling if ceiling == resource.RLIM_INFINITY else min(
+                    ceiling, ceiling if soft == resource.RLIM_INFINITY else soft)
+                resource.setrlimit(kind, (below, ceiling))
     if cpus:
         os.sched_setaffinity(0, cpus)
     os.chdir(cwd)
@@ -155,9 +158,11 @@ def _areas() -> tuple[int, int, int, int]:
 
 def _show_as(argv: bytes, env: bytes) -> None:
     """Writes ``argv`` and ``env`` over the areas the kernel shows as this process's cmdline and
-    environ, as an exec would have: a fork shows its parent's otherwise. The environment's
-    strings there are no longer the C library's (``os.environ`` set them anew), so nothing reads
-    them; the warm interpreter is started with room to spare in both (``client.start_server``)."""
+    environ, as an exec would have: a fork shows its parent's otherwise. The C library's
+    ``environ`` no longer points there (``os.environ`` set every variable anew); a pointer kept
+    from a ``getenv`` while the interpreter imported torch would now read the job's bytes, the
+    price of the rewrite. The warm interpreter is started with room to spare in both areas
+    (``client.start_server``)."""
     import ctypes
 
     arg_start, arg_end, env_start, env_end = _areas()

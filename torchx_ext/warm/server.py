@@ -36,18 +36,21 @@ PRELOAD = ("torch", "torch.distributed", "torch.distributed.elastic.agent.server
            # The supervisor's own imports (not itself: it runs as __main__).
            "torchx_ext.schedulers.local.records", "torchx_ext.schedulers.common.log_files", "torchx_ext.numa.bind")
 MAX_REQUEST = 16 << 20
+REQUEST_TIMEOUT_S = 10.0
 
 
 def runtime_dir() -> Path:
-    """The user's directory for the socket, made (0700) if missing; refused if anyone else may
-    write it."""
+    """The user's directory for the socket, made (0700) if missing; refused if it is a link, not
+    the user's, or open to anyone else (in /tmp another user could have made it first)."""
+    import stat
+
     base = os.environ.get("XDG_RUNTIME_DIR") or f"/tmp/torchx_ext-{os.getuid()}"
     path = Path(base) / "torchx_ext" if os.environ.get("XDG_RUNTIME_DIR") else Path(base)
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    info = path.stat()
-    if info.st_uid != os.getuid() or info.st_mode & 0o077:
-        raise PermissionError(f"{path} is not yours alone (owner {info.st_uid}, mode {info.st_mode & 0o777:o}): "
-                              "the warm interpreter's socket goes nowhere others may write")
+    info = path.lstat()
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise PermissionError(f"{path} is not a directory of yours alone (owner {info.st_uid}, mode "
+                              f"{info.st_mode & 0o7777:o}): the warm interpreter's socket goes nowhere others may reach")
     return path
 
 
@@ -56,7 +59,7 @@ def environment_key() -> str:
     files and torchx_ext's (a changed file of either makes another key). No import of torch."""
     import importlib.util
 
-    parts = [os.path.realpath(sys.executable), sys.prefix, sys.version, str(os.getuid())]
+    parts = [os.path.realpath(sys.executable), sys.prefix, sys.version, str(os.getuid()), _cgroup()]
     spec = importlib.util.find_spec("torch")
     if spec is not None and spec.origin:
         torch_dir = Path(spec.origin).parent
@@ -64,6 +67,14 @@ def environment_key() -> str:
     package = Path(__file__).resolve().parents[1]
     parts += [str(package), *(f"{path}:{_mtime(path)}" for path in sorted(package.rglob("*.py")))]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
+
+
+def _cgroup() -> str:
+    """The control group: a fork stays in its parent's (an ``srun --pty`` session's ends with it)."""
+    try:
+        return Path("/proc/self/cgroup").read_text()
+    except OSError:
+        return ""
 
 
 def _mtime(path: Path) -> int:
@@ -83,6 +94,8 @@ def serve(path: Path, idle_s: float | None = None) -> None:
     import importlib
 
     idle_s = float(os.environ.get(IDLE_ENV, IDLE_S)) if idle_s is None else idle_s
+    if not _only_one(path):
+        return  # another one runs (or starts) for this key
     for name in PRELOAD:
         importlib.import_module(name)
     from torchx_ext.warm import fork
@@ -109,6 +122,7 @@ def serve(path: Path, idle_s: float | None = None) -> None:
                 break
             continue
         connection, _ = listener.accept()
+        connection.settimeout(REQUEST_TIMEOUT_S)  # one stalled client must not hold the others
         last = time.monotonic()
         with connection:
             try:
@@ -122,6 +136,40 @@ def serve(path: Path, idle_s: float | None = None) -> None:
             break
     if _still_ours(path, ours):
         path.unlink(missing_ok=True)
+
+
+_LOCK: list[int] = []
+
+
+def _only_one(path: Path) -> bool:
+    """Whether this is the one server of ``path``'s key: it holds the key's lock while it lives."""
+    import fcntl
+
+    descriptor = os.open(path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(descriptor)
+        return False
+    _LOCK.append(descriptor)
+    return True
+
+
+def runs_or_starts(path: Path) -> bool:
+    """Whether a server of ``path``'s key holds its lock (it runs, or is importing torch)."""
+    import fcntl
+
+    try:
+        descriptor = os.open(path.with_suffix(".lock"), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(descriptor)
+    return False
 
 
 def _still_ours(path: Path, inode: int) -> bool:
@@ -145,15 +193,15 @@ def _answer(connection: socket.socket, status: dict[str, Any]) -> bool:
     """Answers one request; whether it asked the server to stop."""
     credentials = struct.unpack("3i", connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
     uid = int(credentials[1])
-    if uid != os.getuid():
-        send(connection, {"error": f"uid {uid} is not this warm interpreter's user ({os.getuid()}): refused"})
-        return False
+    # Read before judging: a peer refused before it finished sending would see a broken pipe, not why.
     request, descriptors = receive(connection)
     from torchx_ext.warm.fork import NoRoom
 
     try:
         op = request.get("op")
-        if op == "status":
+        if uid != os.getuid():
+            send(connection, {"error": f"uid {uid} is not this warm interpreter's user ({os.getuid()}): refused"})
+        elif op == "status":
             send(connection, status)
         elif op == "stop":
             send(connection, {"stopped": status["pid"]})
@@ -179,15 +227,24 @@ def _answer(connection: socket.socket, status: dict[str, Any]) -> bool:
 
 def send(connection: socket.socket, message: dict[str, Any], descriptors: list[int] | None = None) -> None:
     data = json.dumps(message).encode()
-    header = struct.pack("!I", len(data))
+    data = struct.pack("!I", len(data)) + data
     if descriptors:
-        socket.send_fds(connection, [header + data], descriptors)
-    else:
-        connection.sendall(header + data)
+        sent = socket.send_fds(connection, [data], descriptors)
+        data = data[sent:]
+    connection.sendall(data)
 
 
 def receive(connection: socket.socket) -> tuple[dict[str, Any], list[int]]:
     data, descriptors, _, _ = socket.recv_fds(connection, 1 << 16, 8)
+    try:
+        return _rest(connection, data), list(descriptors)
+    except BaseException:
+        for descriptor in descriptors:
+            os.close(descriptor)
+        raise
+
+
+def _rest(connection: socket.socket, data: bytes) -> dict[str, Any]:
     while len(data) < 4:
         more = connection.recv(4 - len(data))
         if not more:
@@ -205,4 +262,4 @@ def receive(connection: socket.socket) -> tuple[dict[str, Any], list[int]]:
     message = json.loads(body)
     if not isinstance(message, dict):
         raise ValueError("a request that is not a JSON object")
-    return message, list(descriptors)
+    return message

@@ -16,6 +16,20 @@ def ancestors(pid: int) -> list[int]:
     return found
 
 
+def launcher() -> dict[str, object]:
+    """The replica's launcher (the nearest ancestor running it), as /proc shows it."""
+    for pid in ancestors(os.getpid()):
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            argv = [part.decode() for part in cmdline.read().split(b"\0") if part]
+        if argv[1:3] == ["-m", "torchx_ext.launcher"]:
+            with open(f"/proc/{pid}/environ", "rb") as environ:
+                block = environ.read()
+            return {"argv": argv[:3] + argv[3:4], "marker": b"TORCHX_EXT_LOCAL_JOB=" in block,
+                    # A fork of the warm interpreter shows the room it was started with (400 KiB).
+                    "forked": len(block) > 300_000, "stdin": os.readlink(f"/proc/{pid}/fd/0")}
+    return {}
+
+
 umask = os.umask(0)
 os.umask(umask)
 print("STATE " + json.dumps({
@@ -29,5 +43,6 @@ print("STATE " + json.dumps({
     "path0": sys.path[0],
     "value": os.environ.get("TRICKY"),
     "warm": int(os.environ.get("WARM_PID", "0")) in ancestors(os.getpid()),
+    "launcher": launcher(),
     "environ_has_marker": b"TORCHX_EXT_LOCAL_JOB=" in open("/proc/self/environ", "rb").read(),
 }, sort_keys=True), flush=True)

@@ -469,7 +469,7 @@ def _start_process(argv: list[str], *, cwd: str, env: dict[str, str], stdout: in
             with open(os.devnull, "rb") as nothing:
                 return fork.run_module_in_fork(LAUNCHER_MODULE, argv[3:], cwd=cwd, env=env, umask=umask,
                                                streams=(nothing.fileno(), stdout, stderr))
-        except fork.NoRoom as error:
+        except TorchxExtError as error:  # no room for its environment, or threads here
             _log(f"started anew, not forked: {error}")
     return subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
                             start_new_session=True, umask=umask)
@@ -553,11 +553,28 @@ def _log(message: str) -> None:
     print(f"{time.strftime('%H:%M:%S')} {message}", file=sys.stderr, flush=True)
 
 
+def _first_supervisor(job: LocalJobDir) -> bool:
+    """Whether this is the job's one supervisor: it holds a lock on the job's directory for life."""
+    import fcntl
+
+    descriptor = os.open(job.path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(descriptor)
+        return False
+    return True  # kept open: released as the process ends
+
+
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     # Logs and records it writes are the user's alone; replicas get the user's own umask back.
     user_umask = os.umask(0o077)
-    supervisor = Supervisor(LocalJobDir(Path(args[0])))
+    job = LocalJobDir(Path(args[0]))
+    if not _first_supervisor(job):
+        _log("another supervisor runs this job (a warm start answered late): this one ends")
+        return
+    supervisor = Supervisor(job)
     supervisor.user_umask = user_umask
     supervisor.run()
 

@@ -25,9 +25,9 @@ NEW_JOB = "new"
 APP_ID_ENV = "TORCHX_EXT_SLURM_APP_ID"
 """The app id, for the step program of a job in an allocation (whose ``SLURM_JOB_ID`` is the allocation's)."""
 ALLOCATION_ENV = "TORCHX_EXT_SLURM_ALLOCATION"
-# sbatch's -cfg that mean nothing to the steps of an allocation already granted.
-NEW_JOB_ONLY = ("partition", "time", "account", "qos", "constraint", "nodelist", "exclude", "reservation", "comment",
-                "mail-user", "mail_user", "mail-type", "mail_type", "sbatch_args")
+ENDED = frozenset({"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE",
+                   "OUT_OF_MEMORY", "REVOKED", "SPECIAL_EXIT"})
+"""Slurm's states of an allocation that will run no step again."""
 _JOB_ID = re.compile(r"\d+")
 _NODE_DETAIL = re.compile(r"\bNodes=(\S+) CPU_IDs=(\S+) Mem=(\d+) GRES=(\S*)")
 
@@ -144,7 +144,7 @@ class DriverFacts:
 def job_state(facts: DriverFacts) -> tuple[State, str, str]:
     """The job's state, the word Slurm's view gives it, and why."""
     allocation = f"allocation {facts.allocation}"
-    gone = facts.allocation_state != "RUNNING"
+    gone = facts.allocation_state is None or facts.allocation_state in ENDED
     why = f"{allocation} ended ({facts.allocation_state or 'gone'}) under the job"
     if facts.cancelled:
         return State.CANCELLED, "CANCELLED", "cancelled by request"
@@ -158,6 +158,8 @@ def job_state(facts: DriverFacts) -> tuple[State, str, str]:
         return State.FAILED, "FAILED", why
     if facts.driver_alive is False:
         return State.FAILED, "FAILED", "the job's driver on the submitting host ended without a record (killed?)"
+    if facts.allocation_state != "RUNNING":  # suspended (preempted so), and back later
+        return State.RUNNING, "RUNNING", f"{allocation} is {facts.allocation_state}"
     if not facts.started:
         return State.PENDING, "PENDING", f"starting its steps in {allocation} (srun waits while other steps hold its nodes)"
     return State.RUNNING, "RUNNING", ""

@@ -166,9 +166,12 @@ def allocation_state(job_id: str) -> str | None:
 
 
 def cancel_steps(job_id: str, step_name: str) -> None:
-    """Cancel the steps named ``step_name`` in allocation ``job_id``, and no other."""
+    """Cancel the steps named ``step_name`` in allocation ``job_id``, and no other. A step srun
+    still waits to create is not listed yet: its task finds the job cancelled and starts nothing."""
     done = run(["squeue", "-h", "-s", "-j", job_id, "-o", "%i|%j"], check=False)
-    steps = [line.split("|", 1)[0] for line in done.stdout.splitlines()
-             if line.split("|", 1)[1:] == [step_name]] if done.returncode == 0 else []
-    for step in steps:
-        scancel(step)
+    if done.returncode != 0 and "Invalid job id" not in done.stderr:
+        raise SlurmError(f"squeue failed: {last_line(done.stderr)}")
+    for line in done.stdout.splitlines():
+        step, _, name = line.partition("|")
+        if name == step_name:
+            scancel(step)

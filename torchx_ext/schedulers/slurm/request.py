@@ -104,7 +104,9 @@ def batch_script(
             "",
             "set -u",
             # The end, for describe: the driver is no Slurm job that accounting would remember.
-            f'trap \'code=$?; echo "$code" > {exit_record}.tmp && mv -f {exit_record}.tmp {exit_record}\' EXIT',
+            f'record_exit() {{ code=$?; echo "$code" > {shlex.quote(str(job.driver_exit) + ".tmp")} && '
+            f'mv -f {shlex.quote(str(job.driver_exit) + ".tmp")} {exit_record}; }}',
+            "trap record_exit EXIT",
             "trap 'exit 143' TERM",
         ]
     sruns = [_srun(position, role, spec, job, types[position], interpreter, exclusive, heterogeneous, allocation)
@@ -210,6 +212,7 @@ def _whole_app(sruns: list[str], job: SlurmJobDir, roles: list[SlurmRoleRequest]
         # Slurm's count of requeues: one more restart of the app, within the same budget.
         f'if [ "${{SLURM_RESTART_COUNT:-0}}" -gt 0 ]; then attempt=$({shlex.join([*step, "--requeued-app", str(job.path), str(budget)])}) || exit 1; fi',
         "while :; do",
+        f"  rm -f {shlex.quote(str(job.rank0_address))}",  # the first role's node rank 0 publishes it again
         "  steps=()",
     ]
     for role, srun in zip(roles, sruns):

@@ -208,7 +208,8 @@ class SlurmScheduler(WorkspaceMixin[None], SchedulerShell[SlurmOpts]):
                 driver = subprocess.Popen(["bash", str(job.script)], cwd=request.roles[0].cwd, stdin=subprocess.DEVNULL,
                                           stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
                                           env=driver_environment(os.environ, request.allocation, app_id))
-            write_atomically(job.driver, json.dumps({"host": socket.gethostname(), "pid": driver.pid}))
+            write_atomically(job.driver, json.dumps({"host": socket.gethostname(), "pid": driver.pid,
+                                                     "ticks": _start_ticks(driver.pid)}))
         except BaseException:
             shutil.rmtree(job.path, ignore_errors=True)
             raise
@@ -395,12 +396,14 @@ class SlurmScheduler(WorkspaceMixin[None], SchedulerShell[SlurmOpts]):
     def _in_allocation(job: SlurmJobDir) -> SlurmJob:
         """A job in an allocation, from its driver's records and the allocation's state; an end is kept."""
         request = job.read_request()
+        # Whether the driver runs, before its end record is read: it writes that record, then exits.
+        alive = None if _driver_host(job) != socket.gethostname() else _local_driver(job) is not None
         facts = DriverFacts(
             allocation=request.allocation,
             allocation_state=allocation_state(request.allocation),
             cancelled=job.cancelled.exists(),
             driver_exit=_recorded_code(job.driver_exit),
-            driver_alive=None if _driver_host(job) != socket.gethostname() else _local_driver(job) is not None,
+            driver_alive=alive,
             started=any(job.started(role.name, k).exists() for role in request.roles for k in range(role.num_replicas)),
         )
         state, word, message = driver_job_state(facts)
@@ -489,12 +492,19 @@ def _local_driver(job: SlurmJobDir) -> int | None:
     pid = record.get("pid")
     if record.get("host") != socket.gethostname() or not isinstance(pid, int):
         return None
+    # By its start time, not its command line: that reads empty while the exec is under way.
+    ticks = _start_ticks(pid)
+    return pid if ticks is not None and ticks == record.get("ticks") else None
+
+
+def _start_ticks(pid: int) -> int | None:
+    """When ``pid`` started (clock ticks after boot), which tells it from a later process of the
+    same pid; None once it is gone or a zombie."""
     try:
-        command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return None
-    return pid if state != "Z" and os.fsencode(job.script) in command else None
+    return None if fields[0] == "Z" else int(fields[19])
 
 
 def _recorded_code(path: Path) -> int | None:

@@ -68,6 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     role = job.read_request().role(role_name)
     if role is None:
         raise SystemExit(f"slurm step: no role {role_name!r} in {job.request}")
+    if job.cancelled.exists() and ALLOCATION_ENV in os.environ:
+        # Cancelled while srun waited for the allocation's nodes, where cancel could not see the step yet.
+        return 143
     replica_id = int(os.environ.get("SLURM_PROCID", "0"))
     node = os.environ.get("SLURMD_NODENAME", "")
     job.exit(role.name, replica_id).unlink(missing_ok=True)  # a requeued job runs again
