@@ -14,6 +14,10 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from torchx_ext.replica_env import REPLICA_ENV
+from torchx_ext.schedulers.common.proc import process_start_ticks
+
+__all__ = ["JOB_MARKER_ENV", "REPLICA_MARKER_ENV", "boot_id", "marked_processes", "process_start_ticks",
+           "signal_process", "stop_processes"]
 
 # Every process of a job carries this variable (children inherit it), which is how cancel
 # finds workers that left their replica's process group.
@@ -26,19 +30,6 @@ def boot_id() -> str:
         return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     except OSError:
         return "unknown"
-
-
-def process_start_ticks(pid: int) -> int | None:
-    """When ``pid`` started, which tells it apart from a later process with the same pid."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # The command name (field 2) may hold spaces and parentheses: split after its last ")".
-    fields = stat[stat.rindex(")") + 2 :].split()
-    if fields[0] == "Z":
-        return None  # exited, not yet reaped
-    return int(fields[19])
 
 
 def marked_processes(app_id: str, replica: str | None = None) -> list[int]:

@@ -31,6 +31,7 @@ from torchx_ext.schedulers.common.app_ids import FILE_NAME_IDS, new_app_id
 from torchx_ext.schedulers.common.files import DIR_MODE, write_atomically
 from torchx_ext.schedulers.common.job_dir import submitted_request
 from torchx_ext.schedulers.common.logs import LogQuery
+from torchx_ext.schedulers.common.proc import process_start_ticks
 from torchx_ext.schedulers.common.role_spec import role_from_spec
 from torchx_ext.schedulers.common.scheduler import ReplicaReport, SchedulerShell, describe_response
 from torchx_ext.schedulers.common.states import State, app_state, joined_message, restarts_message, spares_message
@@ -209,7 +210,7 @@ class SlurmScheduler(WorkspaceMixin[None], SchedulerShell[SlurmOpts]):
                                           stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
                                           env=driver_environment(os.environ, request.allocation, app_id))
             write_atomically(job.driver, json.dumps({"host": socket.gethostname(), "pid": driver.pid,
-                                                     "ticks": _start_ticks(driver.pid)}))
+                                                     "ticks": process_start_ticks(driver.pid)}))
         except BaseException:
             shutil.rmtree(job.path, ignore_errors=True)
             raise
@@ -493,18 +494,8 @@ def _local_driver(job: SlurmJobDir) -> int | None:
     if record.get("host") != socket.gethostname() or not isinstance(pid, int):
         return None
     # By its start time, not its command line: that reads empty while the exec is under way.
-    ticks = _start_ticks(pid)
+    ticks = process_start_ticks(pid)
     return pid if ticks is not None and ticks == record.get("ticks") else None
-
-
-def _start_ticks(pid: int) -> int | None:
-    """When ``pid`` started (clock ticks after boot), which tells it from a later process of the
-    same pid; None once it is gone or a zombie."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return None if fields[0] == "Z" else int(fields[19])
 
 
 def _recorded_code(path: Path) -> int | None:
