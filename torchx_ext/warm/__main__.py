@@ -1,5 +1,6 @@
-"""``python -m torchx_ext.warm serve SOCKET|status|stop``: the warm interpreter itself (started by
-the client, detached), and the answers ``torchx warm`` prints."""
+"""``python -m torchx_ext.warm serve SOCKET|serve-slurm|status|stop``: the warm interpreter itself
+(started by the client, detached; on a Slurm node, a task of the allocation's warm step), and the
+answers ``torchx warm`` prints."""
 
 from __future__ import annotations
 
@@ -14,12 +15,19 @@ def main(argv: list[str] | None = None) -> int:
 
         serve(Path(args[1]))
         return 0
+    if args[:1] == ["serve-slurm"] and len(args) in (1, 2):
+        import os
+
+        from torchx_ext.warm.server import serve, slurm_socket_path
+
+        serve(slurm_socket_path(os.environ["SLURM_JOB_ID"], os.environ["SLURMD_NODENAME"]))
+        return 0
     from torchx_ext.cli.warm import report
 
     if len(args) == 1 and args[0] in ("status", "stop"):
         print(report(args[0]))
         return 0
-    print("usage: python -m torchx_ext.warm serve SOCKET | status | stop", file=sys.stderr)
+    print("usage: python -m torchx_ext.warm serve SOCKET | serve-slurm | status | stop", file=sys.stderr)
     return 2
 
 

@@ -27,14 +27,7 @@ def run_module(module: str, args: list[str], *, cwd: str, env: Mapping[str, str]
     """The pid of ``python -m module *args`` forked by the warm interpreter with this process's
     umask, rlimits and CPUs and the given ``cwd``, ``env`` and standard streams; None when no warm
     interpreter answered (one is then started for the next call)."""
-    import resource
-
-    umask = os.umask(0o077)
-    os.umask(umask)
-    rlimits = {kind: resource.getrlimit(kind) for name in dir(resource)
-               if name.startswith("RLIMIT_") and (kind := getattr(resource, name)) >= 0}
-    request = {"op": "run", "module": module, "args": args, "cwd": cwd, "env": dict(env), "umask": umask,
-               "rlimits": rlimits, "cpus": sorted(os.sched_getaffinity(0))}
+    request = {**run_request(module, args, cwd, env), "op": "run"}
     try:
         path = socket_path()
         answer = ask(path, request, list(streams))
@@ -45,6 +38,19 @@ def run_module(module: str, args: list[str], *, cwd: str, env: Mapping[str, str]
         return None  # it answered, but cannot run this one (its environment too large): cold
     pid = answer.get("pid")
     return pid if isinstance(pid, int) else None
+
+
+def run_request(module: str, args: list[str], cwd: str, env: Mapping[str, str]) -> dict[str, Any]:
+    """What a fork needs to run ``python -m module *args`` as this process would start it: with its
+    umask, rlimits and CPUs, and the given ``cwd`` and ``env``."""
+    import resource
+
+    umask = os.umask(0o077)
+    os.umask(umask)
+    rlimits = {kind: resource.getrlimit(kind) for name in dir(resource)
+               if name.startswith("RLIMIT_") and (kind := getattr(resource, name)) >= 0}
+    return {"module": module, "args": args, "cwd": cwd, "env": dict(env), "umask": umask, "rlimits": rlimits,
+            "cpus": sorted(os.sched_getaffinity(0))}
 
 
 def ask(path: Path, request: dict[str, Any], descriptors: list[int] | None = None) -> dict[str, Any]:
@@ -76,15 +82,20 @@ def start_server() -> None:
         log = os.fdopen(os.open(path.with_suffix(".log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600), "ab")
     except OSError:
         return
-    # Room in its argument and environment areas for those of the processes it forks (fork.py).
-    room = {f"TORCHX_EXT_WARM_ROOM_{index}": "." * ROOM_PER_VARIABLE for index in range(ENV_ROOM_VARIABLES)}
     with log:
-        subprocess.Popen([sys.executable, "-m", "torchx_ext.warm", "serve", str(path), " " * ARGV_ROOM],
+        subprocess.Popen([sys.executable, "-m", "torchx_ext.warm", "serve", str(path), ARGV_ROOM_ARGUMENT],
                          stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd="/", start_new_session=True,
-                         env={**os.environ, **room})
+                         env={**os.environ, **room_environment()})
+
+
+def room_environment() -> dict[str, str]:
+    """Room in a warm interpreter's environment area for those of the processes it forks (fork.py)."""
+    return {f"TORCHX_EXT_WARM_ROOM_{index}": "." * ROOM_PER_VARIABLE for index in range(ENV_ROOM_VARIABLES)}
 
 
 ARGV_ROOM = 32 << 10
+ARGV_ROOM_ARGUMENT = " " * ARGV_ROOM
+"""Room in its argument area for the command lines of the processes it forks."""
 ROOM_PER_VARIABLE = 100 << 10
 """Below the kernel's limit on one argument or variable (128 KiB)."""
 ENV_ROOM_VARIABLES = 4

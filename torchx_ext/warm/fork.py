@@ -109,7 +109,7 @@ def _become(module: str, args: list[str], cwd: str, env: Mapping[str, str], umas
         if descriptor != target:
             os.dup2(descriptor, target)
     signal.set_wakeup_fd(-1)
-    os.closerange(3, _max_descriptors())
+    os.closerange(3, max_descriptors())
     for sig in signal.valid_signals():
         if sig in (signal.SIGKILL, signal.SIGSTOP):
             continue
@@ -170,7 +170,7 @@ def _show_as(argv: bytes, env: bytes) -> None:
         ctypes.memmove(start, data + b"\0" * (end - start - len(data)), end - start)
 
 
-def _max_descriptors() -> int:
+def max_descriptors() -> int:
     try:
         return int(os.sysconf("SC_OPEN_MAX"))
     except (ValueError, OSError):

@@ -9,9 +9,13 @@ torchx_ext is another socket, and so another server; the old one ends once idle.
 only a peer of its own uid (``SO_PEERCRED``), runs one thread (a fork keeps only the calling
 one), never touches CUDA, and ends after ``IDLE_S`` without a request.
 
+On a Slurm allocation's node it is a task of a step of that allocation (``serve-slurm``,
+started by the slurm scheduler for ``-cfg warm=true``), with a socket per allocation and node
+(``slurm_socket_path``), and forks the launchers of the job's step programs there (``attach``).
+
 The protocol, one request per connection: 4 bytes of length, then a JSON object (``op``: run,
-status or stop), with the job's stdin, stdout and stderr passed as descriptors (SCM_RIGHTS);
-the answer is one JSON object.
+attach, status or stop), with the job's stdin, stdout and stderr passed as descriptors
+(SCM_RIGHTS); the answer is one JSON object. An attached connection stays open: see ``attach.py``.
 """
 
 from __future__ import annotations
@@ -39,13 +43,15 @@ MAX_REQUEST = 16 << 20
 REQUEST_TIMEOUT_S = 10.0
 
 
-def runtime_dir() -> Path:
+def runtime_dir(node_local: bool = False) -> Path:
     """The user's directory for the socket, made (0700) if missing; refused if it is a link, not
-    the user's, or open to anyone else (in /tmp another user could have made it first)."""
+    the user's, or open to anyone else (in /tmp another user could have made it first).
+    ``node_local``: always ``/tmp/torchx_ext-UID`` (on a Slurm node, the submitting shell's
+    ``$XDG_RUNTIME_DIR`` need not exist)."""
     import stat
 
-    base = os.environ.get("XDG_RUNTIME_DIR") or f"/tmp/torchx_ext-{os.getuid()}"
-    path = Path(base) / "torchx_ext" if os.environ.get("XDG_RUNTIME_DIR") else Path(base)
+    runtime = None if node_local else os.environ.get("XDG_RUNTIME_DIR")
+    path = Path(runtime) / "torchx_ext" if runtime else Path(f"/tmp/torchx_ext-{os.getuid()}")
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
     info = path.lstat()
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
@@ -54,12 +60,13 @@ def runtime_dir() -> Path:
     return path
 
 
-def environment_key() -> str:
+def environment_key(cgroup: bool = True) -> str:
     """What a warm interpreter must share with the job: the interpreter and its prefix, torch's
-    files and torchx_ext's (a changed file of either makes another key). No import of torch."""
+    files and torchx_ext's (a changed file of either makes another key), and its control group
+    (not on a Slurm node, where each step has its own). No import of torch."""
     import importlib.util
 
-    parts = [os.path.realpath(sys.executable), sys.prefix, sys.version, str(os.getuid()), _cgroup()]
+    parts = [os.path.realpath(sys.executable), sys.prefix, sys.version, str(os.getuid()), _cgroup() if cgroup else ""]
     spec = importlib.util.find_spec("torch")
     if spec is not None and spec.origin:
         torch_dir = Path(spec.origin).parent
@@ -86,6 +93,12 @@ def _mtime(path: Path) -> int:
 
 def socket_path(key: str | None = None) -> Path:
     return runtime_dir() / f"warm-{key or environment_key()}.sock"
+
+
+def slurm_socket_path(allocation: str, node: str, key: str | None = None) -> Path:
+    """The socket of an allocation's warm interpreter on ``node``: by allocation and node (a test
+    cluster runs several nodes on one host), on the node's own disk."""
+    return runtime_dir(node_local=True) / f"warm-slurm{allocation}-{node}-{key or environment_key(cgroup=False)}.sock"
 
 
 def serve(path: Path, idle_s: float | None = None) -> None:
@@ -118,6 +131,10 @@ def serve(path: Path, idle_s: float | None = None) -> None:
     while True:
         ready, _, _ = select.select([listener], [], [], min(5.0, max(0.0, idle_s - (time.monotonic() - last))))
         if not ready:
+            if _ATTACHED:
+                # On a Slurm node, what it forked for a job's step lives in its own step, which ends
+                # (killing them) once it ends: it is idle only when they have ended.
+                last = time.monotonic()
             if time.monotonic() - last >= idle_s or not _still_ours(path, ours):
                 break
             continue
@@ -126,8 +143,9 @@ def serve(path: Path, idle_s: float | None = None) -> None:
         last = time.monotonic()
         with connection:
             try:
-                stop = _answer(connection, {"pid": os.getpid(), "started": started, "served": served,
-                                            "python": sys.executable, "key": path.stem.removeprefix("warm-")})
+                stop = _answer(connection, listener, {"pid": os.getpid(), "started": started, "served": served,
+                                                      "python": sys.executable, "key": path.stem.removeprefix("warm-"),
+                                                      "attached": len(_ATTACHED)})
                 served += 1
             except Exception as error:  # one bad request ends only itself
                 print(f"warm: a request failed: {error!r}", file=sys.stderr, flush=True)
@@ -179,6 +197,10 @@ def _still_ours(path: Path, inode: int) -> bool:
         return False
 
 
+_ATTACHED: set[int] = set()
+"""The guardians of attached launchers (``attach.py``) that still run."""
+
+
 def _reap(*_: object) -> None:
     while True:
         try:
@@ -187,9 +209,10 @@ def _reap(*_: object) -> None:
             return
         if pid == 0:
             return
+        _ATTACHED.discard(pid)
 
 
-def _answer(connection: socket.socket, status: dict[str, Any]) -> bool:
+def _answer(connection: socket.socket, listener: socket.socket, status: dict[str, Any]) -> bool:
     """Answers one request; whether it asked the server to stop."""
     credentials = struct.unpack("3i", connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
     uid = int(credentials[1])
@@ -209,12 +232,13 @@ def _answer(connection: socket.socket, status: dict[str, Any]) -> bool:
         elif op == "run" and len(descriptors) == 3:
             from torchx_ext.warm.fork import run_module_in_fork
 
-            child = run_module_in_fork(
-                request["module"], list(request["args"]), cwd=request["cwd"], env=request["env"],
-                umask=int(request["umask"]), streams=(descriptors[0], descriptors[1], descriptors[2]),
-                cpus=set(request["cpus"]) if request.get("cpus") else None,
-                rlimits={int(kind): (soft, hard) for kind, (soft, hard) in request.get("rlimits", {}).items()})
+            child = run_module_in_fork(request["module"], list(request["args"]),
+                                       streams=(descriptors[0], descriptors[1], descriptors[2]), **job_state(request))
             send(connection, {"pid": child.pid})
+        elif op == "attach" and len(descriptors) == 3:
+            from torchx_ext.warm.attach import guard
+
+            _ATTACHED.add(guard(connection, listener, request, (descriptors[0], descriptors[1], descriptors[2])))
         else:
             send(connection, {"error": f"unknown request {op!r} (or its streams missing)"})
     except NoRoom as error:
@@ -223,6 +247,13 @@ def _answer(connection: socket.socket, status: dict[str, Any]) -> bool:
         for descriptor in descriptors:
             os.close(descriptor)
     return False
+
+
+def job_state(request: dict[str, Any]) -> dict[str, Any]:
+    """The state a forked process takes from a run or attach request (``fork.run_module_in_fork``)."""
+    return {"cwd": request["cwd"], "env": request["env"], "umask": int(request["umask"]),
+            "cpus": set(request["cpus"]) if request.get("cpus") else None,
+            "rlimits": {int(kind): (soft, hard) for kind, (soft, hard) in request.get("rlimits", {}).items()}}
 
 
 def send(connection: socket.socket, message: dict[str, Any], descriptors: list[int] | None = None) -> None:

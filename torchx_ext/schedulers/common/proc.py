@@ -1,8 +1,11 @@
-"""A process told apart from a later one of the same pid, through /proc. Standard library only:
-local's supervisor and slurm's step import it on every start."""
+"""Processes through /proc: one told apart from a later one of the same pid, and a whole tree
+killed. Standard library only: local's supervisor, slurm's step and the warm interpreter's
+guardians import it on every start."""
 
 from __future__ import annotations
 
+import os
+import signal
 from pathlib import Path
 
 
@@ -18,3 +21,24 @@ def process_start_ticks(pid: int) -> int | None:
     if fields[0] == "Z":
         return None  # exited, not yet reaped
     return int(fields[19])
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL ``pid`` and everything below it, frozen or not (workers in sessions of their own
+    included: they are still its descendants)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                parent = int(Path(f"/proc/{entry.name}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(parent, []).append(int(entry.name))
+    pending = [pid]
+    while pending:
+        current = pending.pop()
+        pending += children.get(current, [])
+        try:
+            os.kill(current, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

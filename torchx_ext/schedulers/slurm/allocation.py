@@ -116,13 +116,19 @@ def describe(allocation: Allocation) -> str:
 
 def driver_environment(environ: Mapping[str, str], allocation: str, app_id: str) -> dict[str, str]:
     """The driver's environment: the submitter's, without the allocation shell's ``SLURM_*``
-    (srun would read them as its own options: the shell's task count, CPUs, memory), so each
-    step is shaped by its own options alone; ``SLURM_CONF`` stays."""
-    env = {key: value for key, value in environ.items()
-           if not key.startswith(("SLURM_", "SRUN_", "SALLOC_", "SBATCH_")) or key == "SLURM_CONF"}
+    (``outside_allocation``); and the allocation and app id, for its step programs."""
+    env = outside_allocation(environ)
     env[ALLOCATION_ENV] = allocation
     env[APP_ID_ENV] = app_id
     return env
+
+
+def outside_allocation(environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` without an allocation shell's ``SLURM_*`` (srun would read them as its own
+    options: the shell's task count, CPUs, memory), so that each step srun starts is shaped by its
+    own options alone; ``SLURM_CONF`` stays."""
+    return {key: value for key, value in environ.items()
+            if not key.startswith(("SLURM_", "SRUN_", "SALLOC_", "SBATCH_")) or key == "SLURM_CONF"}
 
 
 @dataclass(frozen=True)

@@ -168,10 +168,14 @@ def allocation_state(job_id: str) -> str | None:
 def cancel_steps(job_id: str, step_name: str) -> None:
     """Cancel the steps named ``step_name`` in allocation ``job_id``, and no other. A step srun
     still waits to create is not listed yet: its task finds the job cancelled and starts nothing."""
+    for step, name in steps_of(job_id):
+        if name == step_name:
+            scancel(step)
+
+
+def steps_of(job_id: str) -> list[tuple[str, str]]:
+    """The steps allocation ``job_id`` runs now: their ids and names."""
     done = run(["squeue", "-h", "-s", "-j", job_id, "-o", "%i|%j"], check=False)
     if done.returncode != 0 and "Invalid job id" not in done.stderr:
         raise SlurmError(f"squeue failed: {last_line(done.stderr)}")
-    for line in done.stdout.splitlines():
-        step, _, name = line.partition("|")
-        if name == step_name:
-            scancel(step)
+    return [(step, name) for step, _, name in (line.partition("|") for line in done.stdout.splitlines())]

@@ -63,6 +63,7 @@ class SlurmOpts(TypedDict, total=False):
     image_repo: Optional[str]
     quiet: Optional[bool]
     allocation: Optional[str]
+    warm: Optional[bool]
 
 
 def run_opts(default_job_dir: str) -> runopts:
@@ -97,6 +98,10 @@ def run_opts(default_job_dir: str) -> runopts:
              help="the job id of an allocation you hold (salloc): the job runs as its steps, started at once, with "
              "no sbatch; default: the allocation whose shell or batch script runs torchx, if any; 'new': a job "
              "of its own")
+    opts.add("warm", type_=bool, default=False,
+             help="in an allocation: the replicas' launchers are forked by a resident interpreter on each node that "
+             "has imported torch (a step of the allocation, started by the first such job, ended after 10 idle "
+             "minutes or with the allocation): no import of torch per job; ignored for a job of its own")
     opts.add("sbatch_args", type_=List[str], default=None,
              help="any other sbatch options, each --name=value or (on the command line, where = is taken) "
              "--name value, e.g. '--signal B:USR1@60;--requeue'")

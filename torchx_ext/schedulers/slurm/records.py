@@ -70,6 +70,9 @@ class SlurmJobRequest:
     ("": a job of its own, queued by sbatch)."""
     allocation_nodes: int = 0
     """How many nodes that allocation held at submission."""
+    warm_step: list[str] = field(default_factory=list)
+    """In an allocation with ``-cfg warm=true``: the srun of the allocation's warm interpreters,
+    which fork the replicas' launchers (``warm_step.py``); empty: launchers start anew."""
 
     def to_json(self) -> str:
         return json.dumps({"format": FORMAT_VERSION, **asdict(self)}, indent=1)
@@ -126,6 +129,11 @@ class SlurmJobDir(JobDirectory):
     @property
     def driver_output(self) -> Path:
         return self.path / "driver.out"
+
+    @property
+    def warm_step_output(self) -> Path:
+        """srun's messages about the allocation's warm step, where this job started it."""
+        return self.path / "warm-step.out"
 
     @property
     def final(self) -> Path:

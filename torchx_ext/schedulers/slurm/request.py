@@ -24,6 +24,7 @@ from torchx_ext.schedulers.common.role_spec import role_spec
 from torchx_ext.schedulers.slurm.allocation import Allocation
 from torchx_ext.schedulers.slurm.options import gpu_type_of
 from torchx_ext.schedulers.slurm.records import SlurmJobDir, SlurmJobRequest, SlurmRoleRequest
+from torchx_ext.schedulers.slurm.warm_step import warm_step_command
 
 STEP_MODULE = "torchx_ext.schedulers.slurm.step"
 _ROLE_NAME = re.compile(r"[A-Za-z0-9_.-]+")
@@ -41,12 +42,14 @@ def build_request(
     gpu_types: list[str] | None = None,
     workspace: str = "",
     allocation: Allocation | None = None,
+    warm: bool = False,
 ) -> SlurmJobRequest:
     """The request for ``app``; ``options``: the checked ``#SBATCH`` options of its ``-cfg``;
     ``gpu_types``: the GRES type to ask each role's GPUs of ("": any; None: as each role's named
     resource says); ``workspace``: a directory copied into the job's at submission, whose copy
     is where the steps run (``cwd`` is then ignored); ``allocation``: the allocation whose steps
-    the job runs as (its script is then the driver's, run on the submitting host: no ``sbatch``)."""
+    the job runs as (its script is then the driver's, run on the submitting host: no ``sbatch``),
+    whose warm interpreters fork the replicas' launchers with ``warm``."""
     if workspace:
         cwd = str(SlurmJobDir(Path(job_dir)).workspace)
     for path, what in ((job_dir, "job_dir"), (cwd, "the current directory")):
@@ -60,7 +63,9 @@ def build_request(
                           gpu_types, allocation)
     return SlurmJobRequest(app_name=app.name, job_dir=job_dir, roles=roles, script=script,
                            options=options, workspace=workspace, allocation=allocation.job_id if allocation else "",
-                           allocation_nodes=allocation.nodes if allocation else 0)
+                           allocation_nodes=allocation.nodes if allocation else 0,
+                           warm_step=warm_step_command(allocation, interpreter, Path(job_dir).parent)
+                           if allocation and warm else [])
 
 
 def batch_script(
@@ -255,6 +260,9 @@ def describe_request(request: SlurmJobRequest) -> str:
         lines.append(f"{role.name}: {role.policy.min_replicas}..{role.num_replicas} nodes, cwd={role.cwd}")
         lines.append(f"  argv: {[role.entrypoint, *role.args]!r}")
         lines += [f"  env {key}={value!r}" for key, value in sorted(role.env.items())]
+    if request.warm_step:
+        lines.append(f"warm: the launchers forked by the allocation's warm interpreters, the step (unless one runs): "
+                     f"{' '.join(word for word in request.warm_step if word.strip())}")
     return "\n".join(lines) + "\n--- batch.sh\n" + request.script
 
 

@@ -51,6 +51,7 @@ from torchx_ext.schedulers.slurm.records import (
     step_ended,
 )
 from torchx_ext.schedulers.slurm.request import build_request, describe_request
+from torchx_ext.schedulers.slurm.warm_step import start_warm_step
 from torchx_ext.schedulers.slurm.workspace import copy_workspace, workspace_of
 from torchx_ext.schedulers.common.workspace_files import workspace_path
 
@@ -161,6 +162,7 @@ class SlurmScheduler(WorkspaceMixin[None], SchedulerShell[SlurmOpts]):
             gpu_types=gpu_types,
             workspace=workspace,
             allocation=allocation,
+            warm=bool(cfg.get("warm")),
         )
         return AppDryRunInfo(request, describe_request)
 
@@ -204,7 +206,11 @@ class SlurmScheduler(WorkspaceMixin[None], SchedulerShell[SlurmOpts]):
         no queue. Its end is the script's record (``driver.exit``)."""
         app_id = job.path.name
         ignored = [option.split("=", 1)[0] for option in request.options if option != "--exclusive"]
+        warm = ""
         try:
+            if request.warm_step and start_warm_step(request.warm_step, request.allocation, os.environ,
+                                                     job.warm_step_output):
+                warm = "; its warm interpreters start now (the next job's launchers are forked from them)"
             with open(job.driver_output, "ab") as output:
                 driver = subprocess.Popen(["bash", str(job.script)], cwd=request.roles[0].cwd, stdin=subprocess.DEVNULL,
                                           stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
@@ -216,7 +222,7 @@ class SlurmScheduler(WorkspaceMixin[None], SchedulerShell[SlurmOpts]):
             raise
         JOBS.register(app_id, job.path)
         print(f"running in allocation {request.allocation} ({request.allocation_nodes} nodes): no sbatch, no queue"
-              + (f"; {', '.join(ignored)} ignored (they shape a new job)" if ignored else ""), file=sys.stderr)
+              + (f"; {', '.join(ignored)} ignored (they shape a new job)" if ignored else "") + warm, file=sys.stderr)
         return app_id
 
     @staticmethod

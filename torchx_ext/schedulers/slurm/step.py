@@ -33,6 +33,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import IO, TYPE_CHECKING, Union
 
 from torchx_ext.error_file import ErrorReport, read_error_file, write_error_file
 from torchx_ext.launcher.liveness import FileWatch, is_spare
@@ -41,8 +42,12 @@ from torchx_ext.replica_env import (ALLOCATED_NODES_ENV, ERROR_FILE_ENV, LIVENES
                                     RDZV_HOST_ENV, RDZV_IS_HOST_ENV, RDZV_PORT_ENV, REPLICA_ENV)
 from torchx_ext.schedulers.common.files import write_atomically
 from torchx_ext.schedulers.common.log_files import IndexedLog
+from torchx_ext.schedulers.common.proc import kill_tree
 from torchx_ext.schedulers.slurm.allocation import ALLOCATION_ENV, APP_ID_ENV
 from torchx_ext.schedulers.slurm.records import SlurmJobDir, SlurmRoleRequest, StepEnd, first_failure, step_ended
+
+if TYPE_CHECKING:
+    from torchx_ext.warm.attach import AttachedProcess
 
 START_ORDER_WAIT_S = 10.0
 
@@ -126,10 +131,11 @@ def main(argv: list[str] | None = None) -> int:
                          replace=True)
 
     spare_mark = job.spare(role.name, replica_id)
+    warm = warm_socket(job)
     try:
         while True:
             code = run_replica(argv_, env, role.cwd, logs, started=started, liveness=(str(liveness), frozen),
-                               spare_mark=spare_mark)
+                               spare_mark=spare_mark, warm=warm, say=say)
             restarts = job.read_replica_restarts(role.name, replica_id)
             if not role.policy.restarts_in_place or code == 0 or _stopped_by_slurm or restarts >= role.policy.max_retries:
                 break
@@ -192,6 +198,20 @@ def _replaces_what_was_said(path: Path, text: str, killed: bool) -> bool:
 def app_id() -> str:
     """The job's app id: its Slurm job id, or the one its driver gave it in an allocation."""
     return os.environ.get(APP_ID_ENV) or os.environ.get("SLURM_JOB_ID", "")
+
+
+def warm_socket(job: SlurmJobDir) -> Path | None:
+    """The socket of this node's warm interpreter, for a job run in an allocation with
+    ``-cfg warm=true``; None otherwise."""
+    allocation = os.environ.get(ALLOCATION_ENV)
+    if not allocation or not job.read_request().warm_step:
+        return None
+    from torchx_ext.warm.server import slurm_socket_path
+
+    try:
+        return slurm_socket_path(allocation, os.environ.get("SLURMD_NODENAME", ""))
+    except OSError:
+        return None  # no directory of ours on this node: the launcher starts anew
 
 
 def controller_answers(timeout_s: float = 3.0) -> bool:
@@ -361,20 +381,29 @@ def cpus_given() -> str:
     return text
 
 
+Replica = Union["subprocess.Popen[bytes]", "AttachedProcess"]
+
 _stopped_by_slurm = False
 """Slurm signalled the step (scancel, a time limit): its replica is not started again."""
 
 
 def run_replica(argv: list[str], env: dict[str, str], cwd: str, logs: dict[str, IndexedLog],
                 started: Callable[[], None],
-                liveness: tuple[str, Callable[[float], None]] | None = None, spare_mark: Path | None = None) -> int:
+                liveness: tuple[str, Callable[[float], None]] | None = None, spare_mark: Path | None = None,
+                warm: Path | None = None, say: Callable[[str], None] | None = None) -> int:
     """Runs the replica to its end, passing on its output and the signals Slurm sends; its exit
     code (negative: the signal that killed it). ``started`` is called once it runs. With
     ``liveness`` (a file, and what to do first), a replica whose launcher touched the file once and
     then not for 10 s is frozen: it is killed with everything it started. ``spare_mark`` exists
-    while the liveness file says the launcher waits as a hot spare."""
-    process = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE)
+    while the liveness file says the launcher waits as a hot spare. ``warm``: the socket of the
+    node's warm interpreter, which forks our launcher when it answers (``start_replica``); ``say``
+    tells the replica's log which it was."""
+    process, stdout, stderr = start_replica(argv, env, cwd, warm)
+    if warm is not None and say is not None:
+        from torchx_ext.warm.attach import AttachedProcess
+
+        say(f"its launcher (pid {process.pid}) is a fork of this node's warm interpreter"
+            if isinstance(process, AttachedProcess) else "no warm interpreter answers on this node yet: its launcher starts anew")
     started()
 
     def forward(signum: int, _frame: object) -> None:
@@ -386,9 +415,8 @@ def run_replica(argv: list[str], env: dict[str, str], cwd: str, logs: dict[str, 
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCONT):
         signal.signal(signum, forward)
     selector = selectors.DefaultSelector()
-    assert process.stdout is not None and process.stderr is not None
-    selector.register(process.stdout, selectors.EVENT_READ, "stdout")
-    selector.register(process.stderr, selectors.EVENT_READ, "stderr")
+    selector.register(stdout, selectors.EVENT_READ, "stdout")
+    selector.register(stderr, selectors.EVENT_READ, "stderr")
     killed = False
     watch = FileWatch(liveness[0], pid=process.pid) if liveness is not None else None
     while selector.get_map():
@@ -409,7 +437,36 @@ def run_replica(argv: list[str], env: dict[str, str], cwd: str, logs: dict[str, 
             _mirror(spare_mark, not killed and is_spare(liveness[0]))
     if spare_mark is not None:
         spare_mark.unlink(missing_ok=True)
+    for stream in (stdout, stderr):
+        stream.close()
     return process.wait()
+
+
+LAUNCHER_MODULE = "torchx_ext.launcher"
+
+
+def start_replica(argv: list[str], env: dict[str, str], cwd: str, warm: Path | None) -> tuple[Replica, IO[bytes], IO[bytes]]:
+    """The replica started, and the ends of its stdout and stderr pipes. Our launcher on this
+    interpreter is forked by the node's warm interpreter at ``warm`` when one answers there (no
+    import of torch); anything else, or no answer, is started anew."""
+    if warm is not None and argv[:3] == [sys.executable, "-m", LAUNCHER_MODULE]:
+        from torchx_ext.warm.attach import attach_module
+
+        out_read, out_write = os.pipe()
+        err_read, err_write = os.pipe()
+        with open(os.devnull, "rb") as nothing:
+            attached = attach_module(warm, LAUNCHER_MODULE, argv[3:], cwd=cwd, env=env,
+                                     streams=(nothing.fileno(), out_write, err_write))
+        os.close(out_write)
+        os.close(err_write)
+        if attached is not None:
+            return attached, os.fdopen(out_read, "rb", buffering=0), os.fdopen(err_read, "rb", buffering=0)
+        os.close(out_read)
+        os.close(err_read)
+    process = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE)
+    assert process.stdout is not None and process.stderr is not None
+    return process, process.stdout, process.stderr
 
 
 def _mirror(mark: Path, present: bool) -> None:
@@ -418,27 +475,6 @@ def _mirror(mark: Path, present: bool) -> None:
             mark.touch()
         else:
             mark.unlink(missing_ok=True)
-
-
-def kill_tree(pid: int) -> None:
-    """SIGKILL ``pid`` and everything below it, frozen or not (workers in sessions of their own
-    included: they are still its descendants)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                parent = int(Path(f"/proc/{entry.name}/stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(parent, []).append(int(entry.name))
-    pending = [pid]
-    while pending:
-        current = pending.pop()
-        pending += children.get(current, [])
-        try:
-            os.kill(current, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 if __name__ == "__main__":
