@@ -20,7 +20,9 @@ Schedulers and targets (ours/torchx, medians, at most):
   slurm         -j 1x2, --wait                 0.6; also each side's time outside the controller's
                 wait for an allocation (slurmctld's log: submission to "sched: Allocate")
   slurm-allocation  the same, ours as the steps of an allocation held for the bench (salloc
-                -N1 -c2 --exclusive; -cfg allocation), torchx's sbatch on the other node   0.35
+                -N1 -c2 --exclusive; -cfg allocation), torchx's sbatch on the other node   (none)
+  slurm-allocation-warm  the same, ours forked by the allocation's warm interpreter (-cfg
+                warm=true; started by the untimed first run)   0.35
   kubernetes    -j 2x2 --cpu 1 on the test cluster (its pods on the Docker engine), ours only:
                 absolute phases. torchx 0.7.0's kubernetes scheduler submits a Volcano job whose
                 replicas find rank 0 through the svc plugin's VC_<task>_HOSTS variables, which the
@@ -33,7 +35,7 @@ of ours; created on first use). Needs: slurm, ``SLURM_CONF`` naming a cluster th
 said and left out. Exits 0 whether or not a target is met; 1 when a run fails.
 
     .venv/bin/python scripts/bench/first_step.py [--schedulers local_cwd,local_cwd-warm,local_docker,slurm,
-        slurm-allocation,kubernetes]
+        slurm-allocation,slurm-allocation-warm,kubernetes]
         [--runs N] [--docker-modes warm,cold]
 """
 
@@ -281,38 +283,68 @@ def slurm_case(workdir: Path) -> Case | None:
     return Case("slurm -j 1x2", 0.6, command, workdir, before_each=ready, slurm_log=log)
 
 
-def slurm_allocation_case(workdir: Path, stack: ExitStack) -> Case | None:
+def slurm_allocation_case(workdir: Path, stack: ExitStack, warm: bool = False) -> Case | None:
     """Ours in an allocation held for the bench (``-cfg allocation``: steps, no sbatch), against
-    torchx's sbatch path on the cluster's other node, which is all it has."""
+    torchx's sbatch path on the cluster's other node, which is all it has; ``warm``: with
+    ``-cfg warm=true``, whose interpreters the untimed first run starts and each run finds answering."""
     base = slurm_case(workdir)
     if base is None:
         return None
-    held = subprocess.run(["salloc", "--no-shell", "--nodes=1", "--exclusive", "--cpus-per-task=2", "--job-name=bench-held"],
-                          capture_output=True, text=True, timeout=120)
-    granted = re.search(r"Granted job allocation (\d+)", held.stderr)
-    if granted is None:
-        print(f"slurm in an allocation: salloc failed ({held.stderr.strip()[-300:]}): left out", flush=True)
+    allocation = held_allocation(stack)
+    if allocation is None:
         return None
-    allocation = granted.group(1)
-    stack.callback(subprocess.run, ["scancel", allocation], capture_output=True)
 
     def command(venv: Path) -> list[str]:
         if venv != OURS:
             return base.command(venv)
-        return ["run", "-s", "slurm", "-cfg", f"job_dir={workdir / 'jobs'},allocation={allocation}", "--wait",
-                "dist.ddp", "-j", "1x2", "--script", str(workdir / JOB.name)]
+        return ["run", "-s", "slurm", "-cfg", f"job_dir={workdir / 'jobs'},allocation={allocation}"
+                + (",warm=true" if warm else ""), "--wait", "dist.ddp", "-j", "1x2", "--script", str(workdir / JOB.name)]
 
     config = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True).stdout
     interval = re.search(r"^SchedulerParameters\s*=.*\bsched_interval=(\d+)", config, re.MULTILINE)
 
     def ready(side_runs: list[Run]) -> None:
         slurm_idle(allocation)
+        if warm and side_runs:  # started by the untimed first run
+            warm_answers(allocation)
         # torchx's batch job at its best: submitted just before the controller's pass.
         if base.slurm_log is not None and interval is not None and side_runs:
             submit_s = statistics.median(run.phases["submit"] for run in side_runs)
             before_controller_pass(base.slurm_log, float(interval.group(1)), submit_s)
 
-    return Case(f"slurm -j 1x2 in allocation {allocation} (torchx: sbatch)", 0.35, command, workdir, before_each=ready)
+    return Case(f"slurm -j 1x2 in allocation {allocation}{', warm' if warm else ''} (torchx: sbatch)",
+                0.35 if warm else None, command, workdir, before_each=ready)
+
+
+_HELD: list[str] = []
+
+
+def held_allocation(stack: ExitStack) -> str | None:
+    """The bench's allocation of one node, held until the bench ends; one for every case that runs
+    in one (torchx's side needs the other node)."""
+    if not _HELD:
+        held = subprocess.run(["salloc", "--no-shell", "--nodes=1", "--exclusive", "--cpus-per-task=2",
+                               "--job-name=bench-held"], capture_output=True, text=True, timeout=120)
+        granted = re.search(r"Granted job allocation (\d+)", held.stderr)
+        if granted is None:
+            print(f"slurm in an allocation: salloc failed ({held.stderr.strip()[-300:]}): left out", flush=True)
+            return None
+        _HELD.append(granted.group(1))
+        stack.callback(subprocess.run, ["scancel", _HELD[0]], capture_output=True)
+    return _HELD[0]
+
+
+def warm_answers(allocation: str, timeout_s: float = 60.0) -> None:
+    """Waits until the allocation's warm interpreter answers (its node is on this host)."""
+    import socket
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for path in Path(f"/tmp/torchx_ext-{os.getuid()}").glob(f"warm-slurm{allocation}-*.sock"):
+            with socket.socket(socket.AF_UNIX) as probe:
+                if probe.connect_ex(str(path)) == 0:
+                    return
+        time.sleep(0.2)
 
 
 def before_controller_pass(log: Path, period_s: float, submit_s: float) -> None:
@@ -420,12 +452,14 @@ for app in scheduler.list():
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--schedulers", default="local_cwd,local_cwd-warm,local_docker,slurm,slurm-allocation,kubernetes")
+    parser.add_argument("--schedulers", default="local_cwd,local_cwd-warm,local_docker,slurm,slurm-allocation,"
+                        "slurm-allocation-warm,kubernetes")
     parser.add_argument("--runs", type=int, default=7, help="timed runs of each side per scheduler (default 7)")
     parser.add_argument("--docker-modes", default="warm,cold")
     args = parser.parse_args()
     names = [name.strip() for name in args.schedulers.split(",") if name.strip()]
-    known = ("local_cwd", "local_cwd-warm", "local_docker", "slurm", "slurm-allocation", "kubernetes")
+    known = ("local_cwd", "local_cwd-warm", "local_docker", "slurm", "slurm-allocation", "slurm-allocation-warm",
+             "kubernetes")
     if unknown := [name for name in names if name not in known]:
         parser.error(f"unknown scheduler(s) {', '.join(unknown)}: expected some of {', '.join(known)}")
     modes = [mode.strip() for mode in args.docker_modes.split(",") if mode.strip()]
@@ -451,6 +485,8 @@ def main() -> int:
             elif name == "slurm" and (case := slurm_case(place)) is not None:
                 cases.append(case)
             elif name == "slurm-allocation" and (case := slurm_allocation_case(place, stack)) is not None:
+                cases.append(case)
+            elif name == "slurm-allocation-warm" and (case := slurm_allocation_case(place, stack, warm=True)) is not None:
                 cases.append(case)
             elif name == "local_docker":
                 cases.extend(stack.enter_context(docker_cases(place, modes, stack)))

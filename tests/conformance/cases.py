@@ -8,10 +8,10 @@ from __future__ import annotations
 from torchx_ext.schedulers.backends import SCHEDULERS
 
 VARIANTS = {"local_cwd": ["local_cwd-warm"], "kubernetes": ["kubernetes-jobset", "kubernetes-volcano"],
-            "slurm": ["slurm-allocation"]}
+            "slurm": ["slurm-allocation", "slurm-allocation-warm"]}
 """A backend's cases beyond its default options (local_cwd: forked by the warm interpreter,
 ``-cfg warm``; kubernetes: ``-cfg backend``; slurm: the steps of an allocation held for the test,
-``-cfg allocation``), each run after it."""
+``-cfg allocation``, and there, launchers forked by its warm interpreters), each run after it."""
 EVERY_CASE = [case for name in SCHEDULERS for case in [name, *VARIANTS.get(name, [])]]
 EVERY_BACKEND = list(SCHEDULERS)
 """One case per backend, each with its default options."""

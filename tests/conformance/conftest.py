@@ -21,9 +21,10 @@ import pytest
 
 from tests.conformance.cases import EVERY_CASE
 from tests.fixtures.netns import cut_link_of
-from tests.fixtures.slurm_cluster import busy_nodes, hold_allocation, slurm_leftovers
+from tests.fixtures.slurm_cluster import busy_nodes, hold_allocation, slurm_leftovers, warm_up
 from tests.helpers import STATE_ROOT_ENV, alive, still_there
 from tests.warm_helpers import ensure_warm
+from torchx_ext.replica_env import REPLICA_ENV
 from torchx_ext.schedulers.local.processes import marked_processes
 from torchx_ext.schedulers.slurm.records import STATE_ROOT_ENV as SLURM_STATE_ROOT_ENV
 
@@ -162,6 +163,7 @@ def _slurm_replica_processes(job_id: str, role: str, replica_id: int) -> list[in
     # which stays (as slurmstepd stays when a task dies) to record how the replica ended. The
     # batch script and srun carry SLURM_PROCID=0 too: they are not the replica.
     steps = []
+    forked: set[int] = set()
     parents: dict[int, int] = {}
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
@@ -176,12 +178,14 @@ def _slurm_replica_processes(job_id: str, role: str, replica_id: int) -> list[in
             if (marker.encode() in environ and f"SLURM_PROCID={replica_id}".encode() in environ
                     and b"torchx_ext.schedulers.slurm.step" in command and role.encode() in command):
                 steps.append(int(entry.name))
+            elif marker.encode() in environ and f"{REPLICA_ENV}={role}/{replica_id}".encode() in environ:
+                forked.add(int(entry.name))  # a warm start's launcher and workers: no child of the step program
     below: set[int] = set()
     frontier = set(steps)
     while frontier:
         frontier = {pid for pid, parent in parents.items() if parent in frontier} - below
         below |= frontier
-    return sorted(below)
+    return sorted(below | forked)
 
 
 def _slurm_kill(job_id: str, role: str, replica_id: int) -> None:
@@ -302,15 +306,21 @@ def scheduler(
         # the last test's job still holds one.
         assert still_there(busy_nodes, settle_s=30, poll_s=0.2) == []
         cfg = {"job_dir": str(tmp_path / "jobs")}
-        if request.param == "slurm-allocation":  # the job's steps in an allocation held for the test
+        if request.param.startswith("slurm-allocation"):  # the job's steps in an allocation held for the test
             cfg["allocation"] = hold_allocation(2)
+        if request.param == "slurm-allocation-warm":  # and its launchers forked by the nodes' warm interpreters
+            warm_up(cfg["allocation"], 2, tmp_path / "jobs")
+            cfg["warm"] = True
         # One CPU per replica: both test nodes are this 2-CPU machine.
         yield SchedulerUnderTest("slurm", cfg, slurm_leftovers,
                                  component_args={"cpu": 1}, kill_replica=_slurm_kill, freeze_replica=_slurm_freeze)
+        cold = [log.name for log in (tmp_path / "jobs").glob("*/*.log")
+                if "no warm interpreter answers" in log.read_text(errors="replace")]
         for item in slurm_scheduler.list():
             slurm_scheduler.delete(item.app_id)
         if "allocation" in cfg:
             subprocess.run(["scancel", cfg["allocation"]], capture_output=True)
+        assert not (cfg.get("warm") and cold), f"launchers of the warm case started anew: {cold}"
     else:
         raise AssertionError(request.param)
 

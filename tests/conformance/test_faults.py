@@ -171,8 +171,9 @@ def test_a_fixed_job_without_retries_fails_within_30_s_naming_the_lost_replica(
 EVERY_CASE_EVERYWHERE = os.environ.get("TORCHX_EXT_FAULT_MATRIX") == "all"
 FREEZE_MATRIX = SURVIVING if EVERY_CASE_EVERYWHERE else ["local_cwd"]
 # And in a Slurm allocation, where the step program, not the batch job, handles the freeze; and
-# local_cwd's warm start, whose launchers are forks.
-FROZEN_PEER = SURVIVING if EVERY_CASE_EVERYWHERE else [*EVERY_BACKEND, "local_cwd-warm", "slurm-allocation"]
+# the warm starts, whose launchers are forks (on Slurm, not the step program's children).
+FROZEN_PEER = SURVIVING if EVERY_CASE_EVERYWHERE else [*EVERY_BACKEND, "local_cwd-warm", "slurm-allocation",
+                                                       "slurm-allocation-warm"]
 
 
 def _freeze(scheduler: SchedulerUnderTest, app_id: str, replica_id: int) -> None:

@@ -79,6 +79,7 @@ def test_the_next_jobs_launchers_are_forks_of_each_nodes_warm_interpreter_and_st
     for probe in warm_probes:
         # The launcher shows its own command; above it, the interpreter's guardian and the interpreter.
         assert probe["launcher"].startswith(launcher), probe
+        assert any("torchx_ext.warm guard" in command for command in probe["above"]), probe["above"]
         assert any("torchx_ext.warm serve-slurm" in command for command in probe["above"]), probe["above"]
         assert not any("torchx_ext.schedulers.slurm.step" in command for command in probe["above"]), probe["above"]
     for probe in cold_probes:

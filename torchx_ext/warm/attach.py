@@ -21,6 +21,7 @@ import signal
 import socket
 import struct
 import subprocess
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,7 @@ def guard(connection: socket.socket, listener: socket.socket, request: dict[str,
                                            **job_state(request))
         for descriptor in set(streams):
             os.close(descriptor)  # the launcher's end alone closes the step program's pipes
+        fork.show_command([sys.executable, "-m", "torchx_ext.warm", "guard", str(launcher.pid)])  # not a second server
         connection.settimeout(None)
         send(connection, {"pid": launcher.pid})
         _relay(connection, launcher.pid)

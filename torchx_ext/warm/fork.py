@@ -170,6 +170,16 @@ def _show_as(argv: bytes, env: bytes) -> None:
         ctypes.memmove(start, data + b"\0" * (end - start - len(data)), end - start)
 
 
+def show_command(words: list[str]) -> None:
+    """Shows ``words`` as this process's cmdline (``ps``), within the room it has; its environ
+    stays as it is."""
+    import ctypes
+
+    arg_start, arg_end, _, _ = _areas()
+    data = _block(words)[:max(0, arg_end - arg_start - 1)]
+    ctypes.memmove(arg_start, data + b"\0" * (arg_end - arg_start - len(data)), arg_end - arg_start)
+
+
 def max_descriptors() -> int:
     try:
         return int(os.sysconf("SC_OPEN_MAX"))

@@ -398,6 +398,8 @@ def run_replica(argv: list[str], env: dict[str, str], cwd: str, logs: dict[str, 
     while the liveness file says the launcher waits as a hot spare. ``warm``: the socket of the
     node's warm interpreter, which forks our launcher when it answers (``start_replica``); ``say``
     tells the replica's log which it was."""
+    if argv[:3] != [sys.executable, "-m", LAUNCHER_MODULE]:
+        warm = None  # only our launcher, on this interpreter, finds what it needs imported there
     process, stdout, stderr = start_replica(argv, env, cwd, warm)
     if warm is not None and say is not None:
         from torchx_ext.warm.attach import AttachedProcess
@@ -446,10 +448,10 @@ LAUNCHER_MODULE = "torchx_ext.launcher"
 
 
 def start_replica(argv: list[str], env: dict[str, str], cwd: str, warm: Path | None) -> tuple[Replica, IO[bytes], IO[bytes]]:
-    """The replica started, and the ends of its stdout and stderr pipes. Our launcher on this
-    interpreter is forked by the node's warm interpreter at ``warm`` when one answers there (no
-    import of torch); anything else, or no answer, is started anew."""
-    if warm is not None and argv[:3] == [sys.executable, "-m", LAUNCHER_MODULE]:
+    """The replica started, and the ends of its stdout and stderr pipes: our launcher (``argv``)
+    forked by the node's warm interpreter at ``warm`` when one answers there (no import of
+    torch); started anew without ``warm``, or without an answer."""
+    if warm is not None:
         from torchx_ext.warm.attach import attach_module
 
         out_read, out_write = os.pipe()
