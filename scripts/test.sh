@@ -66,7 +66,8 @@ first_line_only=(integration/test_bind integration/test_launcher integration/tes
                  unit/test_plan_properties unit/test_placement conformance/test_faults conformance/test_log_options
                  conformance/test_retry_policy integration/test_rendezvous_scale_bench integration/test_arrival_rendezvous integration/test_torchrun_assertions
                  integration/test_local_concurrency docker/test_engine_fixture kubernetes/test_apiserver
-                 kubernetes/test_backends kubernetes/test_kubernetes slurm/test_slurm slurm/test_gpus slurm/test_allocation)
+                 kubernetes/test_backends kubernetes/test_kubernetes slurm/test_slurm slurm/test_gpus slurm/test_allocation
+                 slurm/test_allocation_warm)
 # The kubernetes workspace's other backends and its tag-moved case: the pod template and the push
 # are the same whatever runs the pods; how each torchx line hands over the workspace is the job
 # backend's case, which runs on both.

@@ -2,12 +2,14 @@
 spare takes a frozen replica's place, and the frozen replica's step program kills it and starts it
 again in place, where it waits as the next spare. Three nodes are needed (two train, one waits):
 the cluster of hosts of the test's own (tests/fixtures/slurm_netns.py), as the partition test has.
+The same in an allocation held for the test (``-cfg allocation``), cold and warm.
 """
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from torchx.runner import Runner
@@ -16,7 +18,7 @@ from torchx.specs import AppState, parse_app_handle
 from tests.conformance.conftest import _slurm_freeze
 from tests.conformance.jobs_api import status_until, wait, wait_for_line
 from tests.conformance.test_faults import _history
-from tests.fixtures.slurm_cluster import job_processes
+from tests.fixtures.slurm_cluster import hold_allocation, job_processes, warm_up
 from tests.fixtures.slurm_netns import NODES, netns_job_run
 from tests.helpers import still_there
 from torchx_ext.components.dist import ddp
@@ -25,13 +27,21 @@ CHECKPOINTED = str(Path(__file__).parents[1] / "conformance" / "jobs" / "checkpo
 STEPS = 160
 
 
+@pytest.mark.parametrize("where", ["a job of its own", "an allocation", "an allocation, warm"])
 def test_a_hot_spare_takes_a_frozen_replicas_place_and_the_replica_restarts_in_place_as_the_next_spare(
-    runner: Runner, slurm_cluster: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    runner: Runner, slurm_cluster: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
 ) -> None:
     with netns_job_run(tmp_path, monkeypatch) as run:
         directory = run.checkpoints
         app = ddp(str(directory), str(STEPS), "0.25", script=CHECKPOINTED, j="2x1", spares=1, max_retries=1, cpu=1)
-        handle = runner.run(app, "slurm", cfg={"job_dir": str(tmp_path / "jobs")})
+        cfg: dict[str, Any] = {"job_dir": str(tmp_path / "jobs")}
+        if where.startswith("an allocation"):
+            cfg["allocation"] = hold_allocation(len(NODES))
+            run.job_ids.append(cfg["allocation"])
+        if where.endswith("warm"):
+            warm_up(cfg["allocation"], len(NODES), tmp_path / "jobs")
+            cfg["warm"] = True
+        handle = runner.run(app, "slurm", cfg=cfg)
         job_id = parse_app_handle(handle).app_id
         run.job_ids.append(job_id)
         waiting = status_until(runner, handle, lambda status: "1 hot spare waiting: checkpointed[2]" in status.msg,
@@ -53,6 +63,10 @@ def test_a_hot_spare_takes_a_frozen_replicas_place_and_the_replica_restarts_in_p
         history = _history(directory)
         assert [entry[0] for entry in history] == list(range(len(history))), history
         assert {world for _, world, _ in history} == {2}, history
+        if where.endswith("warm"):
+            logs = [log.read_text(errors="replace") for log in (tmp_path / "jobs").glob("*/checkpointed-*.log")]
+            assert len(logs) == 3 and all("a fork of this node's warm interpreter" in log and "starts anew" not in log
+                                          for log in logs), logs
         runner.cancel(handle)
         assert wait(runner, handle, timeout_s=60) == AppState.CANCELLED
         assert still_there(lambda: job_processes(job_id), 20, 0.5) == []
