@@ -19,7 +19,6 @@ import os
 import select
 import signal
 import socket
-import struct
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -27,10 +26,6 @@ from pathlib import Path
 from typing import Any
 
 from torchx_ext.warm.server import job_state, receive, send
-
-CONNECT_TIMEOUT_S = 2.0
-ANSWER_TIMEOUT_S = 30.0
-
 
 def guard(connection: socket.socket, listener: socket.socket, request: dict[str, Any],
           streams: tuple[int, int, int]) -> int:
@@ -149,24 +144,16 @@ def attach_module(path: Path, module: str, args: list[str], *, cwd: str, env: Ma
     """``python -m module *args`` forked by the warm interpreter at ``path`` with this process's
     umask, rlimits and CPUs and the given ``cwd``, ``env`` and streams, attached to this process;
     None when none answers there or it cannot run this one (the caller starts it itself)."""
-    from torchx_ext.warm.client import run_request
+    from torchx_ext.warm.client import connect, exchange, run_request
 
-    connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        connection.settimeout(CONNECT_TIMEOUT_S)
-        connection.connect(str(path))
-        credentials = struct.unpack("3i", connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
-                                                                struct.calcsize("3i")))
-        if int(credentials[1]) != os.getuid():
-            raise ConnectionRefusedError(f"{path} is served by uid {credentials[1]}, not by you")
-        connection.settimeout(ANSWER_TIMEOUT_S)
-        send(connection, {**run_request(module, args, cwd, env), "op": "attach"}, list(streams))
-        answer, received = receive(connection)
-        for descriptor in received:
-            os.close(descriptor)
-        pid = answer.get("pid")
+        connection = connect(path)
+    except OSError:
+        return None
+    try:
+        pid = exchange(connection, {**run_request(module, args, cwd, env), "op": "attach"}, list(streams)).get("pid")
         if not isinstance(pid, int):
-            raise ValueError(str(answer.get("error", answer)))
+            raise ValueError(f"no pid in the answer: {pid!r}")
         connection.settimeout(None)
         return AttachedProcess(connection, pid)
     except (OSError, ValueError):

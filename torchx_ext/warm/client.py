@@ -54,19 +54,34 @@ def run_request(module: str, args: list[str], cwd: str, env: Mapping[str, str]) 
 
 
 def ask(path: Path, request: dict[str, Any], descriptors: list[int] | None = None) -> dict[str, Any]:
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+    with connect(path) as connection:
+        return exchange(connection, request, descriptors)
+
+
+def connect(path: Path) -> socket.socket:
+    """A connection to the warm interpreter at ``path``, once it is known to be served by this
+    user: our environment and streams go to no one else."""
+    connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
         connection.settimeout(CONNECT_TIMEOUT_S)
         connection.connect(str(path))
-        # Our environment and streams go to no one but ourselves.
         credentials = struct.unpack("3i", connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
                                                                 struct.calcsize("3i")))
         if int(credentials[1]) != os.getuid():
             raise ConnectionRefusedError(f"{path} is served by uid {credentials[1]}, not by you")
         connection.settimeout(ANSWER_TIMEOUT_S)
-        send(connection, request, descriptors)
-        answer, received = receive(connection)
-        for descriptor in received:
-            os.close(descriptor)
+    except BaseException:
+        connection.close()
+        raise
+    return connection
+
+
+def exchange(connection: socket.socket, request: dict[str, Any], descriptors: list[int] | None = None) -> dict[str, Any]:
+    """The answer to ``request``; a ValueError when it is an error."""
+    send(connection, request, descriptors)
+    answer, received = receive(connection)
+    for descriptor in received:
+        os.close(descriptor)
     if "error" in answer:
         raise ValueError(str(answer["error"]))
     return answer
