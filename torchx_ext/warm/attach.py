@@ -41,6 +41,7 @@ def guard(connection: socket.socket, listener: socket.socket, request: dict[str,
     try:
         # The server's reaper would take the launcher's end before the guardian could read it.
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})  # blocked by the server while it forked
         listener.close()
         _close_all_but({connection.fileno(), *streams})  # the server's lock among them
         launcher = fork.run_module_in_fork(request["module"], list(request["args"]), streams=streams,
@@ -49,7 +50,6 @@ def guard(connection: socket.socket, listener: socket.socket, request: dict[str,
             os.close(descriptor)  # the launcher's end alone closes the step program's pipes
         fork.show_command([sys.executable, "-m", "torchx_ext.warm", "guard", str(launcher.pid)])  # not a second server
         connection.settimeout(None)
-        send(connection, {"pid": launcher.pid})
         _relay(connection, launcher.pid)
         code = 0
     except BaseException:  # noqa: B036 - a guardian never returns into the server's loop
@@ -71,9 +71,17 @@ def _close_all_but(keep: set[int]) -> None:
 
 
 def _relay(connection: socket.socket, pid: int) -> None:
+    """Says ``pid`` to the step program, passes its signals on and says how it ended; kills it
+    with everything below it when the step program is gone, even before it heard the pid."""
     from torchx_ext.schedulers.common.proc import kill_tree
 
     ended = os.pidfd_open(pid)
+    try:
+        send(connection, {"pid": pid})
+    except OSError:
+        kill_tree(pid)
+        os.waitpid(pid, 0)
+        return
     while True:
         ready, _, _ = select.select([connection.fileno(), ended], [], [])
         if ended in ready:

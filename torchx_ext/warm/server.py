@@ -238,7 +238,12 @@ def _answer(connection: socket.socket, listener: socket.socket, status: dict[str
         elif op == "attach" and len(descriptors) == 3:
             from torchx_ext.warm.attach import guard
 
-            _ATTACHED.add(guard(connection, listener, request, (descriptors[0], descriptors[1], descriptors[2])))
+            # Until the guardian is counted, its end must wait: else it would be counted after it was reaped.
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+            try:
+                _ATTACHED.add(guard(connection, listener, request, (descriptors[0], descriptors[1], descriptors[2])))
+            finally:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
         else:
             send(connection, {"error": f"unknown request {op!r} (or its streams missing)"})
     except NoRoom as error:
