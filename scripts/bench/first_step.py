@@ -336,14 +336,16 @@ def held_allocation(stack: ExitStack) -> str | None:
 
 def warm_answers(allocation: str, timeout_s: float = 60.0) -> None:
     """Waits until the allocation's warm interpreter answers (its node is on this host)."""
-    import socket
+    from torchx_ext.warm.client import ask
 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         for path in Path(f"/tmp/torchx_ext-{os.getuid()}").glob(f"warm-slurm{allocation}-*.sock"):
-            with socket.socket(socket.AF_UNIX) as probe:
-                if probe.connect_ex(str(path)) == 0:
-                    return
+            try:
+                ask(path, {"op": "status"})
+                return
+            except (OSError, ValueError):
+                pass
         time.sleep(0.2)
 
 

@@ -314,8 +314,10 @@ def scheduler(
         # One CPU per replica: both test nodes are this 2-CPU machine.
         yield SchedulerUnderTest("slurm", cfg, slurm_leftovers,
                                  component_args={"cpu": 1}, kill_replica=_slurm_kill, freeze_replica=_slurm_freeze)
+        # Every replica our launcher ran was forked (other programs start anew, unsaid).
         cold = [log.name for log in (tmp_path / "jobs").glob("*/*.log")
-                if "no warm interpreter answers" in log.read_text(errors="replace")]
+                if "[torchx_ext.launcher]" in (text := log.read_text(errors="replace"))
+                and "is a fork of this node's warm interpreter" not in text]
         for item in slurm_scheduler.list():
             slurm_scheduler.delete(item.app_id)
         if "allocation" in cfg:

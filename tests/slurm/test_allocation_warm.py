@@ -130,6 +130,7 @@ def test_a_warm_jobs_forked_launcher_ends_with_its_cancel_or_its_step_program_an
 
     lost = runner.run(ddp(SLEEPER, script=SLEEPER, j="1x2", cpu=1), "slurm", cfg=cfg)
     wait_for_line(runner, lost, "sleeper", 0, r"running rank 1", timeout_s=60)
+    assert FORKED in torchx("log", f"{lost}/sleeper/0", cwd=tmp_path).stdout
     app_id = parse_app_handle(lost).app_id
     (program,) = step_programs(app_id)
     os.kill(program, signal.SIGKILL)  # as Slurm kills a step's processes at its end

@@ -37,70 +37,92 @@ def guard(connection: socket.socket, listener: socket.socket, request: dict[str,
     pid = os.fork()
     if pid:
         return pid
-    code = 1
+    code, launcher = 1, None
     try:
         # The server's reaper would take the launcher's end before the guardian could read it.
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})  # blocked by the server while it forked
         listener.close()
         _close_all_but({connection.fileno(), *streams})  # the server's lock among them
-        launcher = fork.run_module_in_fork(request["module"], list(request["args"]), streams=streams,
-                                           **job_state(request))
+        connection.settimeout(None)
+        try:
+            launcher = fork.run_module_in_fork(request["module"], list(request["args"]), streams=streams,
+                                               **job_state(request)).pid
+        except fork.NoRoom as error:
+            send(connection, {"error": str(error)})  # the step program starts it anew
+            code = 0
+            return 0  # in the guardian: its finally ends it
         for descriptor in set(streams):
             os.close(descriptor)  # the launcher's end alone closes the step program's pipes
-        fork.show_command([sys.executable, "-m", "torchx_ext.warm", "guard", str(launcher.pid)])  # not a second server
-        connection.settimeout(None)
-        _relay(connection, launcher.pid)
+        fork.show_command([sys.executable, "-m", "torchx_ext.warm", "guard", str(launcher)])  # not a second server
+        _relay(connection, launcher)
         code = 0
     except BaseException:  # noqa: B036 - a guardian never returns into the server's loop
         import traceback
 
         traceback.print_exc()
+        if launcher is not None:
+            _end_tree(launcher)  # nobody would wait for it, pass it signals or end it
     finally:
         os._exit(code)
 
 
 def _close_all_but(keep: set[int]) -> None:
-    low = 3
+    """Closes every descriptor from 3 up but ``keep``: the server's listener, lock and whatever
+    torch's import opened are not the guardian's."""
     from torchx_ext.warm.fork import max_descriptors
 
+    low = 3
     for descriptor in sorted(keep | {max_descriptors()}):
         if descriptor >= low:
             os.closerange(low, descriptor)
             low = descriptor + 1
 
 
-def _relay(connection: socket.socket, pid: int) -> None:
-    """Says ``pid`` to the step program, passes its signals on and says how it ended; kills it
-    with everything below it when the step program is gone, even before it heard the pid."""
+def _end_tree(pid: int) -> None:
     from torchx_ext.schedulers.common.proc import kill_tree
 
-    ended = os.pidfd_open(pid)
+    kill_tree(pid)
+    os.waitpid(pid, 0)
+
+
+def _relay(connection: socket.socket, pid: int) -> None:
+    """Says ``pid`` to the step program, passes its signals on and says how it ended; kills it
+    with everything below it when the step program is gone, even before it heard the pid. Its
+    end wakes the loop through SIGCHLD's wakeup pipe (no pidfd: kernels before 5.3 lack it)."""
+    woken, wake = os.pipe()
+    os.set_blocking(wake, False)
+    signal.set_wakeup_fd(wake)
+    signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so that the signal writes to the pipe
     try:
         send(connection, {"pid": pid})
     except OSError:
-        kill_tree(pid)
-        os.waitpid(pid, 0)
+        _end_tree(pid)
         return
     while True:
-        ready, _, _ = select.select([connection.fileno(), ended], [], [])
-        if ended in ready:
-            code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
             try:
-                send(connection, {"exit": code})
+                send(connection, {"exit": os.waitstatus_to_exitcode(status)})
             except OSError:
                 pass  # the step program is gone: nothing waits for the end
             return
+        ready, _, _ = select.select([connection.fileno(), woken], [], [], 1.0)
+        if woken in ready:
+            os.read(woken, 512)
+        if connection.fileno() not in ready:
+            continue
         try:
             message, descriptors = receive(connection)
         except (OSError, ValueError):
-            kill_tree(pid)  # the step program is gone: so is its step
-            os.waitpid(pid, 0)
+            _end_tree(pid)  # the step program is gone: so is its step
             return
         for descriptor in descriptors:
             os.close(descriptor)
         number = message.get("signal")
-        if isinstance(number, int):
+        if message.get("tree"):
+            _end_tree(pid)  # found frozen by the step program: it and everything below it
+        elif isinstance(number, int):
             try:
                 os.kill(pid, number)
             except ProcessLookupError:
@@ -110,7 +132,8 @@ def _relay(connection: socket.socket, pid: int) -> None:
 class AttachedProcess:
     """The launcher a node's warm interpreter forked for this process: the part of
     ``subprocess.Popen`` the step program uses. Its end comes over the connection; this process's
-    end (the connection's) ends it."""
+    end (the connection's) ends it. ``send_signal`` may be called from a signal handler: it only
+    writes (one small message, one write), and reads nothing."""
 
     def __init__(self, connection: socket.socket, pid: int) -> None:
         self._connection = connection
@@ -131,9 +154,17 @@ class AttachedProcess:
         return self.returncode
 
     def send_signal(self, number: int) -> None:
+        self._say({"signal": int(number)})
+
+    def kill_tree(self) -> None:
+        """SIGKILL the launcher and everything below it, by its guardian (which alone knows that
+        the pid is still the launcher's)."""
+        self._say({"tree": True})
+
+    def _say(self, message: dict[str, Any]) -> None:
         if self.returncode is None:
             try:
-                send(self._connection, {"signal": int(number)})
+                send(self._connection, message)
             except OSError:
                 pass
 
@@ -142,8 +173,13 @@ class AttachedProcess:
             code = receive(self._connection)[0].get("exit")
         except (OSError, ValueError):
             code = None
-        # A guardian gone without a word (killed with its step): as a launcher killed would say.
-        self.returncode = code if isinstance(code, int) else -signal.SIGKILL
+        if not isinstance(code, int):
+            # The guardian went without a word (killed): what it guarded must not outlive it.
+            from torchx_ext.schedulers.common.proc import kill_tree
+
+            kill_tree(self.pid)
+            code = -signal.SIGKILL
+        self.returncode = code
         self._connection.close()
 
 

@@ -101,9 +101,11 @@ def slurm_socket_path(allocation: str, node: str, key: str | None = None) -> Pat
     return runtime_dir(node_local=True) / f"warm-slurm{allocation}-{node}-{key or environment_key(cgroup=False)}.sock"
 
 
-def serve(path: Path, idle_s: float | None = None) -> None:
+def serve(path: Path, idle_s: float | None = None, activity: Path | None = None) -> None:
     """Preload, listen at ``path`` and fork what is asked, until ``idle_s`` pass without a request,
-    a stop, or another server took ``path``."""
+    a stop, or another server took ``path``; with ``activity``, a file the servers of several
+    nodes touch on each request: idle only once none of them had one (an allocation's warm step
+    is one, whose nodes end together)."""
     import importlib
 
     idle_s = float(os.environ.get(IDLE_ENV, IDLE_S)) if idle_s is None else idle_s
@@ -132,15 +134,19 @@ def serve(path: Path, idle_s: float | None = None) -> None:
         ready, _, _ = select.select([listener], [], [], min(5.0, max(0.0, idle_s - (time.monotonic() - last))))
         if not ready:
             if _ATTACHED:
-                # On a Slurm node, what it forked for a job's step lives in its own step, which ends
-                # (killing them) once it ends: it is idle only when they have ended.
+                # On a Slurm node, what it forked for a job's step lives in the warm step, which
+                # ends (killing them) once its servers end: not idle, nor gone, before they have.
                 last = time.monotonic()
-            if time.monotonic() - last >= idle_s or not _still_ours(path, ours):
+                continue
+            idle = time.monotonic() - last >= idle_s and _age(activity) >= idle_s
+            if idle or not _still_ours(path, ours):
                 break
             continue
         connection, _ = listener.accept()
         connection.settimeout(REQUEST_TIMEOUT_S)  # one stalled client must not hold the others
         last = time.monotonic()
+        if activity is not None:
+            activity.touch()
         with connection:
             try:
                 stop = _answer(connection, listener, {"pid": os.getpid(), "started": started, "served": served,
@@ -154,6 +160,14 @@ def serve(path: Path, idle_s: float | None = None) -> None:
             break
     if _still_ours(path, ours):
         path.unlink(missing_ok=True)
+
+
+def _age(activity: Path | None) -> float:
+    """Seconds since ``activity`` was touched (infinite without one)."""
+    try:
+        return time.time() - activity.stat().st_mtime if activity is not None else float("inf")
+    except OSError:
+        return float("inf")
 
 
 _LOCK: list[int] = []
@@ -271,7 +285,9 @@ def send(connection: socket.socket, message: dict[str, Any], descriptors: list[i
 
 
 def receive(connection: socket.socket) -> tuple[dict[str, Any], list[int]]:
-    data, descriptors, _, _ = socket.recv_fds(connection, 1 << 16, 8)
+    # The length first, alone: an attached connection carries several messages, one read must
+    # not take the next one's bytes.
+    data, descriptors, _, _ = socket.recv_fds(connection, 4, 8)
     try:
         return _rest(connection, data), list(descriptors)
     except BaseException:

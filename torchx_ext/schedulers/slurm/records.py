@@ -70,6 +70,8 @@ class SlurmJobRequest:
     ("": a job of its own, queued by sbatch)."""
     allocation_nodes: int = 0
     """How many nodes that allocation held at submission."""
+    allocation_gpus_per_node: int = 0
+    """The fewest GPUs it holds on one of its nodes."""
     warm_step: list[str] = field(default_factory=list)
     """In an allocation with ``-cfg warm=true``: the srun of the allocation's warm interpreters,
     which fork the replicas' launchers (``warm_step.py``); empty: launchers start anew."""
@@ -129,11 +131,6 @@ class SlurmJobDir(JobDirectory):
     @property
     def driver_output(self) -> Path:
         return self.path / "driver.out"
-
-    @property
-    def warm_step_output(self) -> Path:
-        """srun's messages about the allocation's warm step, where this job started it."""
-        return self.path / "warm-step.out"
 
     @property
     def final(self) -> Path:

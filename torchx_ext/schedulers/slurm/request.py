@@ -64,6 +64,7 @@ def build_request(
     return SlurmJobRequest(app_name=app.name, job_dir=job_dir, roles=roles, script=script,
                            options=options, workspace=workspace, allocation=allocation.job_id if allocation else "",
                            allocation_nodes=allocation.nodes if allocation else 0,
+                           allocation_gpus_per_node=allocation.gpus_per_node if allocation else 0,
                            warm_step=warm_step_command(allocation, interpreter, Path(job_dir).parent)
                            if allocation and warm else [])
 

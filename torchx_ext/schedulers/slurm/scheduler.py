@@ -208,9 +208,11 @@ class SlurmScheduler(WorkspaceMixin[None], SchedulerShell[SlurmOpts]):
         ignored = [option.split("=", 1)[0] for option in request.options if option != "--exclusive"]
         warm = ""
         try:
-            if request.warm_step and start_warm_step(request.warm_step, request.allocation, os.environ,
-                                                     job.warm_step_output):
-                warm = "; its warm interpreters start now (the next job's launchers are forked from them)"
+            if request.warm_step:
+                # Beside the jobs' directories, as its interpreters' logs: it outlives this job.
+                said = start_warm_step(request.warm_step, request.allocation, os.environ,
+                                       job.path.parent / f"warm-{request.allocation}-srun.out")
+                warm = f"; {said}" if said else ""
             with open(job.driver_output, "ab") as output:
                 driver = subprocess.Popen(["bash", str(job.script)], cwd=request.roles[0].cwd, stdin=subprocess.DEVNULL,
                                           stdout=output, stderr=subprocess.STDOUT, start_new_session=True,

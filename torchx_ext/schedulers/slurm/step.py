@@ -31,7 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Union
 
@@ -135,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         while True:
             code = run_replica(argv_, env, role.cwd, logs, started=started, liveness=(str(liveness), frozen),
-                               spare_mark=spare_mark, warm=warm, say=say)
+                               spare_mark=spare_mark, warm=warm, say=say,
+                               held_gpus=job.read_request().allocation_gpus_per_node)
             restarts = job.read_replica_restarts(role.name, replica_id)
             if not role.policy.restarts_in_place or code == 0 or _stopped_by_slurm or restarts >= role.policy.max_retries:
                 break
@@ -390,16 +391,20 @@ _stopped_by_slurm = False
 def run_replica(argv: list[str], env: dict[str, str], cwd: str, logs: dict[str, IndexedLog],
                 started: Callable[[], None],
                 liveness: tuple[str, Callable[[float], None]] | None = None, spare_mark: Path | None = None,
-                warm: Path | None = None, say: Callable[[str], None] | None = None) -> int:
+                warm: Path | None = None, say: Callable[[str], None] | None = None, held_gpus: int = 0) -> int:
     """Runs the replica to its end, passing on its output and the signals Slurm sends; its exit
     code (negative: the signal that killed it). ``started`` is called once it runs. With
     ``liveness`` (a file, and what to do first), a replica whose launcher touched the file once and
     then not for 10 s is frozen: it is killed with everything it started. ``spare_mark`` exists
     while the liveness file says the launcher waits as a hot spare. ``warm``: the socket of the
-    node's warm interpreter, which forks our launcher when it answers (``start_replica``); ``say``
-    tells the replica's log which it was."""
+    node's warm interpreter, which forks our launcher when it answers (``start_replica``) and the
+    step's GPUs are all ``held_gpus`` of the node; ``say`` tells the replica's log which it was."""
     if argv[:3] != [sys.executable, "-m", LAUNCHER_MODULE]:
         warm = None  # only our launcher, on this interpreter, finds what it needs imported there
+    elif warm is not None and (partial := partial_gpus(env, held_gpus)):
+        if say is not None:
+            say(f"its launcher starts anew: {partial}")
+        warm = None
     process, stdout, stderr = start_replica(argv, env, cwd, warm)
     if warm is not None and say is not None:
         from torchx_ext.warm.attach import AttachedProcess
@@ -411,8 +416,11 @@ def run_replica(argv: list[str], env: dict[str, str], cwd: str, logs: dict[str, 
     def forward(signum: int, _frame: object) -> None:
         global _stopped_by_slurm
         _stopped_by_slurm = _stopped_by_slurm or signum in (signal.SIGTERM, signal.SIGINT)
-        if process.poll() is None:
-            process.send_signal(signum)
+        # A forked launcher's end is read by the main loop alone: a handler reading it too could
+        # take it from under the loop. Its send_signal says nothing once it has ended.
+        if isinstance(process, subprocess.Popen) and process.poll() is not None:
+            return
+        process.send_signal(signum)
 
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCONT):
         signal.signal(signum, forward)
@@ -433,7 +441,10 @@ def run_replica(argv: list[str], env: dict[str, str], cwd: str, logs: dict[str, 
         silent = watch.frozen_for() if watch is not None and not killed else None
         if liveness is not None and silent is not None:
             liveness[1](silent)
-            kill_tree(process.pid)
+            if isinstance(process, subprocess.Popen):
+                kill_tree(process.pid)
+            else:
+                process.kill_tree()  # by its guardian, which alone knows the pid is still the launcher's
             killed = True
         if liveness is not None and spare_mark is not None:
             _mirror(spare_mark, not killed and is_spare(liveness[0]))
@@ -445,6 +456,16 @@ def run_replica(argv: list[str], env: dict[str, str], cwd: str, logs: dict[str, 
 
 
 LAUNCHER_MODULE = "torchx_ext.launcher"
+
+
+def partial_gpus(env: Mapping[str, str], held: int) -> str:
+    """Why a fork of the warm interpreter would not see this step's GPUs as the step does ("": it
+    would): the warm step holds all of the node's GPUs in the allocation, and where Slurm
+    constrains devices, a step's ``CUDA_VISIBLE_DEVICES`` counts from 0 among its own."""
+    visible = [gpu for gpu in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if gpu.strip()]
+    if not visible or len(visible) == held:
+        return ""
+    return f"its step holds {len(visible)} of the node's {held} GPUs in the allocation, which the warm interpreter's step numbers otherwise"
 
 
 def start_replica(argv: list[str], env: dict[str, str], cwd: str, warm: Path | None) -> tuple[Replica, IO[bytes], IO[bytes]]:
