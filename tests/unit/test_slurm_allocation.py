@@ -6,6 +6,7 @@ import pytest
 
 from torchx_ext.errors import InvalidArgumentError
 from torchx_ext.schedulers.common.states import State
+from torchx_ext.schedulers.slurm.step import partial_gpus
 from torchx_ext.schedulers.slurm.allocation import (APP_ID_ENV, DriverFacts, allocation_of, driver_environment,
                                                     job_state, parse_allocation)
 
@@ -65,3 +66,18 @@ def facts(**given: object) -> DriverFacts:
 def test_a_jobs_state_in_an_allocation(given: dict[str, object], state: State, why: str) -> None:
     found, _, message = job_state(facts(**given))
     assert found is state and (why in message if why else message == ""), message
+
+
+@pytest.mark.parametrize("env, held, forked", [
+    ({}, 8, True),  # a CPU job
+    ({"CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7", "SLURM_STEP_GPUS": "0,1,2,3,4,5,6,7"}, 8, True),  # the whole node
+    ({"CUDA_VISIBLE_DEVICES": "0,1", "SLURM_STEP_GPUS": "0,1"}, 8, True),  # numbered as the node numbers them
+    ({"CUDA_VISIBLE_DEVICES": "0,1", "SLURM_STEP_GPUS": "4,5"}, 8, False),  # ConstrainDevices: its own numbers
+    ({"CUDA_VISIBLE_DEVICES": "0,1", "SLURM_STEP_GPUS": "4,5"}, 2, True),  # all the allocation holds there
+    ({"CUDA_VISIBLE_DEVICES": "0"}, 4, False),  # no word of the node's numbers
+])
+def test_a_warm_fork_only_where_it_sees_the_steps_gpus_as_the_step_does(env: dict[str, str], held: int,
+                                                                        forked: bool) -> None:
+    why = partial_gpus(env, held)
+    assert (why == "") is forked
+    assert forked or f"holds {len(env['CUDA_VISIBLE_DEVICES'].split(','))} of the node's {held} GPUs" in why

@@ -459,13 +459,18 @@ LAUNCHER_MODULE = "torchx_ext.launcher"
 
 
 def partial_gpus(env: Mapping[str, str], held: int) -> str:
-    """Why a fork of the warm interpreter would not see this step's GPUs as the step does ("": it
-    would): the warm step holds all of the node's GPUs in the allocation, and where Slurm
-    constrains devices, a step's ``CUDA_VISIBLE_DEVICES`` counts from 0 among its own."""
-    visible = [gpu for gpu in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if gpu.strip()]
-    if not visible or len(visible) == held:
+    """Why a fork of the warm interpreter might not see this step's GPUs as the step does ("": it
+    sees them so). Where Slurm constrains devices, a step's ``CUDA_VISIBLE_DEVICES`` counts from 0
+    among its own GPUs, and the warm step holds all ``held`` GPUs of the node in the allocation:
+    the same numbers name other GPUs there, unless the step holds them all too, or its numbers are
+    the node's own (``SLURM_STEP_GPUS``)."""
+    visible = [gpu.strip() for gpu in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if gpu.strip()]
+    own = [gpu.strip() for gpu in env.get("SLURM_STEP_GPUS", "").split(",") if gpu.strip()]
+    if not visible or len(visible) == held or visible == own:
         return ""
-    return f"its step holds {len(visible)} of the node's {held} GPUs in the allocation, which the warm interpreter's step numbers otherwise"
+    return (f"its step holds {len(visible)} of the node's {held} GPUs in the allocation, numbered "
+            f"{','.join(visible)} among its own (the node's {','.join(own) or '?'}), which the warm interpreter's "
+            "step numbers otherwise")
 
 
 def start_replica(argv: list[str], env: dict[str, str], cwd: str, warm: Path | None) -> tuple[Replica, IO[bytes], IO[bytes]]:
