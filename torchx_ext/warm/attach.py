@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from torchx_ext.warm.server import job_state, receive, send
+from torchx_ext.warm.protocol import connect, exchange, job_state, receive, run_request, send
 
 def guard(connection: socket.socket, listener: socket.socket, request: dict[str, Any],
           streams: tuple[int, int, int]) -> int:
@@ -188,8 +188,6 @@ def attach_module(path: Path, module: str, args: list[str], *, cwd: str, env: Ma
     """``python -m module *args`` forked by the warm interpreter at ``path`` with this process's
     umask, rlimits and CPUs and the given ``cwd``, ``env`` and streams, attached to this process;
     None when none answers there or it cannot run this one (the caller starts it itself)."""
-    from torchx_ext.warm.client import connect, exchange, run_request
-
     try:
         connection = connect(path)
     except OSError:

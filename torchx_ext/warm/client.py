@@ -7,19 +7,15 @@ itself, and a new server is started, detached, for the next job.
 from __future__ import annotations
 
 import os
-import socket
-import struct
 import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from torchx_ext.warm.server import receive, runs_or_starts, send, socket_path
+from torchx_ext.warm.protocol import connect, exchange, run_request
+from torchx_ext.warm.server import runs_or_starts, socket_path
 
-CONNECT_TIMEOUT_S = 2.0
-ANSWER_TIMEOUT_S = 30.0
-"""A fork takes milliseconds; an interpreter that took this long is not to be waited for."""
 
 
 def run_module(module: str, args: list[str], *, cwd: str, env: Mapping[str, str],
@@ -40,51 +36,9 @@ def run_module(module: str, args: list[str], *, cwd: str, env: Mapping[str, str]
     return pid if isinstance(pid, int) else None
 
 
-def run_request(module: str, args: list[str], cwd: str, env: Mapping[str, str]) -> dict[str, Any]:
-    """What a fork needs to run ``python -m module *args`` as this process would start it: with its
-    umask, rlimits and CPUs, and the given ``cwd`` and ``env``."""
-    import resource
-
-    umask = os.umask(0o077)
-    os.umask(umask)
-    rlimits = {kind: resource.getrlimit(kind) for name in dir(resource)
-               if name.startswith("RLIMIT_") and (kind := getattr(resource, name)) >= 0}
-    return {"module": module, "args": args, "cwd": cwd, "env": dict(env), "umask": umask, "rlimits": rlimits,
-            "cpus": sorted(os.sched_getaffinity(0))}
-
-
 def ask(path: Path, request: dict[str, Any], descriptors: list[int] | None = None) -> dict[str, Any]:
     with connect(path) as connection:
         return exchange(connection, request, descriptors)
-
-
-def connect(path: Path) -> socket.socket:
-    """A connection to the warm interpreter at ``path``, once it is known to be served by this
-    user: our environment and streams go to no one else."""
-    connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        connection.settimeout(CONNECT_TIMEOUT_S)
-        connection.connect(str(path))
-        credentials = struct.unpack("3i", connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
-                                                                struct.calcsize("3i")))
-        if int(credentials[1]) != os.getuid():
-            raise ConnectionRefusedError(f"{path} is served by uid {credentials[1]}, not by you")
-        connection.settimeout(ANSWER_TIMEOUT_S)
-    except BaseException:
-        connection.close()
-        raise
-    return connection
-
-
-def exchange(connection: socket.socket, request: dict[str, Any], descriptors: list[int] | None = None) -> dict[str, Any]:
-    """The answer to ``request``; a ValueError when it is an error."""
-    send(connection, request, descriptors)
-    answer, received = receive(connection)
-    for descriptor in received:
-        os.close(descriptor)
-    if "error" in answer:
-        raise ValueError(str(answer["error"]))
-    return answer
 
 
 def start_server() -> None:

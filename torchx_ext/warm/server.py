@@ -21,7 +21,6 @@ attach, status or stop), with the job's stdin, stdout and stderr passed as descr
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import select
 import signal
@@ -32,6 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from torchx_ext.warm.protocol import job_state, receive, send
+
 IDLE_S = 600.0
 """How long it waits for a request before it ends (``$TORCHX_EXT_WARM_IDLE_S`` when its starter set it)."""
 IDLE_ENV = "TORCHX_EXT_WARM_IDLE_S"
@@ -39,7 +40,6 @@ PRELOAD = ("torch", "torch.distributed", "torch.distributed.elastic.agent.server
            "torch.distributed.elastic.rendezvous.dynamic_rendezvous", "torchx_ext.launcher.cli",
            # The supervisor's own imports (not itself: it runs as __main__).
            "torchx_ext.schedulers.local.records", "torchx_ext.schedulers.common.log_files", "torchx_ext.numa.bind")
-MAX_REQUEST = 16 << 20
 REQUEST_TIMEOUT_S = 10.0
 
 
@@ -60,7 +60,7 @@ def runtime_dir(node_local: bool = False) -> Path:
     return path
 
 
-def environment_key(cgroup: bool = True) -> str:
+def environment_key(cgroup: bool = True, package: Path | None = None) -> str:
     """What a warm interpreter must share with the job: the interpreter and its prefix, torch's
     files and torchx_ext's (a changed file of either makes another key), and its control group
     (not on a Slurm node, where each step has its own). No import of torch."""
@@ -71,7 +71,7 @@ def environment_key(cgroup: bool = True) -> str:
     if spec is not None and spec.origin:
         torch_dir = Path(spec.origin).parent
         parts += [str(torch_dir), *(str(_mtime(torch_dir / name)) for name in ("__init__.py", "version.py"))]
-    package = Path(__file__).resolve().parents[1]
+    package = package or Path(__file__).resolve().parents[1]  # torchx_ext's (a test's copy of it)
     parts += [str(package), *(f"{path}:{_mtime(path)}" for path in sorted(package.rglob("*.py")))]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
 
@@ -266,52 +266,3 @@ def _answer(connection: socket.socket, listener: socket.socket, status: dict[str
         for descriptor in descriptors:
             os.close(descriptor)
     return False
-
-
-def job_state(request: dict[str, Any]) -> dict[str, Any]:
-    """The state a forked process takes from a run or attach request (``fork.run_module_in_fork``)."""
-    return {"cwd": request["cwd"], "env": request["env"], "umask": int(request["umask"]),
-            "cpus": set(request["cpus"]) if request.get("cpus") else None,
-            "rlimits": {int(kind): (soft, hard) for kind, (soft, hard) in request.get("rlimits", {}).items()}}
-
-
-def send(connection: socket.socket, message: dict[str, Any], descriptors: list[int] | None = None) -> None:
-    data = json.dumps(message).encode()
-    data = struct.pack("!I", len(data)) + data
-    if descriptors:
-        sent = socket.send_fds(connection, [data], descriptors)
-        data = data[sent:]
-    connection.sendall(data)
-
-
-def receive(connection: socket.socket) -> tuple[dict[str, Any], list[int]]:
-    # The length first, alone: an attached connection carries several messages, one read must
-    # not take the next one's bytes.
-    data, descriptors, _, _ = socket.recv_fds(connection, 4, 8)
-    try:
-        return _rest(connection, data), list(descriptors)
-    except BaseException:
-        for descriptor in descriptors:
-            os.close(descriptor)
-        raise
-
-
-def _rest(connection: socket.socket, data: bytes) -> dict[str, Any]:
-    while len(data) < 4:
-        more = connection.recv(4 - len(data))
-        if not more:
-            raise ValueError("the connection closed before a request")
-        data += more
-    (length,) = struct.unpack("!I", data[:4])
-    if length > MAX_REQUEST:
-        raise ValueError(f"a request of {length} bytes")
-    body = data[4:]
-    while len(body) < length:
-        more = connection.recv(min(1 << 20, length - len(body)))
-        if not more:
-            raise ValueError("the connection closed mid-request")
-        body += more
-    message = json.loads(body)
-    if not isinstance(message, dict):
-        raise ValueError("a request that is not a JSON object")
-    return message
