@@ -31,3 +31,6 @@ from its start (launcher/liveness.py), whose age tells a frozen or hung replica 
 REPLICA_ENV = "TORCHX_EXT_REPLICA"
 """``role/replica_id`` of the replica, set by local_cwd (its marker for finding a replica's
 processes) and local_docker: the launcher's watchdog names a lost peer by it."""
+
+LAUNCHER_MODULE = "torchx_ext.launcher"
+"""What a replica runs (``python -m``): the schedulers' warm starts fork it only."""

@@ -38,7 +38,7 @@ from typing import IO, TYPE_CHECKING, Union
 from torchx_ext.error_file import ErrorReport, read_error_file, write_error_file
 from torchx_ext.launcher.liveness import FileWatch, is_spare
 from torchx_ext.numa.cpulist import format_cpulist
-from torchx_ext.replica_env import (ALLOCATED_NODES_ENV, ERROR_FILE_ENV, LIVENESS_FILE_ENV, RANK0_HOST_ENV,
+from torchx_ext.replica_env import (ALLOCATED_NODES_ENV, ERROR_FILE_ENV, LAUNCHER_MODULE, LIVENESS_FILE_ENV, RANK0_HOST_ENV,
                                     RDZV_HOST_ENV, RDZV_IS_HOST_ENV, RDZV_PORT_ENV, REPLICA_ENV)
 from torchx_ext.schedulers.common.files import write_atomically
 from torchx_ext.schedulers.common.log_files import IndexedLog
@@ -455,7 +455,6 @@ def run_replica(argv: list[str], env: dict[str, str], cwd: str, logs: dict[str, 
     return process.wait()
 
 
-LAUNCHER_MODULE = "torchx_ext.launcher"
 
 
 def partial_gpus(env: Mapping[str, str], held: int) -> str:
