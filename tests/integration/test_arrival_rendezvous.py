@@ -15,7 +15,8 @@ from torch.distributed.elastic.rendezvous import (RendezvousClosedError, Rendezv
                                                   RendezvousTimeoutError)
 
 from torchx_ext.launcher.arrival_handler import arrival_handler
-from torchx_ext.launcher.arrival_rendezvous import ArrivalRendezvous, NodeDescription, ranks_of
+from torchx_ext.launcher.arrival_rendezvous import ArrivalRendezvous
+from torchx_ext.launcher.rendezvous_core import NodeDescription, ranks_of
 
 
 _nodes: list[ArrivalRendezvous] = []
@@ -106,6 +107,7 @@ def test_a_node_beyond_max_waits_and_takes_a_lost_members_place_in_the_next_roun
     assert first.num_nodes_waiting() == 0  # redundant: no new round asked for
 
     # The second node is lost: the first rendezvouses again (its watchdog told it), the spare joins.
+    second.stop_beating()  # killed
     assert first.join() == (1, 0, 2)
     spare_thread.join(30)
     assert spare_result == [(1, 1, 2)]  # the lost node's place
@@ -238,6 +240,7 @@ def test_a_reopened_rounds_places_go_to_its_members_first_then_to_spares_in_the_
 
     # The second member is lost: the first rendezvouses again, the spare that came first takes
     # the place and the other waits on.
+    second.stop_beating()  # killed
     assert first.join() == (2, 0, 2)
     deadline = time.monotonic() + 10
     while 0 not in results and time.monotonic() < deadline:
@@ -261,6 +264,7 @@ def test_a_newcomer_to_a_reopened_round_comes_after_the_spare_that_waited(port: 
         time.sleep(0.05)
 
     # The second node is lost; the first rendezvouses again and the replacement comes at once.
+    second.stop_beating()  # killed
     replacement = node(port, 2, 2, node_rank=1)
     in_background(first.join, results, "first")
     observer = node(port, 2, 2).store  # a client of its own: the first's waits on its client

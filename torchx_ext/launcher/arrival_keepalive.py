@@ -1,8 +1,9 @@
 """The arrival rendezvous' keep-alive: one thread per node, on a store connection of its own.
 
 It writes this node's keep-alive key every ``keep_alive_s`` (a participant's or member's
-``r{k}.node.{a}``, a waiter's ``r{k}.waiter.{t}``: the wall-clock time, as torch's handler writes
-its keep-alives, and what the node says of itself), and wakes this node's wait for a seal at each
+``r{k}.node.{a}``, a waiter's ``r{k}.waiter.{t}``: a beat counter that moves on at every write,
+and what the node says of itself; observers judge it by whether it moves, on their own clocks:
+no wall-clock time is written), and wakes this node's wait for a seal at each
 beat and at its deadlines (the node waits in the store, which has no wait with a deadline that does
 not log a warning when it ends). A store call that fails is logged and tried again at
 the next beat: a keep-alive that stopped for good would let waiting nodes count a live member as
@@ -32,7 +33,8 @@ class KeepAlive:
         self._changed = threading.Event()
         self._stopped = threading.Event()
         self._key: str | None = None
-        self._value: Callable[[], str] = lambda: f"{time.time():.3f}"
+        self._value: Callable[[int], str] = str
+        self._count = 0  # the beat counter: never the same value twice on one key
         self._wake_key: str | None = None
         self._wake_at: float | None = None
         self._failing = False
@@ -40,9 +42,10 @@ class KeepAlive:
         self._thread = threading.Thread(target=self._run, name="torchx_ext rendezvous: keep-alive", daemon=True)
         self._thread.start()
 
-    def beat(self, key: str | None, value: Callable[[], str] | None = None, wake_key: str | None = None,
+    def beat(self, key: str | None, value: Callable[[int], str] | None = None, wake_key: str | None = None,
              written: bool = False) -> None:
-        """Keep ``key`` alive from now on (None: none, as a node that left its round), and wake
+        """Keep ``key`` alive from now on with ``value(count)`` (None: no key, as a node that left
+        its round; the caller writes count 0 itself), and wake
         ``wake_key``'s waiter at each beat; the first beat now, or one interval on when the caller
         has ``written`` the key itself. Once this returns, no write of the key before lands."""
         with self._writing, self._lock:
@@ -84,7 +87,8 @@ class KeepAlive:
                     with self._lock:
                         current = self._key == key
                     if beat and key is not None and current:
-                        store.set(key, value())
+                        self._count += 1
+                        store.set(key, value(self._count))
                     if wake and current:
                         store.set(wake_key, "")
                 if self._failing:

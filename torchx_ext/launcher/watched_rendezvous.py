@@ -197,8 +197,8 @@ def _old_torch_rounds_forgetter(inner: Any, store: Any, run_id: str) -> Callable
     pattern = re.compile(rf"^torch\.rendezvous\.{re.escape(run_id)}\.(\d+)/")
 
     def forget() -> None:
-        current = getattr(getattr(getattr(inner, "_state_holder", None), "state", None), "round", None)
-        if not isinstance(current, int):
+        current = _torch_round(inner)
+        if current is None:
             return  # a torch whose internals differ
         def old(key: str) -> bool:
             match = pattern.match(key)
@@ -254,6 +254,7 @@ def _watched_handler_class() -> type:
             self._on_store_loss = on_store_loss
             self._watch: RoundWatch | None = None
             self._stopped: list[RoundWatch] = []  # watches whose threads may still be ending
+            self._kept: tuple[int | None, int] = (None, -1)  # torch's round this node was last in, its rank
 
         def get_backend(self) -> str:
             return BACKEND  # torch checks that a handler is of the backend it was asked for
@@ -279,7 +280,11 @@ def _watched_handler_class() -> type:
                     # kept until their threads end (each holds store connections until then)
                     self._stopped = [watch for watch in [*self._stopped, previous] if not watch.ended()]
             if self._node_rank >= 0 and not getattr(self._inner, "ranks_by_node_rank", False):
-                info = in_node_rank_order(info, self._node_rank, self._local_addr, bool(self._inner.use_agent_store))
+                round_ = _torch_round(self._inner)
+                kept = self._kept[1] if round_ is not None and self._kept[0] == round_ - 1 else None
+                info = in_node_rank_order(info, self._node_rank, self._local_addr, bool(self._inner.use_agent_store),
+                                          kept)
+                self._kept = (round_, info.rank)
             if info.rank == 0 and self._forget_old_rounds is not None:
                 try:
                     self._forget_old_rounds()
@@ -341,31 +346,46 @@ def _watched_handler_class() -> type:
     return WatchedRendezvousHandler
 
 
-def in_node_rank_order(info: Any, node_rank: int, local_addr: str | None, shared_store: bool) -> Any:
-    """``info`` (torch's RendezvousInfo) with the place of ``node_rank`` among the round's nodes'
-    ``--node-rank`` values as its rank, when every node gave a distinct one; else as it is, in
-    torch's order (by host name or --local-addr, then pid). Ranks 0 to N-1 keep their own; a hot
-    spare (``spare.py``, node rank N or above) that replaced node k of a round takes that place.
+def _torch_round(handler: Any) -> int | None:
+    """The round torch's c10d handler is in (None: a torch whose internals differ)."""
+    current = getattr(getattr(getattr(handler, "_state_holder", None), "state", None), "round", None)
+    return current if isinstance(current, int) else None
+
+
+def in_node_rank_order(info: Any, node_rank: int, local_addr: str | None, shared_store: bool,
+                       kept: int | None = None) -> Any:
+    """``info`` (torch's RendezvousInfo) with this node's rank chosen as the arrival rendezvous
+    chooses (``rendezvous_core.assign_ranks``): ``kept``, its rank in the round just before, when it
+    was a member there; the other nodes fill the free ranks by ``--node-rank`` when every node gave
+    a distinct one, else in torch's order (by host name or --local-addr, then pid). So survivors
+    keep their ranks, and a hot spare (``spare.py``, node rank N or above) that replaced node k
+    takes k's.
 
     torch's c10d ranks agents by host name, so replica k of a scheduler need not run group rank
     k: the first replica's log is then not rank 0's, nor rank r on the node a user expects. Every
-    node publishes its rank in the round's store and reads all of them: all take the same choice.
+    node publishes its claim in the round's store and reads all of them: all take the same choice.
     With the agents' store shared (``shared_store``), the workers find it where torch's rank 0
     serves it, whatever the ranks. Without (``--max-restarts``: a fresh store per attempt), global
     rank 0's worker serves the workers' store at MASTER_ADDR: that must be the new rank 0's host,
     so it is published again, by the new rank 0 (under keys of our own: torch's rank 0 has
     published its own already)."""
+    import json
+
     from torch.distributed import PrefixStore
     from torch.distributed.elastic.rendezvous import RendezvousInfo
     from torch.distributed.elastic.rendezvous.api import RendezvousStoreInfo
 
+    from torchx_ext.launcher.rendezvous_core import RankClaim, assign_ranks
+
     store = info.store
-    store.set(f"{_NODE_RANK_PREFIX}{info.rank}", str(node_rank))
-    given = [int(value) for value in store.multi_get([f"{_NODE_RANK_PREFIX}{rank}" for rank in range(info.world_size)])]
-    if len(set(given)) != len(given):
-        logger.info("group ranks in torch's order: the nodes' --node-rank values %s are not distinct", given)
+    store.set(f"{_NODE_RANK_PREFIX}{info.rank}", json.dumps([node_rank, -1 if kept is None else kept]))
+    claims = []
+    for torch_rank, value in enumerate(store.multi_get([f"{_NODE_RANK_PREFIX}{rank}" for rank in range(info.world_size)])):
+        given, was = json.loads(value)
+        claims.append(RankClaim(None if was < 0 else int(was), int(given), (torch_rank,)))
+    rank = assign_ranks(claims)[info.rank]
+    if rank == info.rank:
         return info
-    rank = sorted(given).index(node_rank)
     bootstrap = info.bootstrap_store_info
     if not shared_store:
         bootstrap = RendezvousStoreInfo.build(rank, PrefixStore("torchx_ext.bootstrap/", store), local_addr=local_addr)
