@@ -11,7 +11,8 @@ bytes each. Here a round is built from keys no node rewrites (all under ``torchx
   ``r{k}.node.{a}`` alive every ``keep_alive_s`` from then on, while a participant and while a
   member: a beat counter and its description (address, pid, ``--node-rank``, a random token, the
   round it was last a member of and its rank there). A node that withdraws (its join timed out, or
-  the rendezvous closed) writes ``-`` there and counts itself in ``r{k}.withdrawn``;
+  the rendezvous closed) writes ``-`` there and counts itself in ``r{k}.withdrawn`` (and in
+  ``r{k}.dips`` when that leaves fewer than ``min_nodes``: every last call starts again);
 - the round is sealed by one compare-and-set of ``r{k}.seal`` from nothing to the arrival numbers
   in rank order: at once when ``max_nodes`` are present, else once the last call has run on the
   sealer's own clock from when it saw ``min_nodes`` present (arrived, not withdrawn), with the live
@@ -233,12 +234,16 @@ class ArrivalRendezvous:
         full_since: float | None = None
         woke_earlier = False
         looked_at: float | None = None
+        seen_dips = 0
         while True:
             now = self.clock()
             arrived = int(store.add(f"r{current}.arrivals", 0))
             withdrawn = int(store.add(f"r{current}.withdrawn", 0))
             self.sightings.saw_arrivals(current, arrived, now)
             here = present(arrived, withdrawn)
+            dips = int(store.add(f"r{current}.dips", 0))
+            if dips != seen_dips:  # present fell below min_nodes since the last look, however briefly
+                seen_dips, present_since = dips, None
             if here == self.min_nodes and arrival == arrived and arrival > 1 and not woke_earlier:
                 # This arrival brings min_nodes: those before it start their last call now.
                 woke_earlier = True
@@ -269,7 +274,9 @@ class ArrivalRendezvous:
             if isinstance(action, Withdraw):
                 self._beat(None)  # no beat of its own lands after the withdrawal
                 store.set(key, WITHDRAWN)
-                store.add(f"r{current}.withdrawn", 1)
+                left = int(store.add(f"r{current}.arrivals", 0)) - int(store.add(f"r{current}.withdrawn", 1))
+                if left < self.min_nodes:  # below min_nodes again: every last call starts anew
+                    store.add(f"r{current}.dips", 1)
                 seal = self._seal_of(current)
                 if seal is not None and arrival in seal and not action.closed:  # sealed just before: a member
                     self._beat(key, description=description)

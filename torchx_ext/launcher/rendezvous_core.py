@@ -95,7 +95,7 @@ def beat_payload(value: bytes | str) -> str:
 
 class Seen(Enum):
     ABSENT = "absent"  # not written yet: the node has just come
-    ALIVE = "alive"  # its key moved while watched, or was written less than the expiry ago
+    ALIVE = "alive"  # its key was written less than the expiry ago
     UNKNOWN = "unknown"  # seen for a moment only, and not known to be new: it may have died long ago
     SILENT = "silent"  # unchanged for the expiry: dead, frozen or cut off
     WITHDRAWN = "withdrawn"
@@ -108,20 +108,23 @@ class Seen(Enum):
         return self in (Seen.ABSENT, Seen.ALIVE, Seen.UNKNOWN)
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Sighting:
     value: bytes
     since: float
-    moved: bool
-    """Whether this observer saw the key take another value before: its owner was alive then."""
+    """When this observer first saw ``value``."""
     written_after: float | None
-    """A time (this observer's clock) before which the value was not written, when known."""
+    """A time before which ``value`` was not written, when known: when this observer last saw
+    another value there, or saw the round with fewer arrivals than the key's."""
+    looked: float
 
 
 class Sightings:
     """What one node saw of keep-alive keys, and since when on its own monotonic clock. Nothing is
-    ever compared with the time a value was written, nor with another node's clock: a key is new
-    when this node saw it move, or saw it missing (fewer arrivals) less than the expiry ago."""
+    ever compared with the time a value was written, nor with another node's clock. A key's owner
+    is alive when its value is known to have been written within the expiry (this node saw another
+    value there, or no such arrival yet, less than the expiry ago); silent once this node has seen
+    the same value for the expiry; unknown in between (a first look, or a look after a long gap)."""
 
     def __init__(self, expiry_s: float) -> None:
         self.expiry_s = expiry_s
@@ -147,7 +150,8 @@ class Sightings:
         return max(times) if times else None
 
     def look(self, key: str, value: bytes | None, now: float, written_after: float | None = None) -> Seen:
-        """Record ``value`` read from ``key`` at ``now`` and judge its owner."""
+        """Record ``value`` read from ``key`` at ``now`` and judge its owner (``written_after``: a
+        bound this node knows for a key it never saw)."""
         if value is None:
             return Seen.ABSENT
         text = value.decode()
@@ -157,11 +161,12 @@ class Sightings:
             return Seen.LEFT
         last = self._seen.get(key)
         if last is None or last.value != value:
-            last = _Sighting(value, now, last is not None, written_after if last is None else None)
+            last = _Sighting(value, now, written_after if last is None else last.looked, now)
             self._seen[key] = last
+        last.looked = now
         if now - last.since > self.expiry_s:
             return Seen.SILENT
-        if last.moved or (last.written_after is not None and now - last.written_after <= self.expiry_s):
+        if last.written_after is not None and now - last.written_after <= self.expiry_s:
             return Seen.ALIVE
         return Seen.UNKNOWN
 
@@ -350,18 +355,17 @@ def participant_action(view: ParticipantView, settings: Settings) -> Participant
     if view.now >= view.join_deadline:
         return Withdraw(closed=False)
     stagger = seal_stagger(view.arrival, settings)
-    until = view.join_deadline
+    due = None if view.present_since is None else view.present_since + settings.last_call_s + stagger
+    over = due is not None and view.now >= due
     if view.full_since is not None:
-        # The node whose arrival made the round full seals at once; the others if it stays unsealed.
+        # The node whose arrival made the round full seals at once; the others if it stays unsealed
+        # (a participant among max_nodes is dead: then the last call decides).
         if view.arrival >= view.arrived or view.now >= view.full_since + stagger:
-            return TrySeal(last_call_over=False)
-        until = min(until, view.full_since + stagger)
-    if view.present_since is not None:
-        due = view.present_since + settings.last_call_s + stagger
-        if view.now >= due:
-            return TrySeal(last_call_over=True)
-        until = min(until, due)
-    return Wait(until)
+            return TrySeal(last_call_over=over)
+    if over:
+        return TrySeal(last_call_over=True)
+    waits = [view.join_deadline] + ([view.full_since + stagger] if view.full_since is not None else [])
+    return Wait(min(waits + ([due] if due is not None else [])))
 
 
 # --- a node waiting outside a sealed round ------------------------------------------------------
@@ -431,10 +435,12 @@ def members_coming(members: Sequence[Seen], quiet: Sequence[float], settings: Se
 
 
 def my_turn(view: TurnView, settings: Settings) -> bool:
-    """Whether a waiter arrives at the reopened round now. It lets the last round's members come
-    first: those that arrived, and those still beating, however long their workers take to stop
+    """Whether a waiter arrives at the reopened round now: at once where the round has a place for
+    all; else it lets the last round's members come first: those that arrived, and those still beating, however long their workers take to stop
     (up to ``turn_limit_s``). Then the waiters ahead of it, each in its turn: it waits until they
     arrived, or ``turn_grace_s`` (and a little more per waiter ahead) once no member is coming."""
+    if len(view.members) + view.ahead < settings.max_nodes:
+        return True  # a place for every member, every waiter ahead and this one: no turn to keep
     stagger = settings.seal_stagger_s * view.ahead
     if view.now - view.started >= settings.turn_limit_s + stagger:
         return True
