@@ -6,10 +6,18 @@ TORCHELASTIC_SIGNALS_TO_HANDLE, the worker context installs handlers for SIGTERM
 SIGHUP and SIGQUIT that raise torch's SignalException, and we export
 TORCH_DISABLE_SHARE_RDZV_TCP_STORE for restartable jobs. ``main(argv)`` and ``launch`` run
 inside the caller's process, which must find its environment and its Ctrl+C as they were.
+
+One thing a call cannot give back: a call that raised leaves its store server referenced by the
+error's traceback, which the caller may keep (unittest's ``assertRaises`` does) until it becomes
+garbage. A child the caller forks then inherits that garbage; collecting it there tears the server
+down, which joins a thread the child does not have, and the child aborts (SIGABRT). So, once the
+launcher has run in a process, its forked children never collect what they inherited
+(``gc.freeze`` in each child): it was the parent's to collect.
 """
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import threading
@@ -21,9 +29,22 @@ from typing import Union
 _Handler = Union[Callable[[int, Union[FrameType, None]], object], int, signal.Handlers, None]
 
 
+_children_freeze = False
+
+
+def children_leave_inherited_garbage() -> None:
+    """From now on, a child forked from this process does not collect what it inherited."""
+    global _children_freeze
+    if not _children_freeze:
+        os.register_at_fork(after_in_child=gc.freeze)
+        _children_freeze = True
+
+
 @contextmanager
 def caller_state_kept() -> Iterator[None]:
-    """Restore ``os.environ`` and the signal handlers on exit, however the body ends."""
+    """Restore ``os.environ`` and the signal handlers on exit, however the body ends (and keep
+    the call's leftovers out of the caller's forked children: ``children_leave_inherited_garbage``)."""
+    children_leave_inherited_garbage()
     environ = dict(os.environ)
     handlers = _signal_handlers()
     try:
