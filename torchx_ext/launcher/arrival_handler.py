@@ -8,6 +8,7 @@ import os
 from typing import Any
 
 from torchx_ext.launcher.arrival_rendezvous import BACKEND, KEEP_ALIVE_MISSES, KEEP_ALIVE_S, ArrivalRendezvous
+from torchx_ext.launcher.store_keys import delete_keys
 
 logger = logging.getLogger(__name__)
 
@@ -20,7 +21,8 @@ def arrival_handler(store: Any, run_id: str, min_nodes: int, max_nodes: int, *, 
     Rank 0's launcher serves its workers' store: on 127.0.0.1 only for a job on this host alone
     (``loopback``), and a new one each round where torch's switch asks for a fresh store per
     attempt (``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``, rendezvous_store.py), which torch would
-    leave to rank 0's worker to serve on every interface."""
+    leave to rank 0's worker to serve on every interface. A workers' store served again in a later
+    round is emptied first: the store stays bounded whatever the restarts."""
     from torch.distributed import TCPStore
     from torch.distributed.elastic.rendezvous import RendezvousHandler, RendezvousInfo
     from torch.distributed.elastic.rendezvous.api import RendezvousStoreInfo
@@ -55,6 +57,10 @@ def arrival_handler(store: Any, run_id: str, min_nodes: int, max_nodes: int, *, 
             if rank == 0 and self._workers_store is None:
                 self._workers_store = (serve_store(0, 300) if loopback else
                                        TCPStore(host_name=addr, port=0, is_master=True, multi_tenant=True))
+            elif rank == 0:
+                # The last round's workers are stopped: what they wrote (their process groups' keys,
+                # the user's own) is nobody's now, and would pile up over restarts.
+                delete_keys(self._workers_store, lambda key: True)
             port = self._workers_store.port if rank == 0 else None
             return RendezvousInfo(store, rank, size, RendezvousStoreInfo.build(rank, store, local_addr=addr,
                                                                                server_port=port))
