@@ -64,7 +64,7 @@ first_line_only=(integration/test_bind integration/test_launcher integration/tes
                  integration/test_partition slurm/test_partition slurm/test_spares integration/test_group_rank
                  integration/test_launcher_parity integration/test_worker_start integration/test_numa_cli
                  unit/test_plan_properties unit/test_placement conformance/test_faults conformance/test_log_options
-                 conformance/test_retry_policy integration/test_rendezvous_scale_bench integration/test_arrival_rendezvous integration/test_torchrun_assertions
+                 conformance/test_retry_policy integration/test_rendezvous_scale_bench integration/test_arrival_rendezvous integration/test_rendezvous_faults unit/test_rendezvous_core integration/test_torchrun_assertions
                  integration/test_local_concurrency docker/test_engine_fixture kubernetes/test_apiserver
                  kubernetes/test_backends kubernetes/test_kubernetes slurm/test_slurm slurm/test_gpus slurm/test_allocation
                  slurm/test_allocation_warm)

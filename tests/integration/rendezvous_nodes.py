@@ -5,6 +5,7 @@ nodes in processes of their own, which a test can kill."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -25,10 +26,12 @@ def make_handler(kind: str, port: int, min_nodes: int, max_nodes: int, node_rank
                         handler=kind, node_rank=node_rank, local_addr="127.0.0.1")
 
 
-def start_node(kind: str, port: int, min_nodes: int, max_nodes: int, **settings: Any) -> subprocess.Popen[str]:
-    """A node in a process of its own, once it is about to call ``next_rendezvous`` (it said "ready")."""
+def start_node(kind: str, port: int, min_nodes: int, max_nodes: int, env: dict[str, str] | None = None,
+               **settings: Any) -> subprocess.Popen[str]:
+    """A node in a process of its own (``jobs/rendezvous_node.py``), once it is about to call
+    ``next_rendezvous`` (it said "ready"); ``env`` added to this process's."""
     process = subprocess.Popen([sys.executable, str(NODE_SCRIPT), kind, str(port), str(min_nodes), str(max_nodes),
-                                json.dumps(settings)], stdout=subprocess.PIPE, text=True)
+                                json.dumps(settings)], stdout=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
     assert process.stdout is not None
     line = process.stdout.readline()
     assert line.strip() == "ready", line

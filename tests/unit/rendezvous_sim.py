@@ -239,6 +239,10 @@ class Simulation:
                                       keep_alive_misses=MISSES, clock=lambda: self.now + node.offset,
                                       keep_alive=make_keep_alive)
 
+    def _start(self, node: SimNode) -> None:
+        self._make(node)
+        self._join(node)
+
     def _join(self, node: SimNode) -> None:
         assert node.rdzv is not None
         node.state, node.round, node.rank, node.rejoin_at = "joining", None, None, None
@@ -342,7 +346,7 @@ class Simulation:
                 offer(node.frozen_until, lambda node=node: self._thaw(node))  # type: ignore[misc]
                 continue
             if node.state == "idle":
-                offer(node.start_at, lambda node=node: (self._make(node), self._join(node)))  # type: ignore[misc]
+                offer(node.start_at, lambda node=node: self._start(node))  # type: ignore[misc]
                 continue
             assert node.keep_alive is not None
             offer(node.keep_alive.due(), node.keep_alive.fire)

@@ -125,7 +125,7 @@ def test_with_no_fault_nobody_restarts_anybody_whatever_the_clocks(scenario: Sce
 
     assert simulation.restarts_asked == 0
     assert [seal.round for seal in simulation.seals] == [0]
-    assert sorted(node.rank for node in scenario.nodes if node.state == "member") == list(range(scenario.max_nodes))
+    assert sorted(node.rank or 0 for node in scenario.nodes if node.state == "member") == list(range(scenario.max_nodes))
 
 
 def test_ten_minutes_ahead_and_ten_behind_decide_as_clocks_that_agree() -> None:

@@ -28,6 +28,7 @@ from torchx_ext.exit_codes import BAD_INPUT, FAILED, OK
 from torchx_ext.launcher import preload_server
 from torchx_ext.launcher.bootstrap import BOOTSTRAP_CODE, BoundCallable, encode_plan, run_preloaded, run_script_path
 from torchx_ext.launcher.caller_state import caller_state_kept
+from torchx_ext.launcher.clock_offset import CLOCK_OFFSET_ENV, apply_clock_offset, clock_offset_s
 from torchx_ext.launcher.scratch import log_dir_of_launch
 from torchx_ext.launcher.streams import lock_standard_streams
 from torchx_ext.launcher.open_files import raise_open_files_limit
@@ -177,6 +178,12 @@ def main(argv: Sequence[str] | None = None, preload_started: bool = False, exits
 def _main(argv: Sequence[str] | None, preload_started: bool) -> int:
     _configure_logging()
     args = build_parser().parse_args(argv)
+    try:
+        if apply_clock_offset():  # tests of clock skew between hosts only
+            logger.warning("wall clocks off by %s s (%s)", clock_offset_s(), CLOCK_OFFSET_ENV)
+    except TorchxExtError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return BAD_INPUT
     with caller_state_kept(), preload_server.server_of_this_call(started_early=preload_started) as callers_server:
         if callers_server and uses_preloaded_workers(args):
             logger.info(
