@@ -43,8 +43,8 @@ def apply_clock_offset() -> float:
 
     class SkewedDatetime(datetime):
         @classmethod
-        def now(cls, tz: tzinfo | None = None) -> "SkewedDatetime":
-            return super().now(tz) + timedelta(seconds=offset)
+        def now(cls, tz: tzinfo | None = None) -> datetime:  # type: ignore[override]
+            return datetime.now(tz) + timedelta(seconds=offset)  # a plain datetime: torch pickles its state
 
     from torch.distributed.elastic.rendezvous import dynamic_rendezvous
 

@@ -377,6 +377,8 @@ def in_node_rank_order(info: Any, node_rank: int, local_addr: str | None, shared
 
     from torchx_ext.launcher.rendezvous_core import RankClaim, assign_ranks
 
+    if not 0 <= info.rank < info.world_size:
+        return info  # torch's handler under clock skew can say so (docs/launcher.md): nothing to reorder
     store = info.store
     store.set(f"{_NODE_RANK_PREFIX}{info.rank}", json.dumps([node_rank, -1 if kept is None else kept]))
     claims = []
