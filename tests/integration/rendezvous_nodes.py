@@ -8,6 +8,9 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,3 +39,26 @@ def start_node(kind: str, port: int, min_nodes: int, max_nodes: int, env: dict[s
     line = process.stdout.readline()
     assert line.strip() == "ready", line
     return process
+
+
+def background(call: Callable[[], Any]) -> list[Any]:
+    """``call`` on a thread of its own; what it returns or raises lands in the list."""
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append(call())
+        except Exception as error:
+            outcome.append(error)
+
+    threading.Thread(target=run, daemon=True).start()
+    return outcome
+
+
+def until(condition: Callable[[], Any], timeout_s: float, every_s: float = 0.05) -> float:
+    """Seconds until ``condition`` held (it is asserted after ``timeout_s``)."""
+    started = time.monotonic()
+    while not condition() and time.monotonic() - started < timeout_s:
+        time.sleep(every_s)
+    assert condition()
+    return time.monotonic() - started

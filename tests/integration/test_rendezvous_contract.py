@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import subprocess
-import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -16,7 +15,7 @@ import pytest
 import torch.distributed as dist
 from torch.distributed.elastic.rendezvous import RendezvousClosedError, RendezvousTimeoutError
 
-from tests.integration.rendezvous_nodes import HANDLER_KINDS, make_handler, start_node
+from tests.integration.rendezvous_nodes import HANDLER_KINDS, background, make_handler, start_node, until
 from torchx_ext.launcher.spare import SpareReleased
 
 
@@ -60,33 +59,10 @@ def nodes(port: int) -> Iterator[Callable[..., Any]]:
             pass
 
 
-def background(call: Callable[[], Any]) -> list[Any]:
-    """``call`` on a thread of its own; what it returns or raises lands in the list."""
-    outcome: list[Any] = []
-
-    def run() -> None:
-        try:
-            outcome.append(call())
-        except Exception as error:
-            outcome.append(error)
-
-    threading.Thread(target=run, daemon=True).start()
-    return outcome
-
-
 def together(calls: list[Callable[[], Any]], timeout_s: float = 30) -> list[Any]:
     outcomes = [background(call) for call in calls]
     until(lambda: all(outcomes), timeout_s)
     return [outcome[0] if outcome else None for outcome in outcomes]
-
-
-def until(condition: Callable[[], Any], timeout_s: float, every_s: float = 0.05) -> float:
-    """Seconds until ``condition`` held (it is asserted after ``timeout_s``)."""
-    started = time.monotonic()
-    while not condition() and time.monotonic() - started < timeout_s:
-        time.sleep(every_s)
-    assert condition()
-    return time.monotonic() - started
 
 
 def test_every_node_gets_one_rank_even_where_host_name_and_pid_are_the_same(kind: str, nodes: Any) -> None:

@@ -10,14 +10,14 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import torch.distributed as dist
 from torch.distributed.elastic.rendezvous import RendezvousTimeoutError
 
-from tests.integration.rendezvous_nodes import HANDLER_KINDS, make_handler, start_node
+from tests.integration.rendezvous_nodes import HANDLER_KINDS, background, make_handler, start_node, until
 
 FAST = {"keep_alive_interval": 1, "keep_alive_max_attempt": 3}  # expiry: 3 s
 
@@ -45,27 +45,6 @@ class Node:
         assert len(self.said("joined")) >= count, (self.lines, self.process.poll())
         _, rank, size = self.said("joined")[count - 1][1].split()
         return int(rank), int(size)
-
-
-def until(condition: Callable[[], Any], timeout_s: float, every_s: float = 0.05) -> float:
-    started = time.monotonic()
-    while not condition() and time.monotonic() - started < timeout_s:
-        time.sleep(every_s)
-    assert condition()
-    return time.monotonic() - started
-
-
-def background(call: Callable[[], Any]) -> list[Any]:
-    outcome: list[Any] = []
-
-    def run() -> None:
-        try:
-            outcome.append(call())
-        except Exception as error:
-            outcome.append(error)
-
-    threading.Thread(target=run, daemon=True).start()
-    return outcome
 
 
 @pytest.fixture
