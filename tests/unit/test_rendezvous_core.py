@@ -170,9 +170,12 @@ def test_survivors_keep_their_ranks_and_a_spare_takes_the_lost_ones() -> None:
     assert ranks_of([NodeDescription("b", 1, -1, "t0"), NodeDescription("a", 2, -1, "t1")]) == [1, 0]
     # Two launchers with the same host name and pid (host-network containers, pid 1) still differ.
     assert sorted(ranks_of([NodeDescription("h", 1, -1, "x"), NodeDescription("h", 1, -1, "y")])) == [0, 1]
+    # A description the version before wrote (no rank) is read; one that is none is not seated.
+    assert NodeDescription.parse('["h", 1, 0, "t", 2]') == NodeDescription("h", 1, 0, "t", 2, -1)
+    assert NodeDescription.parse("garbage") is None and NodeDescription.parse("[1]") is None
 
 
-def test_a_waiter_lets_a_member_still_beating_come_first_however_long_it_takes_to_stop() -> None:
+def test_a_waiter_lets_a_member_still_beating_come_first_up_to_the_expiry_and_the_grace() -> None:
     rules = Settings(min_nodes=2, max_nodes=2, last_call_s=30, keep_alive_s=2, expiry_s=6, turn_grace_s=2)
     slow = TurnView(now=105, started=100, arrived=1, ahead=0, members=[Seen.LEFT, Seen.ALIVE], clear_since=None)
     assert not my_turn(slow, rules)  # 5 s on: the member's key still moves

@@ -38,8 +38,9 @@ bytes each. Here a round is built from keys no node rewrites (all under ``torchx
   and the watchdog's in its round store), so the store holds two rounds whatever the restarts.
 
 The waits are ``yield``s of a generator (``joining``): ``join`` waits for real; a test drives many
-nodes' generators over one store on a simulated clock. Each node makes about a dozen operations
-to join; the sealer a few more whose payload is O(N).
+nodes' generators over one store on a simulated clock. Each node makes a constant number of operations
+to join (about 30, whatever N: each wake reads the round's counters); the sealer a few more whose
+payload is O(N).
 """
 
 from __future__ import annotations
@@ -307,8 +308,9 @@ class ArrivalRendezvous:
                                        self.sightings.written_after(current, number))
             if number == arrival and seen.counts:
                 seen = Seen.ALIVE  # itself
-            if value is not None and seen.counts:
-                found.append(Candidate(number, NodeDescription.from_json(beat_payload(value)), seen))
+            node = NodeDescription.parse(beat_payload(value)) if value is not None and seen.counts else None
+            if node is not None:
+                found.append(Candidate(number, node, seen))
         return found
 
     def _try_seal(self, current: int, arrival: int, arrived: int, last_call_over: bool) -> Sealing | NotYet:
@@ -361,8 +363,8 @@ class ArrivalRendezvous:
                     yield from self._awaiting_turn(next_round, ticket)
                     return redundant
                 if action is Outside.TIMED_OUT:
+                    self._beat(None)  # first: no beat in flight lands after the withdrawal
                     self.store.set(f"r{next_round}.waiter.{ticket}", WITHDRAWN)
-                    self._beat(None)
                     raise RendezvousTimeoutError(f"the rendezvous {self.run_id!r}: no round for this node in time")
                 if action is Outside.OPEN_NEXT:
                     self._open(next_round)
@@ -371,8 +373,8 @@ class ArrivalRendezvous:
                 if action is Outside.COUNT_ME:
                     counted, self.spare = True, False
                     deadline = now + self.join_timeout_s
-                    self.store.set(f"r{next_round}.waiter.{ticket}", beat_value(0, "1"))
-                    self._beat(f"r{next_round}.waiter.{ticket}", counted=True, written=True)
+                    # written by the keep-alive thread at once: no beat of "not counted" lands after it
+                    self._beat(f"r{next_round}.waiter.{ticket}", counted=True)
                 yield Pause(now + WAIT_POLL_S)
         finally:
             self.spare = False
@@ -386,6 +388,8 @@ class ArrivalRendezvous:
         started = self.clock()
         clear_since: float | None = None
         while True:
+            if self.is_closed():
+                return  # the caller raises, or releases a spare
             now = self.clock()
             seen, quiet = self._members_seen(round_ - 1, members, now)
             clear_since = track_since(clear_since, not members_coming(seen, quiet, self.settings), now)

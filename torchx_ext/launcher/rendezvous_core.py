@@ -72,8 +72,18 @@ class NodeDescription:
 
     @staticmethod
     def from_json(text: bytes | str) -> "NodeDescription":
-        addr, pid, node_rank, token, member_of, rank = json.loads(text)
-        return NodeDescription(str(addr), int(pid), int(node_rank), str(token), int(member_of), int(rank))
+        """A description as ``to_json`` writes it, or as the version before wrote it (no rank)."""
+        addr, pid, node_rank, token, member_of, *rank = json.loads(text)
+        return NodeDescription(str(addr), int(pid), int(node_rank), str(token), int(member_of),
+                               int(rank[0]) if rank else -1)
+
+    @staticmethod
+    def parse(text: bytes | str) -> "NodeDescription | None":
+        """``from_json``, or None for a value that is no description (nothing to seat)."""
+        try:
+            return NodeDescription.from_json(text)
+        except (ValueError, TypeError):  # json's errors are ValueErrors
+            return None
 
     @property
     def torch_order(self) -> tuple[str, int, str]:
@@ -436,8 +446,8 @@ def members_coming(members: Sequence[Seen], quiet: Sequence[float], settings: Se
 
 def my_turn(view: TurnView, settings: Settings) -> bool:
     """Whether a waiter arrives at the reopened round now: at once where the round has a place for
-    all; else it lets the last round's members come first: those that arrived, and those still beating, however long their workers take to stop
-    (up to ``turn_limit_s``). Then the waiters ahead of it, each in its turn: it waits until they
+    all; else it lets the last round's members come first: those that arrived, and those still
+    beating while their workers stop, up to ``turn_limit_s`` (the keep-alive expiry and the grace). Then the waiters ahead of it, each in its turn: it waits until they
     arrived, or ``turn_grace_s`` (and a little more per waiter ahead) once no member is coming."""
     if len(view.members) + view.ahead < settings.max_nodes:
         return True  # a place for every member, every waiter ahead and this one: no turn to keep
