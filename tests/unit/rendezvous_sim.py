@@ -36,15 +36,17 @@ PREFIX = "torchx_ext.rdzv/job/"
 class SimStore:
     """A c10d store in memory, with the calls the rendezvous makes; it tells the simulation of writes."""
 
-    def __init__(self, on_write: Callable[[str, str], None], on_add: Callable[[str, int, int], None]) -> None:
+    def __init__(self, on_write: Callable[[str, str], None], on_add: Callable[[str, int, int], None],
+                 on_read: Callable[[list[str]], None] = lambda keys: None) -> None:
         self.data: dict[str, bytes] = {}
-        self._on_write, self._on_add = on_write, on_add
+        self._on_write, self._on_add, self._on_read = on_write, on_add, on_read
 
     def set(self, key: str, value: str | bytes) -> None:
         self.data[key] = value.encode() if isinstance(value, str) else value
         self._on_write(key, self.data[key].decode())
 
     def get(self, key: str) -> bytes:
+        self._on_read([key])
         return self.data[key]
 
     def add(self, key: str, amount: int) -> int:
@@ -57,6 +59,7 @@ class SimStore:
         return all(key in self.data for key in keys)
 
     def compare_set(self, key: str, expected: str, desired: str) -> bytes:
+        self._on_read([key])
         current = self.data.get(key)
         if (current is None and expected == "") or (current is not None and current == expected.encode()):
             self.set(key, desired)
@@ -64,6 +67,7 @@ class SimStore:
         return current if current is not None else expected.encode()
 
     def multi_get(self, keys: list[str]) -> list[bytes]:
+        self._on_read(keys)
         return [self.data[key] for key in keys]
 
     def multi_set(self, keys: list[str], values: list[str]) -> None:
@@ -177,14 +181,19 @@ class SealRecord:
 
 
 class Simulation:
-    def __init__(self, nodes: list[SimNode], min_nodes: int, max_nodes: int, faults: list[Fault], seed: int) -> None:
+    def __init__(self, nodes: list[SimNode], min_nodes: int, max_nodes: int, faults: list[Fault], seed: int,
+                 last_call_s: float = LAST_CALL_S) -> None:
         self.now = 0.0
+        self.last_call_s = last_call_s
         self.rng = random.Random(seed)
         self.nodes = nodes
         self.min_nodes, self.max_nodes = min_nodes, max_nodes
         self.faults = sorted(faults, key=lambda fault: fault.at)
-        self.store = SimStore(self._on_write, self._on_add)
+        self.store = SimStore(self._on_write, self._on_add, self._on_read)
         self.running: SimNode | None = None
+        self.node_keys_read: dict[str, int] = {}
+        """Per node: how many participants' and members' keys it read (a key a read)."""
+        self.arrived_at: dict[tuple[int, int], float] = {}
         self.owners: dict[tuple[int, int], SimNode] = {}
         self.seals: list[SealRecord] = []
         self.present: dict[int, list[tuple[float, int]]] = {}
@@ -210,6 +219,11 @@ class Simulation:
                         for owner in owners]
             self.seals.append(SealRecord(round_, self.now, arrivals, owners, withdrawn, max(gone_for, default=0.0)))
 
+    def _on_read(self, keys: list[str]) -> None:
+        if self.running is not None:
+            count = sum(1 for key in keys if re.fullmatch(re.escape(PREFIX) + r"r\d+\.node\.\d+", key))
+            self.node_keys_read[self.running.name] = self.node_keys_read.get(self.running.name, 0) + count
+
     def _on_add(self, key: str, amount: int, value: int) -> None:
         match = re.fullmatch(re.escape(PREFIX) + r"r(\d+)\.(arrivals|withdrawn)", key)
         if match is None or amount == 0:
@@ -218,6 +232,7 @@ class Simulation:
         if match.group(2) == "arrivals":
             assert self.running is not None
             self.owners[(round_, value)] = self.running
+            self.arrived_at[(round_, value)] = self.now
         arrived = int(self.store.data.get(f"{PREFIX}r{round_}.arrivals", b"0"))
         withdrawn = int(self.store.data.get(f"{PREFIX}r{round_}.withdrawn", b"0"))
         self.present.setdefault(round_, []).append((self.now, arrived - withdrawn))
@@ -234,7 +249,7 @@ class Simulation:
 
         node.keep_alive = keep_alive
         node.rdzv = ArrivalRendezvous(self.store, "job", self.min_nodes, self.max_nodes,
-                                      join_timeout_s=node.join_timeout_s, last_call_s=LAST_CALL_S,
+                                      join_timeout_s=node.join_timeout_s, last_call_s=self.last_call_s,
                                       node_rank=node.node_rank, local_addr=node.name, keep_alive_s=KEEP_ALIVE_S,
                                       keep_alive_misses=MISSES, clock=lambda: self.now + node.offset,
                                       keep_alive=make_keep_alive)

@@ -6,6 +6,7 @@ the real ``ArrivalRendezvous`` over one store on a simulated clock (``rendezvous
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 
 from hypothesis import HealthCheck, given, settings
@@ -92,6 +93,10 @@ def test_every_round_holds_live_nodes_with_ranks_0_to_n_minus_1_and_seals_no_soo
             reached = [at for (at, count), before in zip(timeline, [0] + [count for _, count in timeline])
                        if count >= scenario.min_nodes > before]
             assert reached and seal.at >= reached[-1] + LAST_CALL_S - 1e-6, (seal, timeline)
+            # ... and from when the min-th of its members arrived: a participant that died before
+            # counted toward min_nodes for a while, not for the last call.
+            came = sorted(simulation.arrived_at[(seal.round, arrival)] for arrival in seal.arrivals)
+            assert seal.at >= came[scenario.min_nodes - 1] + LAST_CALL_S - 1e-6, (seal, came)
 
 
 @PROPERTIES
@@ -105,6 +110,11 @@ def test_a_survivor_keeps_its_rank_and_every_live_node_ends_in_the_round_or_wait
             after = node.rounds.get(round_ + 1)
             if after is not None and round_ + 1 in by_round and rank < len(by_round[round_ + 1].arrivals):
                 assert after == rank, (node.name, node.rounds)
+    # The store holds the last two rounds: no node behind the job (thawed) wrote an old one's key anew.
+    open_round = int(simulation.store.data.get("torchx_ext.rdzv/job/round", b"0"))
+    rounds = {int(match.group(1)) for match in map(re.compile(r"torchx_ext\.rdzv/job/r(\d+)[./]").match,
+                                                    simulation.store.data) if match}
+    assert not [round_ for round_ in rounds if round_ < open_round - 1], (open_round, sorted(rounds))
     live = [node for node in scenario.nodes if node.live and node.frozen_until is None]
     assert simulation.seals or len(live) < scenario.min_nodes
     if len(live) < scenario.min_nodes or not simulation.seals:
@@ -125,7 +135,23 @@ def test_with_no_fault_nobody_restarts_anybody_whatever_the_clocks(scenario: Sce
 
     assert simulation.restarts_asked == 0
     assert [seal.round for seal in simulation.seals] == [0]
-    assert sorted(node.rank or 0 for node in scenario.nodes if node.state == "member") == list(range(scenario.max_nodes))
+    members = [node for node in scenario.nodes if node.state == "member"]
+    assert sorted(node.rank for node in members if node.rank is not None) == list(range(scenario.max_nodes))
+    assert len(members) == scenario.max_nodes
+
+
+def test_a_participant_dead_before_the_seal_costs_the_watchers_reads_not_every_node() -> None:
+    # 32 nodes arrive over 8 s, min 31 and max 32; one dies early: the round is full at 7.75 s, but
+    # not of live nodes, so it waits for the last call (10 s), which runs from the 31st live arrival.
+    nodes = [SimNode(name=f"node{index}", node_rank=-1, start_at=index / 4, offset=index * 7.0, stop_delay=0.5,
+                     join_timeout_s=600.0) for index in range(32)]
+    simulation = Simulation(nodes, 31, 32, [Fault(at=2.0, kind="kill", victim=5)], seed=3, last_call_s=10)
+    simulation.run(40)
+
+    assert [len(seal.arrivals) for seal in simulation.seals] == [31]
+    assert 7.75 + 10 <= simulation.seals[0].at < 7.75 + 10 + 2 * KEEP_ALIVE_S
+    later = {name: reads for name, reads in simulation.node_keys_read.items() if int(name[4:]) >= 3}
+    assert max(later.values()) <= 2 * 32, later  # each read the round once, perhaps twice: not every half beat
 
 
 def test_ten_minutes_ahead_and_ten_behind_decide_as_clocks_that_agree() -> None:
@@ -186,3 +212,17 @@ def test_a_waiter_lets_a_member_still_beating_come_first_up_to_the_expiry_and_th
     behind = TurnView(now=102, started=100, arrived=1, ahead=1, members=[Seen.LEFT, Seen.SILENT], clear_since=101)
     assert not my_turn(behind, rules)  # a waiter ahead of it goes first
     assert KEEP_ALIVE_S < EXPIRY_S
+
+
+def test_when_the_first_arrivals_die_before_the_seal_the_next_ones_watch_and_seal() -> None:
+    # 12 nodes over 3 s, min 6 and max 12; the three that came first (the watchers) die at 1 s.
+    nodes = [SimNode(name=f"node{index}", node_rank=-1, start_at=index / 4, offset=-index * 60.0, stop_delay=0.5,
+                     join_timeout_s=600.0) for index in range(12)]
+    simulation = Simulation(nodes, 6, 12, [Fault(at=1.0, kind="kill", victim=victim) for victim in range(3)], seed=5)
+    simulation.run(40)
+
+    assert [sorted(owner.name for owner in seal.owners) for seal in simulation.seals] == [
+        sorted(f"node{index}" for index in range(3, 12))]
+    # The next three watch once the last call has been over for an expiry and a beat; they can tell
+    # a silent key from a live one an expiry after their first look.
+    assert simulation.seals[0].at < 1.25 + LAST_CALL_S + EXPIRY_S + KEEP_ALIVE_S + EXPIRY_S + 2

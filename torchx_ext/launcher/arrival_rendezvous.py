@@ -58,7 +58,7 @@ from datetime import timedelta
 from typing import Any, Protocol
 
 from torchx_ext.launcher.arrival_keepalive import KeepAlive
-from torchx_ext.launcher.rendezvous_core import (LEFT, WITHDRAWN, Candidate, Member, NodeDescription, NotYet, Outside,
+from torchx_ext.launcher.rendezvous_core import (LEFT, WITHDRAWN, Candidate, LastCallFrom, Member, NodeDescription, NotYet, Outside,
                                                  OutsideView, ParticipantView, Seen, SealedWithout, Sealing, Settings,
                                                  Sightings, Superseded, TrySeal, TurnView, Wait, Withdraw, beat_payload,
                                                  beat_value, choose_members, members_coming, my_turn, outside_action,
@@ -145,6 +145,10 @@ class ArrivalRendezvous:
         self._waiting_read_at: float | None = None
         self._waiting = 0
         self._keep_alive: KeepAliveLike | None = None
+        self._poked = -1
+        self._waiter_key: tuple[int, str] | None = None
+        """The round this node last waited for, and its key there (no longer kept alive once it arrived)."""
+        """The round in which this node last woke the watchers (once a round)."""
 
     # --- joining: the generator and its real driver ---------------------------------------------
 
@@ -191,6 +195,10 @@ class ArrivalRendezvous:
                     raise RendezvousGracefulExitError(f"the rendezvous {self.run_id!r} is closed")
                 raise RendezvousClosedError(f"the rendezvous {self.run_id!r} is closed")
             current = int(self.store.add("round", 0))
+            if self._member_key is not None and self._member_of < current - 1:
+                # Its round was deleted while this node was frozen, and its keep-alive wrote its key anew.
+                self.store.delete_key(self._member_key)
+                self._member_key = None
             if self.round is not None:
                 # A member again: the next round is this node's to open (whoever is first), and
                 # its place there comes before the waiting nodes'.
@@ -227,37 +235,46 @@ class ArrivalRendezvous:
         key, wake = f"r{current}.node.{arrival}", f"r{current}.wake.{arrival}"
         store.set(key, beat_value(0, description))
         self._beat(key, description=description, wake_key=wake, written=True)
+        self._drop_stale_waiter_key(current)
         if self._member_key is not None:
             if self._member_of == current - 1:  # arrived: it left its place there alive
                 store.set(self._member_key, LEFT)
-            self._member_key = None  # (a round further back is deleted, or soon will be)
+            self._member_key = None
         present_since: float | None = None
         full_since: float | None = None
         woke_earlier = False
         looked_at: float | None = None
         seen_dips = 0
+        tried: tuple[tuple[int, int, int, float | None], bool] | None = None
+        """The counts it last tried to seal with, and whether the last call was over then."""
         while True:
             now = self.clock()
-            arrived = int(store.add(f"r{current}.arrivals", 0))
-            withdrawn = int(store.add(f"r{current}.withdrawn", 0))
+            # The open round first: a node frozen while the job moved on reads nothing of its
+            # round (deleted, or soon to be) and writes nothing there but its own key, taken back.
+            open_round = int(store.add("round", 0))
+            seal = self._seal_of(current)
+            arrived, withdrawn, dips = self._counters(current, "arrivals", "withdrawn", "dips")
             self.sightings.saw_arrivals(current, arrived, now)
             here = present(arrived, withdrawn)
-            dips = int(store.add(f"r{current}.dips", 0))
             if dips != seen_dips:  # present fell below min_nodes since the last look, however briefly
                 seen_dips, present_since = dips, None
-            if here == self.min_nodes and arrival == arrived and arrival > 1 and not woke_earlier:
+            if (here == self.min_nodes and arrival == arrived and arrival > 1 and not woke_earlier
+                    and open_round == current and seal is None):
                 # This arrival brings min_nodes: those before it start their last call now.
                 woke_earlier = True
                 store.multi_set([f"r{current}.wake.{a}" for a in range(1, arrival)], [""] * (arrival - 1))
             present_since = track_since(present_since, here >= self.min_nodes, now)
             full_since = track_since(full_since, here >= self.max_nodes, now)
-            if arrival <= SEAL_WATCHERS and (looked_at is None or now - looked_at >= self.keep_alive_s / 2):
+            if (arrival <= SEAL_WATCHERS and open_round == current and seal is None
+                    and (looked_at is None or now - looked_at >= self.keep_alive_s / 2)):
                 looked_at = now
                 self._candidates(current, arrival, arrived, now)  # so that one dead before the seal is seen silent
+            counts = (arrived, withdrawn, dips, present_since)
             action = participant_action(ParticipantView(
-                now=now, round_=current, arrival=arrival, open_round=int(store.add("round", 0)),
-                closed=self.is_closed(), seal=self._seal_of(current), arrived=arrived, withdrawn=withdrawn,
-                join_deadline=deadline, present_since=present_since, full_since=full_since), settings)
+                now=now, round_=current, arrival=arrival, open_round=open_round, closed=self.is_closed(), seal=seal,
+                arrived=arrived, withdrawn=withdrawn, join_deadline=deadline, present_since=present_since,
+                full_since=full_since, tried_over=tried[1] if tried is not None and tried[0] == counts else None),
+                settings)
             if isinstance(action, Member):
                 store.delete_key(wake)
                 self._beat(key, description=description)
@@ -289,11 +306,14 @@ class ArrivalRendezvous:
                     f"the rendezvous {self.run_id!r} did not complete in {self.join_timeout_s:g} s: "
                     f"{arrived} of {self.min_nodes}..{self.max_nodes} nodes had arrived")
             if isinstance(action, TrySeal):
-                tried = self._try_seal(current, arrival, arrived, action.last_call_over)
-                if tried is NotYet.BELOW_MIN:
+                tried = (counts, action.last_call_over)
+                outcome = self._try_seal(current, arrival, arrived, action.last_call_over)
+                if outcome is NotYet.BELOW_MIN:
                     present_since = None  # torch: no deadline until min_nodes are live again
-                if self._seal_of(current) is None:  # a second look once keys had time to move
-                    yield Pause(min(deadline, now + self.keep_alive_s / 2), wake)
+                if isinstance(outcome, LastCallFrom):  # the min-th live one came later than it counted
+                    present_since = max(present_since or outcome.since, outcome.since)
+                if isinstance(outcome, NotYet | LastCallFrom) and self._seal_of(current) is None:
+                    yield Pause(min(deadline, now + self.keep_alive_s / 2), wake)  # a second look once keys can move
                 continue
             assert isinstance(action, Wait)
             yield Pause(action.until, wake)
@@ -309,19 +329,23 @@ class ArrivalRendezvous:
             if number == arrival and seen.counts:
                 seen = Seen.ALIVE  # itself
             node = NodeDescription.parse(beat_payload(value)) if value is not None and seen.counts else None
+            since = self.sightings.first_saw(current, number)
             if node is not None:
-                found.append(Candidate(number, node, seen))
+                found.append(Candidate(number, node, seen, now if since is None else since))
         return found
 
-    def _try_seal(self, current: int, arrival: int, arrived: int, last_call_over: bool) -> Sealing | NotYet:
+    def _try_seal(self, current: int, arrival: int, arrived: int, last_call_over: bool) -> Sealing | LastCallFrom | NotYet:
         """Seal round ``current`` if ``choose_members`` says so; one compare-and-set decides."""
-        decision = choose_members(self._candidates(current, arrival, arrived, self.clock()), current, self.settings,
-                                  last_call_over)
-        if decision is NotYet.UNKNOWN and arrival > SEAL_WATCHERS:
+        now = self.clock()
+        decision = choose_members(self._candidates(current, arrival, arrived, now), current, self.settings,
+                                  last_call_over, now)
+        if decision is NotYet.UNKNOWN and arrival > SEAL_WATCHERS and self._poked != current:
             # The first arrivals have watched the others' keys since they came: they can tell.
+            # Once a round: they look again on their own until it is sealed.
+            self._poked = current
             watchers = range(1, SEAL_WATCHERS + 1)
             self.store.multi_set([f"r{current}.wake.{a}" for a in watchers], [""] * SEAL_WATCHERS)
-        if isinstance(decision, NotYet):
+        if not isinstance(decision, Sealing):
             return decision
         seal = json.dumps(decision.order)
         if self.store.compare_set(f"r{current}.seal", "", seal).decode() == seal:
@@ -330,10 +354,9 @@ class ArrivalRendezvous:
 
     # --- waiting outside a sealed round, and a turn at the next --------------------------------
 
-    def _members_seen(self, round_: int, members: list[int], now: float) -> tuple[list[Seen], list[float]]:
+    def _members_seen(self, round_: int, members: list[int], now: float) -> list[Seen]:
         keys = [f"r{round_}.node.{a}" for a in members]
-        seen = [self.sightings.look(key, value, now) for key, value in zip(keys, self._read(keys))]
-        return seen, [self.sightings.unchanged_for(key, now) for key in keys]
+        return [self.sightings.look(key, value, now) for key, value in zip(keys, self._read(keys))]
 
     def _waiting_outside(self, sealed: int, deadline: float) -> Steps:
         """This node came after round ``sealed`` was sealed: it waits for the next round, counted
@@ -353,7 +376,7 @@ class ArrivalRendezvous:
                 seen: list[Seen] | None = None
                 if looked_at is None or now - looked_at >= self.keep_alive_s / 2:  # often enough to see a key move
                     looked_at = now
-                    seen = self._members_seen(sealed, members, now)[0]
+                    seen = self._members_seen(sealed, members, now)
                 action = outside_action(OutsideView(now=now, sealed=sealed, open_round=int(self.store.add("round", 0)),
                                                     closed=self.is_closed(), counted=counted, deadline=deadline,
                                                     members=seen))
@@ -387,13 +410,18 @@ class ArrivalRendezvous:
         members = self._seal_of(round_ - 1) or []
         started = self.clock()
         clear_since: float | None = None
+        looked_at: float | None = None
         while True:
             if self.is_closed():
                 return  # the caller raises, or releases a spare
             now = self.clock()
-            seen, quiet = self._members_seen(round_ - 1, members, now)
+            if looked_at is None or now - looked_at >= self.keep_alive_s / 2:  # O(N): often enough to see keys move
+                looked_at = now
+                seen = self._members_seen(round_ - 1, members, now)
+            keys = [f"r{round_ - 1}.node.{a}" for a in members]
+            quiet = [self.sightings.unchanged_for(key, now) for key in keys]
             clear_since = track_since(clear_since, not members_coming(seen, quiet, self.settings), now)
-            view = TurnView(now=now, started=started, arrived=int(self.store.add(f"r{round_}.arrivals", 0)),
+            view = TurnView(now=now, started=started, arrived=self._counters(round_, "arrivals")[0],
                             ahead=ticket - 1, members=seen, clear_since=clear_since)
             if my_turn(view, self.settings):
                 return
@@ -404,7 +432,17 @@ class ArrivalRendezvous:
         key = f"r{next_round}.waiter.{ticket}"
         self.store.set(key, beat_value(0, "1" if counted else "0"))
         self._beat(key, counted=counted, written=True)
+        self._drop_stale_waiter_key(next_round)
+        self._waiter_key = next_round, key
         return ticket
+
+    def _drop_stale_waiter_key(self, current: int) -> None:
+        """Delete this node's last waiter key once its keep-alive moved on, if that round is
+        deleted, or soon will be (the node was frozen while it waited); else it goes with its round."""
+        if self._waiter_key is not None and self._waiter_key[0] < current - 1:
+            self.store.delete_key(self._waiter_key[1])
+        if self._waiter_key is not None and self._waiter_key[0] != current:
+            self._waiter_key = None
 
     # --- a member's questions, the store's keys ----------------------------------------------
 
@@ -422,8 +460,7 @@ class ArrivalRendezvous:
 
     def _count_waiting(self, next_round: int, now: float) -> int:
         store = self.store
-        tickets = int(store.add(f"r{next_round}.queue", 0))
-        arrived = int(store.add(f"r{next_round}.arrivals", 0))
+        tickets, arrived = self._counters(next_round, "queue", "arrivals")
         if tickets == 0 and arrived == 0:
             return 0
         waiter_keys = [f"r{next_round}.waiter.{t}" for t in range(1, tickets + 1)]
@@ -443,18 +480,27 @@ class ArrivalRendezvous:
             logger.warning("could not delete the rendezvous' round %d keys: %s", old,
                            str(error).splitlines()[0] if str(error) else type(error).__name__)
 
+    def _counters(self, round_: int, *names: str) -> list[int]:
+        """Round ``round_``'s counters ``names``, 0 for one not counted yet; read without writing
+        them, so that a node behind the job never writes a deleted round's key anew."""
+        return [int(value) if value else 0 for value in (self.store.peek(f"r{round_}.{name}") for name in names)]
+
     def _read(self, keys: list[str]) -> list[bytes | None]:
-        """The values of ``keys``, None for one not written yet (a store's get waits for it)."""
+        """The values of ``keys``, None for one not written yet. All there: one read of all (a
+        node frozen between the two calls while its round was deleted waits the store's timeout
+        and reads them as gone); else one at a time, each at once."""
         if not keys:
             return []
         if self.store.check(keys):
-            return list(self.store.multi_get(keys))
-        return [self.store.get(key) if self.store.check([key]) else None for key in keys]
+            try:
+                return list(self.store.multi_get(keys))
+            except RuntimeError:  # torch's store errors: deleted since the check
+                return [None] * len(keys)
+        return [self.store.peek(key) for key in keys]
 
     def _seal_of(self, round_: int) -> list[int] | None:
-        if round_ < 0 or not self.store.check([f"r{round_}.seal"]):
-            return None
-        return [int(a) for a in json.loads(self.store.get(f"r{round_}.seal"))]
+        seal = self.store.peek(f"r{round_}.seal") if round_ >= 0 else None
+        return None if seal is None else [int(a) for a in json.loads(seal)]
 
     def _open(self, next_round: int) -> None:
         """Open round ``next_round``; whoever does deletes round ``next_round - 2``'s keys: every node

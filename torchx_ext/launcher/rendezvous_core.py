@@ -49,6 +49,15 @@ class Settings:
     """How long a node waits for a member or an earlier waiter that is silent, at its turn."""
     seal_stagger_s: float = 0.3
     seal_stagger_max: int = 10
+    watchers: int = 3
+    """The first arrivals watch every participant's key while they wait, and try to seal again
+    until it is sealed; the later ones try once per change they see (``watches``)."""
+
+    @property
+    def watch_takeover_s(self) -> float:
+        """How long each further batch of ``watchers`` arrivals lets the one before it seal a
+        round that should be sealed, before it watches too (the watchers before it died)."""
+        return self.expiry_s + self.keep_alive_s
 
     @property
     def turn_limit_s(self) -> float:
@@ -142,6 +151,8 @@ class Sightings:
         self._counts: dict[int, tuple[float, int]] = {}
         """Per round, the last time this node saw its arrival counter, and what it read."""
         self._below: dict[tuple[int, int], float] = {}
+        self._first: dict[tuple[int, int], float] = {}
+        """Per round and count, when this node first saw that many arrivals."""
 
     def saw_arrivals(self, round_: int, arrived: int, now: float) -> None:
         """Record that round ``round_`` had ``arrived`` arrivals at ``now``: any later arrival's key
@@ -150,6 +161,12 @@ class Sightings:
         if last is not None and last[1] != arrived:
             self._below[(round_, last[1])] = last[0]  # the last moment it was last[1]
         self._counts[round_] = (now, arrived)
+        self._first.setdefault((round_, arrived), now)
+
+    def first_saw(self, round_: int, arrival: int) -> float | None:
+        """When this node first knew of arrival ``arrival`` at round ``round_`` (it came no later)."""
+        times = [when for (seen_round, count), when in self._first.items() if seen_round == round_ and count >= arrival]
+        return min(times) if times else None
 
     def written_after(self, round_: int, arrival: int) -> float | None:
         """The latest time this node saw round ``round_`` with fewer than ``arrival`` arrivals."""
@@ -191,8 +208,9 @@ class Sightings:
         for key in [key for key in self._seen if key.startswith(mark)]:
             del self._seen[key]
         self._counts.pop(round_, None)
-        for below in [below for below in self._below if below[0] == round_]:
-            del self._below[below]
+        for table in (self._below, self._first):
+            for entry in [entry for entry in table if entry[0] == round_]:
+                del table[entry]
 
 
 @dataclass(frozen=True)
@@ -244,6 +262,8 @@ class Candidate:
     arrival: int
     node: NodeDescription
     seen: Seen
+    since: float
+    """When the node choosing first knew of this arrival, on its own clock (it came no later)."""
 
 
 @dataclass(frozen=True)
@@ -251,6 +271,14 @@ class Sealing:
     """Seal with these arrival numbers, in rank order."""
 
     order: list[int]
+
+
+@dataclass(frozen=True)
+class LastCallFrom:
+    """Not yet: the last call runs from ``since``, when the min-th of the live participants
+    arrived as this node saw it (an earlier one is dead: it counted toward ``min_nodes`` before)."""
+
+    since: float
 
 
 class NotYet(Enum):
@@ -261,10 +289,11 @@ class NotYet(Enum):
     """Fewer than ``min_nodes`` live: the last call starts again once they are back (torch)."""
 
 
-def choose_members(candidates: Sequence[Candidate], round_: int, settings: Settings,
-                   last_call_over: bool) -> Sealing | NotYet:
+def choose_members(candidates: Sequence[Candidate], round_: int, settings: Settings, last_call_over: bool,
+                   now: float) -> Sealing | LastCallFrom | NotYet:
     """Whether round ``round_`` seals now, with whom: ``max_nodes`` live participants at once (the
-    last round's members first, then by arrival), or past the last call ``min_nodes`` or more."""
+    last round's members first, then by arrival), or ``min_nodes`` or more once the last call has
+    run from when the min-th of them arrived."""
     live = [candidate for candidate in candidates if candidate.seen.counts]
     if len(live) < settings.min_nodes:
         return NotYet.BELOW_MIN
@@ -272,6 +301,10 @@ def choose_members(candidates: Sequence[Candidate], round_: int, settings: Setti
         return NotYet.WAIT
     if any(candidate.seen is Seen.UNKNOWN for candidate in live):
         return NotYet.UNKNOWN  # in or out, and in what order: only a second look tells
+    if len(live) < settings.max_nodes:
+        since = sorted(live, key=lambda candidate: candidate.arrival)[settings.min_nodes - 1].since
+        if now < since + settings.last_call_s:
+            return LastCallFrom(since)
     if len(live) >= settings.max_nodes:
         live.sort(key=lambda candidate: (candidate.node.member_of != round_ - 1, candidate.arrival))
     chosen = live[:settings.max_nodes]
@@ -300,6 +333,9 @@ class ParticipantView:
     """When it first saw ``min_nodes`` present (arrived, not withdrawn), ever since; None: not now."""
     full_since: float | None
     """When it first saw ``max_nodes`` present, unsealed."""
+    tried_over: bool | None = None
+    """Whether the last call was over when it last tried to seal, with the counts it sees now;
+    None: it has not tried with these counts."""
 
 
 @dataclass(frozen=True)
@@ -353,6 +389,16 @@ def seal_stagger(arrival: int, settings: Settings) -> float:
     return settings.seal_stagger_s * min(arrival - 1, settings.seal_stagger_max)
 
 
+def watches(arrival: int, now: float, last_call: float | None, settings: Settings) -> bool:
+    """Whether participant ``arrival`` watches the others' keys and tries to seal until it is
+    sealed: the first ``watchers`` arrivals from the start; each further batch once the last call
+    has been over ``watch_takeover_s`` per batch before it (the watchers before it are dead). So
+    a participant dead before the seal costs a few nodes O(N) reads, not every node; a full round
+    whose first arrivals all died waits for the last call."""
+    batch = (arrival - 1) // settings.watchers
+    return batch == 0 or (last_call is not None and now >= last_call + batch * settings.watch_takeover_s)
+
+
 def participant_action(view: ParticipantView, settings: Settings) -> ParticipantAction:
     if view.seal is not None:
         if view.arrival in view.seal:
@@ -365,17 +411,18 @@ def participant_action(view: ParticipantView, settings: Settings) -> Participant
     if view.now >= view.join_deadline:
         return Withdraw(closed=False)
     stagger = seal_stagger(view.arrival, settings)
-    due = None if view.present_since is None else view.present_since + settings.last_call_s + stagger
+    last_call = None if view.present_since is None else view.present_since + settings.last_call_s
+    due = None if last_call is None else last_call + stagger
     over = due is not None and view.now >= due
-    if view.full_since is not None:
-        # The node whose arrival made the round full seals at once; the others if it stays unsealed
-        # (a participant among max_nodes is dead: then the last call decides).
-        if view.arrival >= view.arrived or view.now >= view.full_since + stagger:
-            return TrySeal(last_call_over=over)
-    if over:
-        return TrySeal(last_call_over=True)
-    waits = [view.join_deadline] + ([view.full_since + stagger] if view.full_since is not None else [])
-    return Wait(min(waits + ([due] if due is not None else [])))
+    # The node whose arrival made the round full tries at once; the others if it stays unsealed
+    # (a participant among max_nodes is dead: then the last call decides).
+    full = view.full_since is not None and (view.arrival >= view.arrived or view.now >= view.full_since + stagger)
+    tried = view.tried_over is not None and view.tried_over == over
+    if (full or over) and (not tried or watches(view.arrival, view.now, last_call, settings)):
+        return TrySeal(last_call_over=over)
+    takeover = None if last_call is None else last_call + (view.arrival - 1) // settings.watchers * settings.watch_takeover_s
+    later = [takeover, due, None if view.full_since is None else view.full_since + stagger]
+    return Wait(min([view.join_deadline] + [at for at in later if at is not None and at > view.now]))
 
 
 # --- a node waiting outside a sealed round ------------------------------------------------------
@@ -449,8 +496,9 @@ def my_turn(view: TurnView, settings: Settings) -> bool:
     all; else it lets the last round's members come first: those that arrived, and those still
     beating while their workers stop, up to ``turn_limit_s`` (the keep-alive expiry and the grace). Then the waiters ahead of it, each in its turn: it waits until they
     arrived, or ``turn_grace_s`` (and a little more per waiter ahead) once no member is coming."""
-    if len(view.members) + view.ahead < settings.max_nodes:
-        return True  # a place for every member, every waiter ahead and this one: no turn to keep
+    coming = sum(1 for seen in view.members if seen.counts or seen is Seen.LEFT)
+    if coming + view.ahead < settings.max_nodes:
+        return True  # a place for every member still there, every waiter ahead and this one: no turn to keep
     stagger = settings.seal_stagger_s * view.ahead
     if view.now - view.started >= settings.turn_limit_s + stagger:
         return True

@@ -18,6 +18,10 @@ def delete_keys(client: Any, doomed: Callable[[str], bool]) -> None:
             client.delete_key(key)
 
 
+ABSENT = "\x00torchx_ext: no such key"
+"""A value no key is ever given: ``peek`` compares with it."""
+
+
 class PrefixedKeys:
     def __init__(self, prefix: str, store: Any) -> None:
         self.prefix = prefix
@@ -40,6 +44,13 @@ class PrefixedKeys:
 
     def compare_set(self, key: str, expected: str, desired: str) -> bytes:
         return bytes(self.store.compare_set(self._key(key), expected, desired))
+
+    def peek(self, key: str) -> bytes | None:
+        """The value of ``key``, or None, at once: a store's ``get`` waits for a key that is not
+        there (one deleted since a ``check``: until the store's timeout), and ``add(key, 0)``
+        would write it. A compare-and-set whose expected value no key holds only reads."""
+        value = bytes(self.store.compare_set(self._key(key), ABSENT, ABSENT))
+        return None if value == ABSENT.encode() else value
 
     def multi_get(self, keys: list[str]) -> list[bytes]:
         return [bytes(value) for value in self.store.multi_get([self._key(key) for key in keys])]
