@@ -14,8 +14,9 @@ through the phases; the store is a TCPStore server in another process. Reported 
   many had one when ``--timeout`` ran out), and the store operations and bytes each node spent
   on it (mean and most): every call its store client made, counted on the client side (keys and
   values, not TCPStore's framing);
-- while training (``--train-s``): the handler's own operations per node and second (torch's
-  keep-alives) and the watchdog's (its beats and reads);
+- while training (``--train-s``): the handler's own operations per node and second (its
+  keep-alives, and ``num_nodes_waiting`` asked every 0.1 s as torch's agent does) and the
+  watchdog's (its beats and reads);
 - a loss: one node stops (its watchdog beats and its rendezvous keep-alives, as a frozen host);
   the survivors' watchdogs notice it (``--peer-timeout``) and they rendezvous again, with a
   replacement that joins at once (a restarted replica, or a hot spare): the time from the
@@ -272,6 +273,10 @@ def _receive() -> dict[str, Any]:
     return dict(json.loads(sys.stdin.readline()))
 
 
+MONITOR_INTERVAL_S = 0.1
+"""torchrun's ``--monitor-interval`` default: how often the agent asks ``num_nodes_waiting``."""
+
+
 def _sleep_until(moment: float) -> None:
     time.sleep(max(0.0, moment - time.monotonic()))
 
@@ -352,7 +357,10 @@ def run_group(kind: str, nodes: int, first: int, end: int, port: int, timeout_s:
     watch_before = {i: tally.snapshot() for i, tally in watch_tallies.items()}
     watches = {i: RoundWatch(round_stores[i], infos[i].rank, nodes, peer_timeout_s, on_loss(i), endpoint).start()
                for i in mine}
-    _sleep_until(command["train_until"])
+    while time.monotonic() < command["train_until"]:  # torch's agent asks every monitor interval (0.1 s)
+        for i in mine:
+            handlers[i].num_nodes_waiting()
+        time.sleep(MONITOR_INTERVAL_S)
     spent = time.monotonic() - command["train_from"]
     _send({"handler_ops_per_s": sum(tallies[i].snapshot()[0] - handler_before[i][0] for i in mine) / spent,
            "watchdog_ops_per_s": sum(watch_tallies[i].snapshot()[0] - watch_before[i][0] for i in mine) / spent})

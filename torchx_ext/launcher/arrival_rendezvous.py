@@ -411,18 +411,23 @@ class ArrivalRendezvous:
         started = self.clock()
         clear_since: float | None = None
         looked_at: float | None = None
+        seen_arrived, look_again = -1, False
         while True:
             if self.is_closed():
                 return  # the caller raises, or releases a spare
             now = self.clock()
-            if looked_at is None or now - looked_at >= self.keep_alive_s / 2:  # O(N): often enough to see keys move
-                looked_at = now
+            arrived = self._counters(round_, "arrivals")[0]
+            # The members' keys are O(N): read when an arrival came (a member marks its old key
+            # "left" once arrived: read once more a poll later), else every half beat.
+            if arrived != seen_arrived or look_again or looked_at is None or now - looked_at >= self.keep_alive_s / 2:
+                look_again = arrived != seen_arrived
+                looked_at, seen_arrived = now, arrived
                 seen = self._members_seen(round_ - 1, members, now)
             keys = [f"r{round_ - 1}.node.{a}" for a in members]
             quiet = [self.sightings.unchanged_for(key, now) for key in keys]
             clear_since = track_since(clear_since, not members_coming(seen, quiet, self.settings), now)
-            view = TurnView(now=now, started=started, arrived=self._counters(round_, "arrivals")[0],
-                            ahead=ticket - 1, members=seen, clear_since=clear_since)
+            view = TurnView(now=now, started=started, arrived=arrived, ahead=ticket - 1, members=seen,
+                            clear_since=clear_since)
             if my_turn(view, self.settings):
                 return
             yield Pause(now + TURN_POLL_S)

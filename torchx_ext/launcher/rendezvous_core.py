@@ -486,8 +486,9 @@ class TurnView:
 
 def members_coming(members: Sequence[Seen], quiet: Sequence[float], settings: Settings) -> bool:
     """Whether a member of the last round that has not arrived at the next still beats (its key
-    moved within 1.5 beats, on this node's clock): it will come, once its workers have stopped."""
-    return any(seen in (Seen.ALIVE, Seen.UNKNOWN) and unchanged < settings.keep_alive_s * 1.5
+    moved within 2 beats, on this node's clock, which reads it every half beat): it will come,
+    once its workers have stopped."""
+    return any(seen in (Seen.ALIVE, Seen.UNKNOWN) and unchanged < settings.keep_alive_s * 2
                for seen, unchanged in zip(members, quiet))
 
 
