@@ -73,6 +73,7 @@ from tests.conformance.conftest import (_docker_cut, _docker_kill, _docker_pause
                                        _kube_delete_pod, _kube_freeze, _local_freeze, _local_kill,
                                        _on_docker_replica, _on_kube_replica, _slurm_freeze, _slurm_kill,
                                        _slurm_replica_processes)
+from torchx_ext.launcher.store_host import STORE_ADDR_ENV  # noqa: E402
 from torchx_ext.schedulers.local.processes import marked_processes  # noqa: E402
 
 JOB = REPO / "tests" / "conformance" / "jobs" / "checkpointed.py"
@@ -241,6 +242,17 @@ class Measured:
     """To the next completed step (to FAILED for the FAILS cases); None: not within the timeout."""
     detected_s: float | None = None
     """Frozen cases: to the first change ``torchx status`` shows."""
+    not_started: str | None = None
+    """Why nothing was measured: the job never trained on both replicas (a bench or set-up defect,
+    not a recovery that failed)."""
+
+
+def not_started(runner: Any, handle: str, timeout_s: float) -> Measured:
+    """The job never reached its first steps on both replicas: what its status says."""
+    status = runner.status(handle)
+    said = "no status" if status is None else f"{status.state}" + (
+        f": {status.msg.strip().splitlines()[0]}" if status.msg and status.msg.strip() else "")
+    return Measured(None, not_started=f"no 4 steps on 2 replicas in {timeout_s:.0f} s ({said})")
 
 
 def ours(target: Target, case: str, timeout_s: float) -> Measured:
@@ -263,7 +275,7 @@ def ours(target: Target, case: str, timeout_s: float) -> Measured:
         handle = runner.run(app, target.scheduler, cfg={**target.cfg(directory), **fitted})
         try:
             if not wait_for_steps(directory, 4, timeout_s) or history(directory)[-1][1] != 2:
-                return Measured(None)  # never ran on two replicas
+                return not_started(runner, handle, timeout_s)
             app_id = parse_app_handle(handle).app_id
             if spares and not wait_for_spares(runner, handle, spares, timeout_s):
                 return Measured(None)  # no spare waited
@@ -356,10 +368,17 @@ def partitioned(case: str, timeout_s: float) -> Measured:
         role.args = [str(WRAPPER), str(net.plan), "--", sys.executable, *role.args]
         role.entrypoint = sys.executable
         runner = get_runner()
-        handle = runner.run(app, "local_cwd", cfg={"log_dir": str(Path(scratch) / "logs")})
+        # local_cwd's store process listens on loopback unless told otherwise (docs/security.md):
+        # the replicas reach it from their namespaces at the bridge's address.
+        saved = os.environ.get(STORE_ADDR_ENV)
+        os.environ[STORE_ADDR_ENV] = "0.0.0.0"
+        try:
+            handle = runner.run(app, "local_cwd", cfg={"log_dir": str(Path(scratch) / "logs")})
+        finally:
+            os.environ.pop(STORE_ADDR_ENV) if saved is None else os.environ.__setitem__(STORE_ADDR_ENV, saved)
         try:
             if not wait_for_steps(directory, 4, timeout_s) or history(directory)[-1][1] != 2:
-                return Measured(None)
+                return not_started(runner, handle, timeout_s)
             before = status_key(runner, handle)
             lost_at = time.time()
             net.cut(next(host for host in net.hosts if host.name.endswith(f"-node{victim}-0")))
@@ -397,8 +416,9 @@ def partitioned_slurm(case: str, timeout_s: float) -> Measured:
                   spares=spares)
         handle = runner.run(app, "slurm", cfg={"job_dir": str(Path(scratch) / "jobs")})
         try:
-            if not wait_for_steps(directory, 4, timeout_s) or (spares and not wait_for_spares(runner, handle, spares,
-                                                                                               timeout_s)):
+            if not wait_for_steps(directory, 4, timeout_s):
+                return not_started(runner, handle, timeout_s)
+            if spares and not wait_for_spares(runner, handle, spares, timeout_s):
                 return Measured(None)
             status = runner.status(handle)
             node = next(replica.hostname for replica in status.roles[0].replicas if replica.id == victim)
@@ -572,6 +592,9 @@ def main() -> int:
                 detected = "" if measured.detected_s is None and (case == "frozen starting" or not case.startswith(
                     ("frozen", "partitioned"))) \
                     else f"detected {shown(measured.detected_s)}, "
+                if measured.not_started is not None:
+                    print(f"{'':>18}  {name:>18}: the job did not start: {measured.not_started} MISSED", flush=True)
+                    continue
                 print(f"{'':>18}  {name:>18}: {detected}{what.split()[-1] if case in FAILS else 'next step'} "
                       f"{shown(seconds)}{ratio} {'ok' if ok else 'MISSED'}", flush=True)
     return 1 if missed else 0

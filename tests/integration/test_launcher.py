@@ -252,6 +252,25 @@ def test_rendezvous_that_cannot_complete_ends_with_a_clear_message(tmp_path: Pat
     assert worker_pids(tmp_path) == []
 
 
+def test_a_store_nobody_serves_ends_the_launcher_in_one_line_within_its_connect_timeout(tmp_path: Path) -> None:
+    # Told not to host the store (as local_cwd and Slurm tell all but one), at a port where nothing
+    # listens: torch's client would wait its timeout twice, in silence, then print a C++ stack.
+    error_file = tmp_path / "error.json"
+    port = free_port()
+    start = time.monotonic()
+    result = run_launcher(
+        ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
+         "--rdzv-id", "unserved", "--rdzv-conf", "read_timeout=3", REPORT, str(tmp_path)],
+        env=clean_env(TORCHX_EXT_RDZV_IS_HOST="0", TORCHELASTIC_ERROR_FILE=str(error_file)), timeout=90)
+
+    line = f"cannot reach the job's rendezvous store at 127.0.0.1:{port} in 3 s: connection refused"
+    assert result.returncode == 1
+    assert line in result.stderr and "c10d::" not in result.stderr, result.stderr
+    assert line in error_file.read_text()
+    assert time.monotonic() - start < 30
+    assert worker_pids(tmp_path) == []
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -93,3 +93,31 @@ def test_the_loopback_forms_of_a_rendezvous_endpoint_are_told_from_the_others() 
     assert [endpoint_is_loopback(text) for text in ("localhost:29500", "127.0.0.1:0", "[::1]:29500", "127.0.0.20",
                                                     "node1:29500", "10.0.0.1:29500", "[fd00::1]:29500", "")] == [
         True, True, True, True, False, False, False, False]
+
+
+def test_a_replica_told_an_address_where_its_store_does_not_listen_fails_at_once_saying_what_to_set(
+        tmp_path: Path) -> None:
+    # local_cwd's store process (a job that may restart) listens on loopback; the user names the
+    # host's own address as rank 0's host. Before, both launchers waited on the store in silence.
+    from tests.conformance.conftest import _local_leftovers
+
+    require_netns()
+    env = {**os.environ, STATE_ROOT_ENV: str(tmp_path / "state")}
+    with network("unr", ["unr-job"]) as net:
+        (job_host,) = net.hosts
+        started = time.monotonic()
+        done = subprocess.run(
+            in_host(job_host, [*TORCHX, "run", "-s", "local_cwd", "-cfg", f"log_dir={tmp_path / 'logs'}", "dist.ddp",
+                               "-j", "2x1", "--max_retries", "1", "--env", f"TORCHX_RANK0_HOST={job_host.address}",
+                               "--script", CHECKPOINTED, "--", str(tmp_path), "400", "0.25"]),
+            env=env, capture_output=True, text=True, timeout=180)
+        ended_s = time.monotonic() - started
+    said = done.stdout + done.stderr
+    handle = next(line.strip() for line in said.splitlines() if line.startswith("local_cwd://"))
+
+    # Well within the store's connect timeout (60 s), and the job's summary says why and what to set.
+    assert ended_s < 60, said
+    summary = said[said.index("job failed"):]
+    assert f"cannot reach the job's rendezvous store at {job_host.address}:" in summary, said
+    assert "listens on 127.0.0.1:" in summary and "TORCHX_EXT_STORE_ADDR=0.0.0.0" in summary, summary
+    assert _local_leftovers(handle.rsplit("/", 1)[-1]) == []

@@ -34,6 +34,7 @@ from torchx_ext.launcher.streams import lock_standard_streams
 from torchx_ext.launcher.open_files import raise_open_files_limit
 from torchx_ext.launcher.rendezvous_store import use_fresh_store_per_attempt_if_needed
 from torchx_ext.launcher.spare import SpareReleased
+from torchx_ext.launcher.store_reach import reach_store
 from torchx_ext.launcher.watched_rendezvous import BACKEND as WATCHED_BACKEND
 from torchx_ext.launcher.watched_rendezvous import HANDLERS as C10D_HANDLERS
 from torchx_ext.launcher.watched_rendezvous import (PeerLostError, closed_store_line, exit_for_store_loss, peer_timeout,
@@ -53,6 +54,10 @@ from torchx_ext.replica_env import (ALLOCATED_NODES_ENV, ERROR_FILE_ENV, LIVENES
 logger = logging.getLogger("torchx_ext.launcher")
 
 DEFAULT_RDZV_PORT = 29500
+C10D_DEFAULT_PORT = 29400
+"""torch's c10d backend's port for an endpoint that names none."""
+STORE_CONNECT_TIMEOUT_S = 60.0
+"""torch's c10d backend's ``read_timeout`` default: its store client's connect timeout too."""
 WORKER_STARTS = ("preloaded", "fresh")
 # torch waits 30 s by default before SIGKILL; a stopped job should be gone well within 10 s.
 DEFAULT_SHUTDOWN_TIMEOUT_S = 5
@@ -302,6 +307,11 @@ def run(config: Any, entrypoint: Callable[..., Any] | str, entry_args: list[str]
     from torch.distributed.launcher.api import elastic_launch
 
     use_fresh_store_per_attempt_if_needed(config)
+    unreachable = _unreachable_store(config)
+    if unreachable is not None:
+        _report_launcher_failure(unreachable)
+        print(f"[torchx_ext.launcher] error: {unreachable}", file=sys.stderr)
+        return FAILED
     os.environ[LAUNCHER_PID_ENV] = str(os.getpid())  # the workers end with this process (bootstrap)
     liveness_file = os.environ.get(LIVENESS_FILE_ENV)
     if liveness_file:
@@ -333,15 +343,26 @@ def run(config: Any, entrypoint: Callable[..., Any] | str, entry_args: list[str]
             print(f"[torchx_ext.launcher] error: {lost}; stopping", file=sys.stderr)
             return FAILED
         timeout = config.rdzv_configs.get("join_timeout", config.rdzv_configs.get("timeout", 600))
-        print(
-            f"error: rendezvous {config.run_id!r} ({_backend_name(config.rdzv_backend)} at {config.rdzv_endpoint or '(default)'}) "
-            f"did not complete: {str(error).strip() or type(error).__name__} (need {config.min_nodes}"
-            f"{'' if config.min_nodes == config.max_nodes else f'-{config.max_nodes}'} nodes; "
-            f"timeout {timeout} s)",
-            file=sys.stderr,
-        )
+        said = next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)
+        line = (f"rendezvous {config.run_id!r} ({_backend_name(config.rdzv_backend)} at "
+                f"{config.rdzv_endpoint or '(default)'}) did not complete: {said} (need {config.min_nodes}"
+                f"{'' if config.min_nodes == config.max_nodes else f'-{config.max_nodes}'} nodes; timeout {timeout} s)")
+        _report_launcher_failure(line)  # the job's summary says it too
+        print(f"error: {line}", file=sys.stderr)
         return FAILED
     return OK
+
+
+def _unreachable_store(config: Any) -> str | None:
+    """The line to end with when this launcher, told not to host the store, cannot reach it."""
+    from torch.distributed.elastic.rendezvous.utils import parse_rendezvous_endpoint
+
+    if config.rdzv_backend not in ("c10d", WATCHED_BACKEND) or config.rdzv_configs.get("is_host") is not False:
+        return None
+    host, port = parse_rendezvous_endpoint(config.rdzv_endpoint, default_port=C10D_DEFAULT_PORT)
+    if port == 0:
+        return None
+    return reach_store(host, port, float(config.rdzv_configs.get("read_timeout", STORE_CONNECT_TIMEOUT_S)))
 
 
 def _spares(text: str) -> int:
