@@ -96,13 +96,20 @@ class SimKeepAlive:
         self.wake_time: float | None = None
         self.count = 0
         self.stopped = False
+        self.expected: str | None = None
+        self.gone = False
         self.now: Callable[[], float] = lambda: 0.0  # the simulation's time, set by it
 
     def beat(self, key: str | None, value: Callable[[int], str] | None = None, wake_key: str | None = None,
              written: bool = False) -> None:
+        same = key == self.key
         self.key, self.wake_key, self.wake_time = key, wake_key, None
         if value is not None:
             self.value = value
+        if written:
+            self.expected, self.gone = self.value(0), False
+        elif not same:
+            self.expected, self.gone = None, False
         self.next_beat = self.now() + (self.interval_s if written else 0.0)
 
     def wake_at(self, monotonic: float | None) -> None:
@@ -117,10 +124,17 @@ class SimKeepAlive:
         return self.next_beat
 
     def fire(self) -> None:
-        if self.key is not None:
+        if self.key is not None:  # as ``KeepAlive``: a compare-and-set of what it wrote last
             self.count += 1
-            self.store.set(self.key, self.value(self.count))
-        if self.wake_key is not None:
+            new = self.value(self.count)
+            if self.expected is None:
+                self.store.set(self.key, new)
+                self.expected = new
+            elif self.store.compare_set(self.key, self.expected, new) == new.encode():
+                self.expected, self.gone = new, False
+            else:
+                self.gone = True
+        if self.wake_key is not None and not self.gone:
             self.store.set(self.wake_key, "")
         self.next_beat = self.now() + self.interval_s
 

@@ -35,6 +35,10 @@ class KeepAlive:
         self._key: str | None = None
         self._value: Callable[[int], str] = str
         self._count = 0  # the beat counter: never the same value twice on one key
+        self._expected: str | None = None
+        """What the key holds, as this node last wrote it: a beat replaces only that (None: any)."""
+        self._gone = False
+        """The key no longer holds it: deleted with its round while this node was frozen."""
         self._wake_key: str | None = None
         self._wake_at: float | None = None
         self._failing = False
@@ -49,9 +53,14 @@ class KeepAlive:
         ``wake_key``'s waiter at each beat; the first beat now, or one interval on when the caller
         has ``written`` the key itself. Once this returns, no write of the key before lands."""
         with self._writing, self._lock:
+            same = key == self._key
             self._key, self._wake_key, self._wake_at = key, wake_key, None
             if value is not None:
                 self._value = value
+            if written:
+                self._expected, self._gone = self._value(0), False
+            elif not same:
+                self._expected, self._gone = None, False
             self._next_beat = time.monotonic() + (self._interval_s if written else 0.0)
         self._changed.set()
 
@@ -66,6 +75,19 @@ class KeepAlive:
         self._changed.set()
         if self._thread is not threading.current_thread():
             self._thread.join(STOP_WAIT_S)
+
+    def _write(self, store: Any, key: str, expected: str | None, new: str) -> None:
+        """Replace what this node wrote in ``key`` by ``new``: a compare-and-set, so a key deleted
+        with its round (this node frozen meanwhile) is not written anew."""
+        if expected is None:
+            store.set(key, new)
+            written = True
+        else:
+            written = bytes(store.compare_set(key, expected, new)) == new.encode()
+        with self._lock:
+            if self._key == key:
+                self._expected = new if written else self._expected
+                self._gone = not written
 
     def _run(self) -> None:
         store: Any = None
@@ -86,10 +108,11 @@ class KeepAlive:
                 with self._writing:
                     with self._lock:
                         current = self._key == key
+                        expected = self._expected
                     if beat and key is not None and current:
                         self._count += 1
-                        store.set(key, value(self._count))
-                    if wake and current:
+                        self._write(store, key, expected, value(self._count))
+                    if wake and current and not self._gone:  # a deleted round's wake key stays deleted
                         store.set(wake_key, "")
                 if self._failing:
                     logger.warning("rendezvous keep-alive: the store answers again")

@@ -58,7 +58,7 @@ from datetime import timedelta
 from typing import Any, Protocol
 
 from torchx_ext.launcher.arrival_keepalive import KeepAlive
-from torchx_ext.launcher.rendezvous_core import (LEFT, WITHDRAWN, Candidate, LastCallFrom, Member, NodeDescription, NotYet, Outside,
+from torchx_ext.launcher.rendezvous_core import (LEFT, WITHDRAWN, Candidate, batch_before, LastCallFrom, Member, NodeDescription, NotYet, Outside,
                                                  OutsideView, ParticipantView, Seen, SealedWithout, Sealing, Settings,
                                                  Sightings, Superseded, TrySeal, TurnView, Wait, Withdraw, beat_payload,
                                                  beat_value, choose_members, members_coming, my_turn, outside_action,
@@ -74,8 +74,6 @@ TURN_GRACE_S = 2.0
 TURN_POLL_S = 0.1
 WAIT_POLL_S = 0.25
 """How often a node waiting outside a sealed round looks whether the next one opened."""
-SEAL_WATCHERS = 3
-"""The first arrivals, which seal first, watch every participant's key while they wait."""
 KEEP_ALIVE_S = 5
 KEEP_ALIVE_MISSES = 3
 """torch's ``keep_alive_interval`` and ``keep_alive_max_attempt`` defaults: a node whose keep-alive
@@ -146,9 +144,9 @@ class ArrivalRendezvous:
         self._waiting = 0
         self._keep_alive: KeepAliveLike | None = None
         self._poked = -1
+        """The round in which this node last woke the watchers (once a round)."""
         self._waiter_key: tuple[int, str] | None = None
         """The round this node last waited for, and its key there (no longer kept alive once it arrived)."""
-        """The round in which this node last woke the watchers (once a round)."""
 
     # --- joining: the generator and its real driver ---------------------------------------------
 
@@ -213,6 +211,8 @@ class ArrivalRendezvous:
                 continue
             if current > 0 and self._turn != current:  # come while the round is open: behind the others
                 yield from self._awaiting_turn(current, self._take_ticket(current, counted=False))
+                if int(self.store.add("round", 0)) != current:
+                    continue  # the job moved on while it waited its turn (or it was frozen): no arrival there
             joined = yield from self._participating(current, deadline)
             if joined is not None:
                 self.round, self._rank = joined[0], joined[1]
@@ -245,7 +245,7 @@ class ArrivalRendezvous:
         woke_earlier = False
         looked_at: float | None = None
         seen_dips = 0
-        tried: tuple[tuple[int, int, int, float | None], bool] | None = None
+        tried: tuple[tuple[int, int, int], bool] | None = None
         """The counts it last tried to seal with, and whether the last call was over then."""
         while True:
             now = self.clock()
@@ -265,15 +265,23 @@ class ArrivalRendezvous:
                 store.multi_set([f"r{current}.wake.{a}" for a in range(1, arrival)], [""] * (arrival - 1))
             present_since = track_since(present_since, here >= self.min_nodes, now)
             full_since = track_since(full_since, here >= self.max_nodes, now)
-            if (arrival <= SEAL_WATCHERS and open_round == current and seal is None
+            if (arrival <= settings.watchers and open_round == current and seal is None
                     and (looked_at is None or now - looked_at >= self.keep_alive_s / 2)):
                 looked_at = now
                 self._candidates(current, arrival, arrived, now)  # so that one dead before the seal is seen silent
-            counts = (arrived, withdrawn, dips, present_since)
+            counts = (arrived, withdrawn, dips)
+            batch_gone = False
+            if (arrival > settings.watchers and open_round == current and seal is None
+                    and (full_since is not None or (present_since is not None
+                                                    and now >= present_since + self.last_call_s))):
+                # Due and unsealed: are the watchers before it gone? (a few keys, at each wake)
+                before_keys = [f"r{current}.node.{a}" for a in batch_before(arrival, settings)]
+                batch_gone = all(self.sightings.look(key, value, now) in (Seen.SILENT, Seen.WITHDRAWN)
+                                 for key, value in zip(before_keys, self._read(before_keys)))
             action = participant_action(ParticipantView(
                 now=now, round_=current, arrival=arrival, open_round=open_round, closed=self.is_closed(), seal=seal,
                 arrived=arrived, withdrawn=withdrawn, join_deadline=deadline, present_since=present_since,
-                full_since=full_since, tried_over=tried[1] if tried is not None and tried[0] == counts else None),
+                full_since=full_since, batch_before_gone=batch_gone, tried_over=tried[1] if tried is not None and tried[0] == counts else None),
                 settings)
             if isinstance(action, Member):
                 store.delete_key(wake)
@@ -312,6 +320,7 @@ class ArrivalRendezvous:
                     present_since = None  # torch: no deadline until min_nodes are live again
                 if isinstance(outcome, LastCallFrom):  # the min-th live one came later than it counted
                     present_since = max(present_since or outcome.since, outcome.since)
+                    tried = (counts, False)  # tried before its last call: once more when that is over
                 if isinstance(outcome, NotYet | LastCallFrom) and self._seal_of(current) is None:
                     yield Pause(min(deadline, now + self.keep_alive_s / 2), wake)  # a second look once keys can move
                 continue
@@ -339,12 +348,12 @@ class ArrivalRendezvous:
         now = self.clock()
         decision = choose_members(self._candidates(current, arrival, arrived, now), current, self.settings,
                                   last_call_over, now)
-        if decision is NotYet.UNKNOWN and arrival > SEAL_WATCHERS and self._poked != current:
+        watchers = self.settings.watchers
+        if decision is NotYet.UNKNOWN and arrival > watchers and self._poked != current:
             # The first arrivals have watched the others' keys since they came: they can tell.
             # Once a round: they look again on their own until it is sealed.
             self._poked = current
-            watchers = range(1, SEAL_WATCHERS + 1)
-            self.store.multi_set([f"r{current}.wake.{a}" for a in watchers], [""] * SEAL_WATCHERS)
+            self.store.multi_set([f"r{current}.wake.{a}" for a in range(1, watchers + 1)], [""] * watchers)
         if not isinstance(decision, Sealing):
             return decision
         seal = json.dumps(decision.order)

@@ -357,8 +357,10 @@ def _unreachable_store(config: Any) -> str | None:
     """The line to end with when this launcher, told not to host the store, cannot reach it."""
     from torch.distributed.elastic.rendezvous.utils import parse_rendezvous_endpoint
 
-    if config.rdzv_backend not in ("c10d", WATCHED_BACKEND) or config.rdzv_configs.get("is_host") is not False:
-        return None
+    configs = config.rdzv_configs
+    if (config.rdzv_backend not in ("c10d", WATCHED_BACKEND) or str(configs.get("store_type", "tcp")).lower() != "tcp"
+            or str(configs.get("is_host", "")).strip().lower() not in ("false", "0", "f", "no", "n")):
+        return None  # a file store, or a launcher that may host the store (torch's get_as_bool's words)
     host, port = parse_rendezvous_endpoint(config.rdzv_endpoint, default_port=C10D_DEFAULT_PORT)
     if port == 0:
         return None

@@ -54,12 +54,6 @@ class Settings:
     until it is sealed; the later ones try once per change they see (``watches``)."""
 
     @property
-    def watch_takeover_s(self) -> float:
-        """How long each further batch of ``watchers`` arrivals lets the one before it seal a
-        round that should be sealed, before it watches too (the watchers before it died)."""
-        return self.expiry_s + self.keep_alive_s
-
-    @property
     def turn_limit_s(self) -> float:
         """The longest a node waits for its turn, for members still beating (workers slow to stop)."""
         return self.expiry_s + self.turn_grace_s
@@ -333,9 +327,11 @@ class ParticipantView:
     """When it first saw ``min_nodes`` present (arrived, not withdrawn), ever since; None: not now."""
     full_since: float | None
     """When it first saw ``max_nodes`` present, unsealed."""
+    batch_before_gone: bool = False
+    """Every node of the batch of watchers before this node's is silent or withdrawn, as it saw them."""
     tried_over: bool | None = None
-    """Whether the last call was over when it last tried to seal, with the counts it sees now;
-    None: it has not tried with these counts."""
+    """Whether the last call was over when it last tried to seal, with the counts (arrived,
+    withdrawn, dips) it sees now; None: it has not tried with these counts."""
 
 
 @dataclass(frozen=True)
@@ -389,14 +385,18 @@ def seal_stagger(arrival: int, settings: Settings) -> float:
     return settings.seal_stagger_s * min(arrival - 1, settings.seal_stagger_max)
 
 
-def watches(arrival: int, now: float, last_call: float | None, settings: Settings) -> bool:
+def watches(arrival: int, batch_before_gone: bool, settings: Settings) -> bool:
     """Whether participant ``arrival`` watches the others' keys and tries to seal until it is
-    sealed: the first ``watchers`` arrivals from the start; each further batch once the last call
-    has been over ``watch_takeover_s`` per batch before it (the watchers before it are dead). So
-    a participant dead before the seal costs a few nodes O(N) reads, not every node; a full round
-    whose first arrivals all died waits for the last call."""
+    sealed: the first ``watchers`` arrivals; each further batch of as many once it has seen every
+    node of the batch before it silent or withdrawn (``batch_before_gone``). So a participant
+    dead before the seal costs a few nodes O(N) reads, not every node."""
+    return arrival <= settings.watchers or batch_before_gone
+
+
+def batch_before(arrival: int, settings: Settings) -> range:
+    """The arrival numbers of the batch of watchers before ``arrival``'s (empty for the first)."""
     batch = (arrival - 1) // settings.watchers
-    return batch == 0 or (last_call is not None and now >= last_call + batch * settings.watch_takeover_s)
+    return range(max(0, batch - 1) * settings.watchers + 1, batch * settings.watchers + 1)
 
 
 def participant_action(view: ParticipantView, settings: Settings) -> ParticipantAction:
@@ -417,11 +417,12 @@ def participant_action(view: ParticipantView, settings: Settings) -> Participant
     # The node whose arrival made the round full tries at once; the others if it stays unsealed
     # (a participant among max_nodes is dead: then the last call decides).
     full = view.full_since is not None and (view.arrival >= view.arrived or view.now >= view.full_since + stagger)
-    tried = view.tried_over is not None and view.tried_over == over
-    if (full or over) and (not tried or watches(view.arrival, view.now, last_call, settings)):
+    # Tried with these counts: once more only if the last call was not over then and is now
+    # (after BELOW_MIN the last call starts again: no try for every restart of it).
+    tried = view.tried_over is not None and (view.tried_over or not over)
+    if (full or over) and (not tried or watches(view.arrival, view.batch_before_gone, settings)):
         return TrySeal(last_call_over=over)
-    takeover = None if last_call is None else last_call + (view.arrival - 1) // settings.watchers * settings.watch_takeover_s
-    later = [takeover, due, None if view.full_since is None else view.full_since + stagger]
+    later = [due, None if view.full_since is None else view.full_since + stagger]
     return Wait(min([view.join_deadline] + [at for at in later if at is not None and at > view.now]))
 
 

@@ -85,7 +85,9 @@ def reach_store(host: str, port: int, timeout_s: float, *, clock: Callable[[], f
         if error is None:
             return None
         if (isinstance(error, ConnectionRefusedError) and is_own_address(host)
-                and _connects(LOOPBACK_ADDRESS, port, CONNECT_S) is None):
+                and _connects(LOOPBACK_ADDRESS, port, CONNECT_S) is None
+                and isinstance(_connects(host, port, CONNECT_S), ConnectionRefusedError)):
+            # Refused again after loopback answered: not a store on every address that came late.
             return unreachable_line(host, port, clock() - started, why_not(error), loopback_only=True)
         if clock() - started >= timeout_s:
             return unreachable_line(host, port, clock() - started, why_not(error), loopback_only=False)
