@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,9 @@ DIGEST_REF = re.compile(r"[\w.:/-]+@sha256:[0-9a-f]{64}")
 def workspace(tmp_path: Path) -> Path:
     root = tmp_path / "project"
     root.mkdir()
-    (root / "main.py").write_text("print('CODE VERSION 1', flush=True)\n")
+    # A workspace no engine has seen: the test engine's data (and its build cache) outlives a run on
+    # the same machine, and a first build must build.
+    (root / "main.py").write_text(f"# {uuid.uuid4().hex}\nprint('CODE VERSION 1', flush=True)\n")
     (root / ".dockerignore").write_text("data/\n")
     (root / "data").mkdir()
     (root / "data" / "big.bin").write_bytes(b"\0" * 1024)
