@@ -3,7 +3,8 @@
 It writes this node's keep-alive key every ``keep_alive_s`` (a participant's or member's
 ``r{k}.node.{a}``, a waiter's ``r{k}.waiter.{t}``: a beat counter that moves on at every write,
 and what the node says of itself; observers judge it by whether it moves, on their own clocks:
-no wall-clock time is written), and wakes this node's wait for a seal at each
+no wall-clock time is written; each write a compare-and-set of what it wrote last, so a key
+deleted with its round while this node was frozen is not written anew), and wakes this node's wait for a seal at each
 beat and at its deadlines (the node waits in the store, which has no wait with a deadline that does
 not log a warning when it ends). A store call that fails is logged and tried again at
 the next beat: a keep-alive that stopped for good would let waiting nodes count a live member as
