@@ -5,6 +5,11 @@ Messages say what was wrong and what the valid forms are, so a CLI can print
 """
 
 
+def first_line(error: BaseException) -> str:
+    """An error's first non-empty line (torch's C++ errors go on with a stack), else its type's name."""
+    return next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)
+
+
 class TorchxExtError(Exception):
     """Base class: catch this to handle any deliberate torchx_ext failure."""
 

@@ -145,8 +145,6 @@ class ArrivalRendezvous:
         self._keep_alive: KeepAliveLike | None = None
         self._poked = -1
         """The round in which this node last woke the watchers (once a round)."""
-        self._waiter_key: tuple[int, str] | None = None
-        """The round this node last waited for, and its key there (no longer kept alive once it arrived)."""
 
     # --- joining: the generator and its real driver ---------------------------------------------
 
@@ -193,10 +191,6 @@ class ArrivalRendezvous:
                     raise RendezvousGracefulExitError(f"the rendezvous {self.run_id!r} is closed")
                 raise RendezvousClosedError(f"the rendezvous {self.run_id!r} is closed")
             current = int(self.store.add("round", 0))
-            if self._member_key is not None and self._member_of < current - 1:
-                # Its round was deleted while this node was frozen, and its keep-alive wrote its key anew.
-                self.store.delete_key(self._member_key)
-                self._member_key = None
             if self.round is not None:
                 # A member again: the next round is this node's to open (whoever is first), and
                 # its place there comes before the waiting nodes'.
@@ -235,7 +229,6 @@ class ArrivalRendezvous:
         key, wake = f"r{current}.node.{arrival}", f"r{current}.wake.{arrival}"
         store.set(key, beat_value(0, description))
         self._beat(key, description=description, wake_key=wake, written=True)
-        self._drop_stale_waiter_key(current)
         if self._member_key is not None:
             if self._member_of == current - 1:  # arrived: it left its place there alive
                 store.set(self._member_key, LEFT)
@@ -446,17 +439,7 @@ class ArrivalRendezvous:
         key = f"r{next_round}.waiter.{ticket}"
         self.store.set(key, beat_value(0, "1" if counted else "0"))
         self._beat(key, counted=counted, written=True)
-        self._drop_stale_waiter_key(next_round)
-        self._waiter_key = next_round, key
         return ticket
-
-    def _drop_stale_waiter_key(self, current: int) -> None:
-        """Delete this node's last waiter key once its keep-alive moved on, if that round is
-        deleted, or soon will be (the node was frozen while it waited); else it goes with its round."""
-        if self._waiter_key is not None and self._waiter_key[0] < current - 1:
-            self.store.delete_key(self._waiter_key[1])
-        if self._waiter_key is not None and self._waiter_key[0] != current:
-            self._waiter_key = None
 
     # --- a member's questions, the store's keys ----------------------------------------------
 

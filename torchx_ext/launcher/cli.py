@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from multiprocessing import util as multiprocessing_util
 from typing import Any
 
-from torchx_ext.errors import BindingFallbackError, InvalidArgumentError, TorchxExtError
+from torchx_ext.errors import BindingFallbackError, InvalidArgumentError, TorchxExtError, first_line
 from torchx_ext.escaping import escape_template
 from torchx_ext.exit_codes import BAD_INPUT, FAILED, OK
 from torchx_ext.launcher import preload_server
@@ -343,9 +343,8 @@ def run(config: Any, entrypoint: Callable[..., Any] | str, entry_args: list[str]
             print(f"[torchx_ext.launcher] error: {lost}; stopping", file=sys.stderr)
             return FAILED
         timeout = config.rdzv_configs.get("join_timeout", config.rdzv_configs.get("timeout", 600))
-        said = next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)
         line = (f"rendezvous {config.run_id!r} ({_backend_name(config.rdzv_backend)} at "
-                f"{config.rdzv_endpoint or '(default)'}) did not complete: {said} (need {config.min_nodes}"
+                f"{config.rdzv_endpoint or '(default)'}) did not complete: {first_line(error)} (need {config.min_nodes}"
                 f"{'' if config.min_nodes == config.max_nodes else f'-{config.max_nodes}'} nodes; timeout {timeout} s)")
         _report_launcher_failure(line)  # the job's summary says it too
         print(f"error: {line}", file=sys.stderr)

@@ -16,7 +16,7 @@ import socket
 import time
 from collections.abc import Callable
 
-from torchx_ext.launcher.loopback import LOOPBACK_ADDRESS
+from torchx_ext.launcher.loopback import LOOPBACK_ADDRESS, is_loopback
 from torchx_ext.launcher.store_host import STORE_ADDR_ENV
 
 RETRY_S = 0.5
@@ -55,7 +55,7 @@ def is_own_address(host: str) -> bool:
     except OSError:
         return False
     for family, _, _, _, address in infos:
-        if family not in (socket.AF_INET, socket.AF_INET6) or address[0] in ("127.0.0.1", "::1"):
+        if family not in (socket.AF_INET, socket.AF_INET6) or is_loopback(str(address[0])):
             continue
         with socket.socket(family, socket.SOCK_STREAM) as probe:
             try:

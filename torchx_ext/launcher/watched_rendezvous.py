@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from torchx_ext.errors import InvalidArgumentError, TorchxExtError
+from torchx_ext.errors import InvalidArgumentError, TorchxExtError, first_line
 from torchx_ext.launcher.arrival_handler import arrival_handler
 from torchx_ext.launcher.loopback import LOOPBACK_ADDRESS, endpoint_is_loopback, rendezvous_store
 from torchx_ext.launcher.rendezvous_pauses import prompt_pauses
@@ -408,8 +408,7 @@ def closed_store_line(error: BaseException, endpoint: str) -> str | None:
     while seen is not None:
         text = str(seen)
         if isinstance(seen, dist.DistNetworkError) and any(mark in text for mark in _CLOSED_MARKS):
-            first = next((line.strip() for line in text.splitlines() if line.strip()), type(seen).__name__)
-            return f"lost the rendezvous store at {endpoint}: its connection closed ({first})"
+            return f"lost the rendezvous store at {endpoint}: its connection closed ({first_line(seen)})"
         seen = seen.__cause__ or seen.__context__
     return None
 
