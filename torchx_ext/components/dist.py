@@ -28,7 +28,7 @@ from torchx.specs import macros
 
 from torchx_ext.errors import InvalidArgumentError
 from torchx_ext.escaping import escape_template
-from torchx_ext.options import check_mode, parse_omp_threads
+from torchx_ext.options import check_mode, parse_hang_timeout, parse_omp_threads
 from torchx_ext.role_metadata import SPARES_KEY, target_metadata
 
 J_FORMS = "NODESxPROCS (e.g. 2x4), MIN:MAXxPROCS (e.g. 2:5x8) or a single number"
@@ -62,6 +62,7 @@ def ddp(
     spares: int = 0,
     env: Optional[Dict[str, str]] = None,
     max_retries: int = 0,
+    hang_timeout: Optional[str] = None,
     rdzv_port: int = 29500,
     rdzv_backend: str = "c10d",
     rdzv_conf: Optional[str] = None,
@@ -92,6 +93,7 @@ def ddp(
         spares: hot spares: replicas beyond NODES that start with the job and wait to take a lost one's place (fixed -j NODESxPROCS)
         env: environment variables for the workers (e.g. ENV1=v1,ENV2=v2)
         max_retries: times a failed replica is started again (its survivors restart their workers in place)
+        hang_timeout: seconds no rank may go without moving before the job counts as hung (every rank's stack to the log, then a restart), or off; default 300
         rdzv_port: rendezvous port on rank 0's host (multi-node jobs; single-node jobs use a free port)
         rdzv_backend: rendezvous backend (c10d, static, etcd, ...)
         rdzv_conf: extra rendezvous configuration, e.g. join_timeout=600,read_timeout=60
@@ -108,7 +110,7 @@ def ddp(
     return _app(
         script_args, script=script, m=m, image=image, name=name, resource=resource,
         nodes=(min_nodes, max_nodes), nproc=nproc, spares=spares, env=env, max_retries=max_retries,
-        rdzv_port=rdzv_port, rdzv_backend=rdzv_backend, rdzv_conf=rdzv_conf, mounts=mounts,
+        hang_timeout=hang_timeout, rdzv_port=rdzv_port, rdzv_backend=rdzv_backend, rdzv_conf=rdzv_conf, mounts=mounts,
         debug=debug, tee=tee, numa_binding=numa_binding, numa_strict=numa_strict, omp_threads=omp_threads,
         metadata=metadata,
     )
@@ -125,6 +127,7 @@ def spmd(
     spares: int = 0,
     env: Optional[Dict[str, str]] = None,
     max_retries: int = 0,
+    hang_timeout: Optional[str] = None,
     rdzv_port: int = 29500,
     rdzv_backend: str = "c10d",
     rdzv_conf: Optional[str] = None,
@@ -151,6 +154,7 @@ def spmd(
         spares: hot spares: replicas beyond NODES that start with the job and wait to take a lost one's place (fixed -j NODESxPROCS)
         env: environment variables for the workers (e.g. ENV1=v1,ENV2=v2)
         max_retries: times a failed replica is started again (its survivors restart their workers in place)
+        hang_timeout: seconds no rank may go without moving before the job counts as hung (every rank's stack to the log, then a restart), or off; default 300
         rdzv_port: rendezvous port on rank 0's host (multi-node jobs; single-node jobs use a free port)
         rdzv_backend: rendezvous backend (c10d, static, etcd, ...)
         rdzv_conf: extra rendezvous configuration, e.g. join_timeout=600
@@ -172,7 +176,8 @@ def spmd(
         j = f"{j}x{gpus}"
     return ddp(
         *script_args, script=script, m=m, image=image, name=name, h=h, j=j, spares=spares, env=env,
-        max_retries=max_retries, rdzv_port=rdzv_port, rdzv_backend=rdzv_backend, rdzv_conf=rdzv_conf,
+        max_retries=max_retries, hang_timeout=hang_timeout, rdzv_port=rdzv_port, rdzv_backend=rdzv_backend,
+        rdzv_conf=rdzv_conf,
         mounts=mounts, debug=debug, numa_binding=numa_binding, numa_strict=numa_strict, omp_threads=omp_threads,
         metadata=metadata,
     )
@@ -237,6 +242,7 @@ def _app(
     spares: int,
     env: Optional[Dict[str, str]],
     max_retries: int,
+    hang_timeout: Optional[str],
     rdzv_port: int,
     rdzv_backend: str,
     rdzv_conf: Optional[str],
@@ -255,6 +261,8 @@ def _app(
         )
     check_mode(numa_binding)
     parse_omp_threads(omp_threads)
+    if hang_timeout is not None:
+        parse_hang_timeout(hang_timeout, "--hang_timeout")
     if resource.gpu > 0 and nproc > resource.gpu:
         raise InvalidArgumentError(
             f"{nproc} processes per node but the host has {resource.gpu} GPUs: "
@@ -300,6 +308,8 @@ def _app(
     conf = rdzv_conf_with_liveness(rdzv_conf) if restarts and rdzv_backend == "c10d" else rdzv_conf
     if conf:
         args += ["--rdzv-conf", conf]
+    if hang_timeout is not None:  # else the launcher's default (an image's older launcher lacks the flag)
+        args += ["--hang-timeout", str(hang_timeout)]
     if numa_strict:
         args.append("--numa-strict")
     if omp_threads is not None:

@@ -28,6 +28,11 @@ BOOTSTRAP_CODE = "from torchx_ext.launcher.bootstrap import main; main()"
 CPUS_ENV = "TORCHX_EXT_CPUS"
 LAUNCHER_PID_ENV = "TORCHX_EXT_LAUNCHER_PID"
 NUMA_NODE_ENV = "TORCHX_EXT_NUMA_NODE"
+PROGRESS_DIR_ENV = "TORCHX_EXT_PROGRESS_DIR"
+"""Where a worker reports its progress for the hang watchdog (worker_progress.py); unset: off."""
+SERVED_TIMER_ENV = "TORCHX_EXT_FILE_TIMER"
+"""Set while the launcher serves torch's file timer itself (step_timer.py): its workers get
+``TORCHELASTIC_ENABLE_FILE_TIMER=1`` back, which the launcher hid from its agent."""
 
 
 class WorkerBinding:
@@ -161,6 +166,16 @@ def set_title(kind: str, target: str, args: Sequence[str]) -> None:
         del os.environ["SPT_NOENV"]
 
 
+def _report_progress() -> None:
+    if os.environ.get(SERVED_TIMER_ENV):
+        os.environ["TORCHELASTIC_ENABLE_FILE_TIMER"] = "1"
+    directory = os.environ.get(PROGRESS_DIR_ENV)
+    if directory:  # else not even imported: nobody watches
+        from torchx_ext.launcher.worker_progress import report_progress
+
+        report_progress(directory)
+
+
 def _cpus_of(cpulist: str) -> set[int]:
     # Only encode_plan writes these (plain ranges from format_cpulist), so the full parser in
     # torchx_ext.numa.cpulist is not needed here.
@@ -178,6 +193,7 @@ def main() -> None:
         _die_with_parent_after_exec()
         os.execvp(target, [target, *args])
     die_with_launcher(int(os.environ.get(LAUNCHER_PID_ENV) or 0))
+    _report_progress()
     set_title(kind, target, args)
     sys.argv = [target, *args]
     if kind == "module":
@@ -285,6 +301,8 @@ class BoundCallable:
     ) -> None:
         self.plan = plan
         self.launcher_pid = os.getpid()
+        # A preloaded worker's environment is its server's, made before the launcher chose this.
+        self.progress_dir = os.environ.get(PROGRESS_DIR_ENV, "")
         # torchelastic names the run and its events after the entrypoint's names.
         self.__name__ = getattr(fn, "__name__", type(fn).__name__)
         self.__qualname__ = getattr(fn, "__qualname__", self.__name__)
@@ -305,11 +323,15 @@ class BoundCallable:
             self._children_started += 1
             if cpus is not None:
                 os.sched_setaffinity(0, _cpus_of(cpus))  # the child about to be spawned inherits it
-        return (_rebuild_bound_callable, (self.plan, self.launcher_pid, self.__name__, self.__qualname__, self.payload))
+        return (_rebuild_bound_callable,
+                (self.plan, self.launcher_pid, self.progress_dir, self.__name__, self.__qualname__, self.payload))
 
     def __call__(self, local_rank: str) -> Any:
         apply(decode_plan(self.plan)[int(local_rank)])
         die_with_launcher(self.launcher_pid)
+        if self.progress_dir:
+            os.environ[PROGRESS_DIR_ENV] = self.progress_dir
+        _report_progress()
         if self.call is None:
             import pickle
 
@@ -319,9 +341,11 @@ class BoundCallable:
         return fn(*args)
 
 
-def _rebuild_bound_callable(plan: str, launcher_pid: int, name: str, qualname: str, payload: bytes | None) -> BoundCallable:
+def _rebuild_bound_callable(plan: str, launcher_pid: int, progress_dir: str, name: str, qualname: str,
+                            payload: bytes | None) -> BoundCallable:
     bound = BoundCallable.__new__(BoundCallable)
     bound.plan, bound.launcher_pid, bound.__name__, bound.__qualname__ = plan, launcher_pid, name, qualname
+    bound.progress_dir = progress_dir
     bound.payload, bound.call = payload, None
     bound._spawn_cpus, bound._children_started = [], 0
     return bound

@@ -17,8 +17,10 @@ import os
 import shutil
 import signal
 import sys
+import tempfile
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from multiprocessing import util as multiprocessing_util
 from typing import Any
 
@@ -37,9 +39,13 @@ from torchx_ext.launcher.spare import SpareReleased
 from torchx_ext.launcher.store_reach import reach_store
 from torchx_ext.launcher.watched_rendezvous import BACKEND as WATCHED_BACKEND
 from torchx_ext.launcher.watched_rendezvous import HANDLERS as C10D_HANDLERS
-from torchx_ext.launcher.watched_rendezvous import (PeerLostError, closed_store_line, exit_for_store_loss, peer_timeout,
-                                                    watch_rendezvous)
+from torchx_ext.launcher.watched_rendezvous import (HangError, PeerLostError, closed_store_line, exit_for_store_loss,
+                                                    peer_timeout, watch_rendezvous)
 from torchx_ext.launcher.watchdog import DEFAULT_TIMEOUT_S, Loss
+from torchx_ext.options import DEFAULT_HANG_TIMEOUT_S, parse_hang_timeout
+from torchx_ext.launcher.hang_watch import LaunchProgress
+from torchx_ext.launcher.step_timer import served_timer
+from torchx_ext.launcher.bootstrap import PROGRESS_DIR_ENV
 from torchx_ext.launcher.liveness import mark_running, start_touching
 from torchx_ext.launcher.bootstrap import LAUNCHER_PID_ENV
 from torchx_ext.launcher.inputs import check_rdzv_backend, local_world_size, privateuse1_name, std_spec
@@ -129,6 +135,12 @@ def build_parser() -> argparse.ArgumentParser:
         "constant number of store operations at any --nnodes) or torch (torch's dynamic handler, as torchrun)",
     )
     parser.add_argument(
+        "--hang-timeout", "--hang_timeout", action=env, default=None, metavar="SECONDS|off",
+        help="a job none of whose ranks moved (its main thread's Python stack) for this long hangs: every "
+        "rank's stack goes to the log, then the workers stop and rendezvous again within --max-restarts, "
+        f"or $PET_HANG_TIMEOUT (c10d; default {DEFAULT_HANG_TIMEOUT_S:g}; off: no watchdog)",
+    )
+    parser.add_argument(
         "--omp-threads", "--omp_threads", metavar="auto|N",
         help=f"OMP_NUM_THREADS for each worker: {OMP_THREADS_FORMS}; auto is the rank's physical "
         "cores from the plan. A value exported by the user wins. Default: torchrun's (1 when nproc > 1)",
@@ -196,16 +208,31 @@ def _main(argv: Sequence[str] | None, preload_started: bool) -> int:
                 "and preloads): workers start fresh, as with --worker-start fresh"
             )
             args.worker_start = "fresh"
-        with log_dir_of_launch(args.log_dir, _redirects_or_none(args.redirects)) as args.log_dir:
+        with log_dir_of_launch(args.log_dir, _redirects_or_none(args.redirects)) as args.log_dir, \
+                progress_directory() as directory:
             try:
-                config, entrypoint, entry_args = prepare(args)
+                progress = LaunchProgress(directory, parse_hang_timeout(args.hang_timeout))
+                config, entrypoint, entry_args = prepare(args, progress)
             except TorchxExtError as error:
                 print(f"error: {error}", file=sys.stderr)
                 return BAD_INPUT
             finally:
                 if preload_started and not uses_preloaded_workers(args):
                     preload_server.stop()  # its torch import would only compete with the workers' own
-            return run(config, entrypoint, entry_args, job_name=args.training_script)
+            with served_timer(progress, config.run_id):
+                return run(config, entrypoint, entry_args, job_name=args.training_script)
+
+
+@contextmanager
+def progress_directory() -> Iterator[str]:
+    """Where this launch's workers report their progress and stacks (worker_progress.py): made for
+    the launch, named to them in the environment, removed at its end."""
+    directory = tempfile.mkdtemp(prefix="torchx_ext_progress_")
+    os.environ[PROGRESS_DIR_ENV] = directory  # the caller's environment comes back (caller_state_kept)
+    try:
+        yield directory
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def _redirects_or_none(text: str) -> Any:
@@ -218,8 +245,10 @@ def _redirects_or_none(text: str) -> Any:
         return Std.NONE
 
 
-def prepare(args: argparse.Namespace) -> tuple[Any, Callable[..., Any] | str, list[str]]:
-    """Check every input and plan the binding; returns what elastic_launch needs. Starts nothing."""
+def prepare(args: argparse.Namespace,
+            progress: LaunchProgress | None = None) -> tuple[Any, Callable[..., Any] | str, list[str]]:
+    """Check every input and plan the binding; returns what elastic_launch needs. Starts nothing.
+    ``progress``: the hang watchdog's, for each round of a c10d rendezvous."""
     from torch.distributed.run import config_from_args, parse_min_max_nnodes
 
     check_mode(args.numa_binding)
@@ -257,7 +286,7 @@ def prepare(args: argparse.Namespace) -> tuple[Any, Callable[..., Any] | str, li
             os.environ.pop("OMP_NUM_THREADS", None)
     _set_store_host(config.rdzv_configs)
     watch_rendezvous(config, peer_timeout(args.peer_timeout, config.rdzv_configs), _leave_for_store_loss, args.node_rank,
-                     args.spares, args.c10d_handler)
+                     args.spares, args.c10d_handler, progress)
     # LaunchConfig may still pick torch's default numa_options on CUDA hosts: clear them.
     config.numa_options = None
     if getattr(args, "shutdown_timeout", None) is None and "TORCH_ELASTIC_SHUTDOWN_TIMEOUT" not in os.environ:
@@ -321,7 +350,7 @@ def run(config: Any, entrypoint: Callable[..., Any] | str, entry_args: list[str]
     except SpareReleased as error:
         print(f"[torchx_ext.launcher] {error}; nothing to replace", file=sys.stderr)
         return OK
-    except PeerLostError as error:
+    except (PeerLostError, HangError) as error:
         _report_launcher_failure(str(error))
         print(f"[torchx_ext.launcher] error: {error}; workers stopped", file=sys.stderr)
         return FAILED

@@ -28,6 +28,8 @@ from typing import Any
 
 from torchx_ext.errors import InvalidArgumentError, TorchxExtError, first_line
 from torchx_ext.launcher.arrival_handler import arrival_handler
+from torchx_ext.launcher.hang_core import STUCK_ATTEMPTS
+from torchx_ext.launcher.hang_watch import HangWatch, LaunchProgress, register, registered
 from torchx_ext.launcher.loopback import LOOPBACK_ADDRESS, endpoint_is_loopback, rendezvous_store
 from torchx_ext.launcher.rendezvous_pauses import prompt_pauses
 from torchx_ext.launcher.spare import let_the_first_round_form, marked_while_spare
@@ -54,6 +56,11 @@ class PeerLostError(TorchxExtError):
     """The watchdog declared a peer or the store lost and no restart was left."""
 
 
+class HangError(TorchxExtError):
+    """The hang watchdog or a timer decided a hang and no restart was left, or restarting was
+    pointless (``StuckAttempts``)."""
+
+
 def peer_timeout(flag: str | float | None, rdzv_configs: dict[str, Any]) -> float:
     """The timeout from ``--peer-timeout`` or, when the flag is not given, the
     ``peer_timeout`` key of ``--rdzv-conf``; the default when neither is. Checked here."""
@@ -72,13 +79,14 @@ def peer_timeout(flag: str | float | None, rdzv_configs: dict[str, Any]) -> floa
 
 
 def watch_rendezvous(config: Any, timeout_s: float, on_store_loss: Callable[[Loss], None], node_rank: int = 0,
-                     spares: int = 0, handler: str = HANDLERS[0]) -> None:
+                     spares: int = 0, handler: str = HANDLERS[0], progress: LaunchProgress | None = None) -> None:
     """Switch ``config`` (torch's ``LaunchConfig``) from c10d to the watched c10d; leaves every
     other backend as it is. The watchdog runs for runs of more than one node, with a timeout (not
     0). A run of a fixed number of nodes orders its group ranks by the nodes' ``--node-rank`` (which
     torch's c10d ignores) whenever those are distinct (the arrival rendezvous ranks so itself;
     torch's handler is reordered by ``in_node_rank_order``). A run on torch's handler gets it
-    without torch's fixed pauses (``rendezvous_pauses``)."""
+    without torch's fixed pauses (``rendezvous_pauses``). With ``progress``, each round runs the
+    hang watchdog (``hang_watch.py``) too."""
     if handler not in HANDLERS:
         raise InvalidArgumentError(f"invalid --c10d-handler {handler!r}: expected one of {', '.join(HANDLERS)}")
     for key, _ in _TIMEOUTS:
@@ -87,6 +95,7 @@ def watch_rendezvous(config: Any, timeout_s: float, on_store_loss: Callable[[Los
     if config.rdzv_backend != "c10d":
         return
     several = config.max_nodes >= 2
+    register(progress)
     # One node of a run with hot spares has no peer to watch, but still its place among the spares' ranks.
     _register(on_store_loss)
     config.rdzv_backend = BACKEND
@@ -179,7 +188,7 @@ def _create_handler(params: Any) -> Any:
         inner = _arrivals(c10d, node_rank, local)  # it deletes old rounds itself
     return watched_handler(inner, timeout_s=timeout, restarts=restarts, endpoint=params.endpoint,
                            on_store_loss=_store_loss_handler[0], node_rank=node_rank, local_addr=params.local_addr,
-                           spares=spares, max_nodes=params.max_nodes, forget_old_rounds=forget)
+                           spares=spares, max_nodes=params.max_nodes, forget_old_rounds=forget, progress=registered())
 
 
 def _torch_handler(store: Any, params: Any) -> Any:
@@ -226,11 +235,12 @@ def _arrivals(params: Any, node_rank: int, store: Any | None) -> Any:
 
 def watched_handler(inner: Any, *, timeout_s: float, restarts: int, endpoint: str,
                     on_store_loss: Callable[[Loss], None], node_rank: int, local_addr: str | None, spares: int,
-                    max_nodes: int, forget_old_rounds: Callable[[], None] | None = None) -> Any:
+                    max_nodes: int, forget_old_rounds: Callable[[], None] | None = None,
+                    progress: LaunchProgress | None = None) -> Any:
     """torch's c10d handler ``inner`` as our launcher runs it (also what scripts/bench measures);
     its round's rank 0 calls ``forget_old_rounds`` after each rendezvous."""
     return _watched_handler_class()(inner, timeout_s, restarts, endpoint, on_store_loss, node_rank, local_addr,
-                                    spares, max_nodes, forget_old_rounds)
+                                    spares, max_nodes, forget_old_rounds, progress)
 
 
 def _watched_handler_class() -> type:
@@ -239,8 +249,12 @@ def _watched_handler_class() -> type:
     class WatchedRendezvousHandler(RendezvousHandler):  # type: ignore[misc]  # torch is untyped here
         def __init__(self, inner: Any, timeout_s: float, restarts: int, endpoint: str,
                      on_store_loss: Callable[[Loss], None], node_rank: int, local_addr: str | None,
-                     spares: int, max_nodes: int, forget_old_rounds: Callable[[], None] | None) -> None:
+                     spares: int, max_nodes: int, forget_old_rounds: Callable[[], None] | None,
+                     progress: LaunchProgress | None) -> None:
             self._inner = inner
+            self._progress = progress
+            self._hang_watch: HangWatch | None = None
+            self._hang_taken = False  # this round's hang has stopped the workers already
             self._forget_old_rounds = forget_old_rounds
             self._max_nodes = max_nodes
             self._spares = spares
@@ -264,6 +278,7 @@ def _watched_handler_class() -> type:
             return bool(self._inner.use_agent_store)
 
         def next_rendezvous(self) -> Any:
+            self._end_hang_watch()
             previous, self._watch = self._watch, None
             if previous is not None:
                 previous.judge_store_only()
@@ -294,9 +309,37 @@ def _watched_handler_class() -> type:
                 self._watch = RoundWatch(
                     info.store, info.rank, info.world_size, self._timeout_s, self._on_loss, self._endpoint
                 ).start()
+            if self._progress is not None:
+                self._hang_watch = HangWatch(self._progress, info.store, info.world_size).start()
             return info
 
+        def _end_hang_watch(self) -> None:
+            """Stop the round's hang watch; refuse to go on when attempts keep hanging at one point."""
+            watch, self._hang_watch = self._hang_watch, None
+            self._hang_taken = False
+            if watch is None or self._progress is None:
+                return
+            watch.stop()
+            stuck = self._progress.stuck
+            if watch.ended_hung:
+                stuck.ended_hung(watch.moved_looks)
+            else:
+                stuck.ended_otherwise()
+            if stuck.stuck():
+                raise HangError(
+                    f"stopped restarting: {STUCK_ATTEMPTS} attempts in a row hung at the same point (each kept "
+                    f"moving for about as long as the one before); {self._restarts_left} restarts left unused")
+
         def num_nodes_waiting(self) -> int:
+            hang = self._hang_watch.hang() if self._hang_watch is not None and not self._hang_taken else None
+            if hang is not None:
+                self._hang_taken = True
+                if self._restarts_left == 0:
+                    raise HangError(f"{hang}; no restart left (--max-restarts {self._restarts})")
+                self._restarts_left -= 1
+                logger.warning("%s; stopping the workers to rendezvous again (%d of %d restarts left)",
+                               hang, self._restarts_left, self._restarts)
+                return 1
             loss = self._watch.loss() if self._watch is not None else None
             if loss is None:
                 return int(self._inner.num_nodes_waiting())
@@ -321,6 +364,8 @@ def _watched_handler_class() -> type:
             return str(self._inner.get_run_id())
 
         def shutdown(self) -> bool:
+            if self._hang_watch is not None:
+                self._hang_watch.stop()
             if self._watch is not None:
                 self._watch.judge_store_only()
             try:

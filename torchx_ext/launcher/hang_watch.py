@@ -1,0 +1,181 @@
+"""The hang watchdog's threads: look at this node's ranks and the job's counter, and act on a hang.
+
+One ``HangWatch`` per rendezvous round (``watched_rendezvous.py`` starts it with the round and stops
+it when the next begins), on a thread of its own that every ``look_interval``:
+
+- reads this node's workers' progress files (``worker_progress.py``) and adds 1 to the round's
+  ``moves`` counter if any rank moved since the last look (a rank inside a block timed with
+  torch's ``expires`` counts as moving), reading the job's count back in the same operation;
+- hands the count to ``HangJudge`` (``hang_core.py``), which decides on this node's own clock.
+
+A node that decides writes the hang's line to the round's store first (one line for the whole job:
+the first node's) and every node, having seen it, writes its ranks' stacks into its log and adds
+its acknowledgement. Each waits, ``ACK_BOUND_S`` at most, until every node has, and only then lets
+its agent stop the workers (``hang()``), so no rank is killed before every stack was taken. A
+worker's own timer (``step_timer.py``) declares the same way, from the timer's thread.
+
+A one-node job keeps its count in memory. The store calls run on this thread: a store that stops
+answering stops the watch, and the peer watchdog (``watchdog.py``) tells that loss.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from torchx_ext.launcher.hang_core import HangJudge, StuckAttempts, look_interval
+from torchx_ext.launcher.stacks import STACK_BOUND_S, local_ranks, write_stacks
+from torchx_ext.launcher.watchdog import node_name
+
+logger = logging.getLogger("torchx_ext.launcher")
+
+KEY_PREFIX = "torchx_ext.hang/"
+HANG, TIMER = "hang", "timer"
+"""The kinds of declaration: the watchdog's (every node restarts its workers) or a worker's timer
+(its node's worker is killed; the rendezvous restarts the others)."""
+ACK_BOUND_S = STACK_BOUND_S + 2 * 2.0 + 1.0
+"""How long a node waits for every node's stacks: theirs (3 s at most) once they looked (every 2 s
+at most), twice over for a node that looked just before the declaration, and a second to spare."""
+
+
+@dataclass
+class LaunchProgress:
+    """What the hang watchdog keeps for one launch, across its rounds."""
+
+    directory: str
+    timeout_s: float
+    timed: Callable[[], bool] = lambda: False
+    """Whether a worker of this node is inside a block timed with torch's ``expires`` (step_timer)."""
+    stuck: StuckAttempts = field(default_factory=StuckAttempts)
+    watch: HangWatch | None = None
+    """The current round's watch, for the timer's declarations."""
+
+
+_registered: list[LaunchProgress] = []
+
+
+def register(progress: LaunchProgress | None) -> None:
+    """Make ``progress`` the launch's (None: no watchdog), for the handlers its rendezvous creates."""
+    _registered[:] = [] if progress is None else [progress]
+
+
+def registered() -> LaunchProgress | None:
+    return _registered[0] if _registered else None
+
+
+class HangWatch:
+    """Looks for a hang in one round, from ``start`` until ``stop``."""
+
+    def __init__(self, progress: LaunchProgress, store: Any, world_size: int,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._progress = progress
+        self._round_store = store if world_size > 1 else None
+        self._store: Any = None
+        self._world_size = world_size
+        self._clock = clock
+        self._interval = look_interval(progress.timeout_s) if progress.timeout_s > 0 else 1.0
+        self._judge = HangJudge(progress.timeout_s)
+        self._local_count = 0
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        self._answered = False
+        self._hang: str | None = None
+        self.ended_hung = False
+        """Whether this round ended in a hang, the watchdog's or a timer's (a restart then counts
+        towards ``StuckAttempts``)."""
+        self._thread = threading.Thread(target=self._look, name="torchx_ext: hang watch", daemon=True)
+
+    def start(self) -> HangWatch:
+        self._progress.watch = self
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopped.set()
+        if self._progress.watch is self:
+            self._progress.watch = None
+
+    def hang(self) -> str | None:
+        """The line of a hang whose stacks every node has written (or that waited its bound)."""
+        with self._lock:
+            return self._hang
+
+    @property
+    def moved_looks(self) -> int:
+        with self._lock:
+            return self._judge.moved_looks
+
+    def declare_timer(self, line: str) -> None:
+        """A worker of this node overran its timer: every node's stacks first (bounded), then it dies."""
+        self._declare(TIMER, line)
+
+    def _look(self) -> None:
+        last: dict[int, int] = {}
+        woke = self._clock()
+        try:
+            if self._round_store is not None:
+                from torch.distributed import PrefixStore
+
+                # A connection of its own: the agent's may be held by a long wait (its exit barrier).
+                self._store = PrefixStore(KEY_PREFIX, self._round_store.clone())
+            while not self._stopped.wait(self._interval):
+                ranks = local_ranks(self._progress.directory)
+                moved = self._progress.timed() or any(last.get(rank.pid) != rank.moves for rank in ranks)
+                last = {rank.pid: rank.moves for rank in ranks}
+                count, declared = self._exchange(moved)
+                now = self._clock()
+                with self._lock:
+                    if now - woke > 2 * self._interval + 1:
+                        self._judge.restart(now)  # this process was frozen: the stillness was its own
+                    woke = now
+                    self._judge.saw(count, bool(ranks), now)
+                    still = self._judge.still_for(now) if self._progress.timeout_s > 0 else None
+                if declared is not None:
+                    kind, _, line = declared.partition(" ")
+                    self._answer(kind, line)
+                elif still is not None:
+                    self._declare(HANG, f"hang: no rank of the job moved for {still:.0f} s (hang timeout "
+                                        f"{self._judge.timeout_s:g} s), seen by {node_name()}")
+                if self.hang() is not None:
+                    return
+        except Exception as error:  # a store that failed: the peer watchdog tells its loss
+            logger.debug("hang watch: store call failed: %s", error)
+
+    def _exchange(self, moved: bool) -> tuple[int, str | None]:
+        """The job's count (after this node's move, if any) and a declaration, if one was made."""
+        if self._store is None:
+            self._local_count += int(moved)
+            return self._local_count, None
+        count = int(self._store.add("moves", int(moved)))
+        if not self._answered and self._store.check(["declared"]):
+            return count, self._store.get("declared").decode()
+        return count, None
+
+    def _declare(self, kind: str, line: str) -> None:
+        if self._store is not None:
+            # The first declaration is the job's: a node that decided too answers that one.
+            written = self._store.compare_set("declared", "", f"{kind} {line}").decode()
+            kind, _, line = written.partition(" ")
+        self._answer(kind, line)
+
+    def _answer(self, kind: str, line: str) -> None:
+        with self._lock:  # the look's thread and the timer's may both answer
+            if self._answered:
+                return
+            self._answered = self.ended_hung = True
+        print(f"[torchx_ext.launcher] {line}", file=sys.stderr, flush=True)
+        write_stacks(f"{line}: every rank of this node, before any is stopped", self._progress.directory)
+        if self._store is not None:
+            self._store.add("acks", 1)
+            deadline = self._clock() + ACK_BOUND_S
+            while int(self._store.add("acks", 0)) < self._world_size and self._clock() < deadline:
+                self._stopped.wait(0.1)
+        if kind == HANG:
+            with self._lock:
+                self._hang = line
+

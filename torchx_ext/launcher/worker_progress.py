@@ -1,0 +1,87 @@
+"""Worker side of the hang watchdog: is this rank's main thread moving, and where is it now.
+
+A rank that hangs (a deadlock, a data loader that never returns, a collective its peers never
+join) stays alive: nothing exits, so nothing else notices. Where the launcher names a directory
+(``bootstrap.PROGRESS_DIR_ENV``), each Python worker, before the user's code starts:
+
+- samples its main thread's Python stack every ``SAMPLE_S`` on a thread of its own and counts the
+  samples that differ from the one before, in ``DIR/PID.progress`` (one line, rewritten in place:
+  ``MOVES RANK LOCAL_RANK MAIN_THREAD``). A training loop changes its stack many times a second;
+  a rank blocked in one call, Python's or C's, shows the same stack sample after sample.
+- registers ``faulthandler`` on ``STACK_SIGNAL``: the launcher sends it, and every thread's
+  Python stack is appended to ``DIR/PID.stack`` from the signal handler itself, so a rank stuck
+  in C, holding the interpreter's lock, still answers.
+
+The agent (``hang_watch.py``) adds the counters up across the job and decides. What the stack
+cannot tell: one C call longer than the hang timeout on every rank looks like a hang, and a rank
+that polls in a Python loop looks like progress. Standard library only, imported by every worker
+before the user's code (bootstrap.py): it costs one thread and two open files.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from types import FrameType
+    from typing import IO
+
+SAMPLE_S = 1.0
+STACK_SIGNAL = signal.SIGRTMIN + 6
+"""A real-time signal: no program expects it (SIGUSR1 and SIGUSR2 are Slurm's and Lightning's
+preemption signals), and nobody but our launcher sends it to a worker."""
+LINE_BYTES = 80
+_MAX_FRAMES = 64
+_stack_file: IO[str] | None = None  # kept open for faulthandler, for the life of the process
+
+
+def report_progress(directory: str) -> None:
+    """Start reporting this worker's progress and answering for its stack into ``directory``."""
+    global _stack_file
+    if _stack_file is not None:
+        return
+    import faulthandler
+    import threading
+
+    pid = os.getpid()
+    main = threading.get_ident()  # the thread that goes on to run the user's code
+    rank, local_rank = os.environ.get("RANK", "-1"), os.environ.get("LOCAL_RANK", "-1")
+    try:
+        _stack_file = open(os.path.join(directory, f"{pid}.stack"), "a", encoding="utf-8")
+        faulthandler.register(STACK_SIGNAL, file=_stack_file, all_threads=True)
+        progress = os.open(os.path.join(directory, f"{pid}.progress"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    except (OSError, ValueError):
+        return  # a directory gone with its launcher: this worker is not watched
+    threading.Thread(target=_sample, args=(progress, main, f"{rank} {local_rank} {main:#x}"),
+                     name="torchx_ext: progress", daemon=True).start()
+
+
+def _sample(descriptor: int, main: int, identity: str) -> None:
+    import time
+
+    moves, last = 0, None
+    while True:
+        frame = sys._current_frames().get(main)
+        if frame is None:
+            return  # the main thread has ended: the process is ending
+        now = _fingerprint(frame)
+        del frame
+        if now != last:
+            moves, last = moves + 1, now
+            try:
+                os.pwrite(descriptor, f"{moves} {identity}".ljust(LINE_BYTES - 1).encode() + b"\n", 0)
+            except OSError:
+                return
+        time.sleep(SAMPLE_S)
+
+
+def _fingerprint(frame: FrameType | None) -> tuple[tuple[int, int], ...]:
+    """Where the thread is: each frame's code and instruction, innermost first."""
+    where: list[tuple[int, int]] = []
+    while frame is not None and len(where) < _MAX_FRAMES:
+        where.append((id(frame.f_code), frame.f_lasti))
+        frame = frame.f_back
+    return tuple(where)
