@@ -17,6 +17,7 @@ import logging
 import os
 import sys
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,7 +25,7 @@ from typing import Any
 
 from torchx_ext.launcher.bootstrap import SERVED_TIMER_ENV
 from torchx_ext.launcher.hang_watch import LaunchProgress
-from torchx_ext.launcher.stacks import local_ranks, write_stacks
+from torchx_ext.launcher.stacks import LocalRank, local_ranks, write_stacks
 
 logger = logging.getLogger("torchx_ext.launcher")
 
@@ -63,6 +64,7 @@ def _server_class() -> type:
             self._progress = progress
             self._held: dict[tuple[int, str], float] = {}
             self._expired: dict[int, Any] = {}
+            self._announced: set[int] = set()  # overdue workers named in a line already
             super().__init__(log_event=self._event, **kwargs)
 
         def timed(self) -> bool:
@@ -90,12 +92,16 @@ def _server_class() -> type:
             if worker_pid == os.getpid():
                 # torch's server ends its own process after a kill: this launcher goes on instead.
                 return True
-            request = self._expired.pop(worker_pid, None)
-            rank = next((each for each in local_ranks(self._progress.directory) if each.pid == worker_pid), None)
-            who = (f"rank {rank.rank} (local rank {rank.local_rank}, pid {worker_pid})" if rank is not None
-                   else f"worker pid {worker_pid}")
-            scope = f" {request.scope_id!r}" if request is not None and request.scope_id else ""
-            line = f"timer: {who} overran its expires() block{scope}; it is stopped"
+            if worker_pid in self._announced:
+                return bool(super()._reap_worker(worker_pid, signal))
+            # Every worker overdue now, in one line: peers waiting in the hung rank's collective overrun too.
+            overdue = {worker_pid: self._expired.pop(worker_pid, None), **{
+                pid: requests[0] for pid, requests in self.get_expired_timers(time.time()).items()}}
+            ranks = {each.pid: each for each in local_ranks(self._progress.directory)}
+            line = "timer: " + ", ".join(_overran(pid, ranks.get(pid), request) for pid, request in sorted(
+                overdue.items(), key=lambda item: ranks[item[0]].rank if item[0] in ranks else item[0]))
+            line += "; stopped" if len(overdue) == 1 else "; each is stopped"
+            self._announced.update(overdue)
             watch = self._progress.watch
             if watch is not None:
                 watch.declare_timer(line)
@@ -105,6 +111,12 @@ def _server_class() -> type:
             return bool(super()._reap_worker(worker_pid, signal))
 
     return StackingTimerServer
+
+
+def _overran(pid: int, rank: LocalRank | None, request: Any) -> str:
+    who = f"rank {rank.rank} (local rank {rank.local_rank}, pid {pid})" if rank is not None else f"worker pid {pid}"
+    scope = f" {request.scope_id!r}" if request is not None and request.scope_id else ""
+    return f"{who} overran its expires() block{scope}"
 
 
 def _alive(pid: int) -> bool:
