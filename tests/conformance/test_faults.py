@@ -21,6 +21,7 @@ from tests.conformance.cases import EVERY_BACKEND, EVERY_CASE, NO_ROOM_FOR_A_SPA
 from tests.conformance.conftest import JOBS, SchedulerUnderTest
 from tests.conformance.jobs_api import status_until, wait, wait_for_line
 from torchx_ext.components.dist import ddp
+from torchx_ext.launcher.stacks import STACKS_BEGIN, STACKS_END
 
 STEPS = 24
 STEP_S = 0.25
@@ -48,7 +49,8 @@ def _wait_for_step(directory: Path, step: int, timeout_s: float = 120) -> float:
 def _training(runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path, j: str,
               max_retries: int, spares: int = 0, steps: int = STEPS,
               cfg: dict[str, Any] | None = None, job: str = "checkpointed.py",
-              job_args: tuple[str, ...] = (), env: dict[str, str] | None = None) -> tuple[str, str, Path]:
+              job_args: tuple[str, ...] = (), env: dict[str, str] | None = None,
+              hang_timeout: str | None = None) -> tuple[str, str, Path]:
     """(handle, app id, checkpoint directory) of the checkpointing job, once 3 steps are done."""
     directory = tmp_path / "checkpoints"
     directory.mkdir()
@@ -57,7 +59,7 @@ def _training(runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path, j: 
     if env:
         args["env"] = {**args.get("env", {}), **env}
     app = ddp(str(directory), str(steps), str(STEP_S), *job_args, script=str(JOBS / job), j=j,
-              max_retries=max_retries, spares=spares, **args)
+              max_retries=max_retries, spares=spares, hang_timeout=hang_timeout, **args)
     handle: str = runner.run(app, scheduler.name, cfg={**scheduler.cfg, **(cfg or {})})
     _wait_for_step(directory, 3)
     return handle, parse_app_handle(handle).app_id, directory
@@ -265,4 +267,55 @@ def test_a_hot_spare_takes_a_frozen_replicas_place_and_the_replacement_waits_as_
     assert {world for _, world, _ in history} == {2}, history
     runner.cancel(handle)
     assert wait(runner, handle, timeout_s=60) == AppState.CANCELLED
+    assert scheduler.leftovers(app_id) == []
+
+
+def _hung_at(directory: Path, timeout_s: float = 60) -> float:
+    """When the hung rank stopped (its own clock: the same host's as the checkpoint's)."""
+    deadline = time.monotonic() + timeout_s
+    while not (directory / "hung_at").exists():
+        assert time.monotonic() < deadline, f"no rank hung in {timeout_s} s: history {_history(directory)}"
+        time.sleep(0.05)
+    time.sleep(0.05)  # written, not only created
+    return float((directory / "hung_at").read_text())
+
+
+def _stacks_in_log(runner: Runner, handle: str, replica: int) -> str:
+    lines = list(runner.log_lines(handle, "hung", replica))
+    text = "\n".join(lines)
+    assert STACKS_BEGIN in text and STACKS_END in text, text[-3000:]
+    return text[text.index(STACKS_BEGIN): text.index(STACKS_END)]
+
+
+# A rank that hangs alive (rank 1 waits for ever at step 5 of its first attempt, rank 0 waits in the
+# step's all-reduce): found by the launcher's watchdog with no code change, every rank's stack in its
+# replica's log, and the job goes on from its checkpoint.
+@pytest.mark.parametrize("scheduler", EVERY_BACKEND, indirect=True)
+def test_a_rank_hung_alive_is_found_and_the_next_step_comes_within_45_s_with_every_stack_logged(
+    runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path
+) -> None:
+    handle, app_id, directory = _training(runner, scheduler, tmp_path, "2x1", max_retries=1, steps=10, job="hung.py",
+                                          job_args=("1", "5"), hang_timeout="30")
+    hung_at = _hung_at(directory)
+    history = _every_step_once(runner, handle, directory, steps=10)
+    after = [entry[2] for entry in history if entry[2] > hung_at]
+    assert after and 30 <= after[0] - hung_at <= 45, (hung_at, history)
+    assert 'hung.py", line' in _stacks_in_log(runner, handle, 1)
+    assert "in all_reduce" in _stacks_in_log(runner, handle, 0)
+    assert scheduler.leftovers(app_id) == []
+
+
+# torch's own timer, where the worker uses it: the overrunning worker is ended (its stack logged
+# first) and the job goes on; torchrun's agent would end itself with it.
+@pytest.mark.parametrize("scheduler", EVERY_BACKEND, indirect=True)
+def test_a_worker_that_overruns_its_own_timer_is_ended_and_the_next_step_comes_within_the_timer_and_15_s(
+    runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path
+) -> None:
+    handle, app_id, directory = _training(runner, scheduler, tmp_path, "2x1", max_retries=1, steps=10, job="hung.py",
+                                          job_args=("1", "5", "5"), env={"TORCHELASTIC_ENABLE_FILE_TIMER": "1"})
+    hung_at = _hung_at(directory)
+    history = _every_step_once(runner, handle, directory, steps=10)
+    after = [entry[2] for entry in history if entry[2] > hung_at]
+    assert after and after[0] - hung_at <= 5 + 15, (hung_at, history)
+    assert 'hung.py", line' in _stacks_in_log(runner, handle, 1)
     assert scheduler.leftovers(app_id) == []

@@ -77,7 +77,7 @@ def _stack_block(output: str) -> str:
 def _first_step_after(directory: Path, moment: float) -> float:
     after = [entry[2] for entry in _history(directory) if entry[2] > moment]
     assert after, _history(directory)
-    return after[0] - moment
+    return float(after[0]) - moment
 
 
 def test_a_rank_hung_alive_is_found_its_stack_and_its_peers_are_logged_first_and_the_job_goes_on(
@@ -138,18 +138,13 @@ def test_long_python_work_on_one_rank_and_a_long_wait_for_a_late_node_are_no_han
         tmp_path: Path, started: list[Node]) -> None:
     # Both at once, each with a 30 s timeout: 90 s of Python work on rank 0 while rank 1 waits in a
     # barrier; a job whose second node comes 90 s late (the first waits in the rendezvous).
-    work = run_launcher_in_background(tmp_path, started)
+    work = Node(tmp_path, "python-work", ["--nproc-per-node", "2", "--hang-timeout", "30", QUIET, "python_work", "90"])
+    started.append(work)
     host, peer = _two_nodes(tmp_path, started, [QUIET, "jitter", "20", "0.05"], max_restarts=0, hang_timeout="30",
                             late_s=90)
     for node in (work, host, peer):
         assert node.wait(120) == 0, node.output()[-3000:]
         assert "done" in node.output() and HANG_LINE not in node.output(), node.output()[-3000:]
-
-
-def run_launcher_in_background(directory: Path, started: list[Node]) -> Node:
-    node = Node(directory, "python-work", ["--nproc-per-node", "2", "--hang-timeout", "30", QUIET, "python_work", "90"])
-    started.append(node)
-    return node
 
 
 def test_attempts_that_keep_hanging_at_the_same_point_stop_before_the_restarts_run_out(tmp_path: Path) -> None:

@@ -4,17 +4,20 @@ A rank that hangs (a deadlock, a data loader that never returns, a collective it
 join) stays alive: nothing exits, so nothing else notices. Where the launcher names a directory
 (``bootstrap.PROGRESS_DIR_ENV``), each Python worker, before the user's code starts:
 
-- samples its main thread's Python stack every ``SAMPLE_S`` on a thread of its own and counts the
-  samples that differ from the one before, in ``DIR/PID.progress`` (one line, rewritten in place:
-  ``MOVES RANK LOCAL_RANK MAIN_THREAD``). A training loop changes its stack many times a second;
-  a rank blocked in one call, Python's or C's, shows the same stack sample after sample.
+- samples its main thread every ``SAMPLE_S`` on a thread of its own and counts the samples at which
+  it moved, in ``DIR/PID.progress`` (one line, rewritten in place: ``MOVES RANK LOCAL_RANK
+  MAIN_THREAD``). It moved when its Python stack changed, or when it ran Python code for a good
+  part of the interval (its CPU time grew while its innermost frame was not inside a call). A
+  sampler sees a thread only where it lets the interpreter's lock go, which in a tight loop is
+  always the same instruction, hence the CPU time. A rank blocked in one call shows the same stack
+  sample after sample, and CPU spent inside a C call (a CUDA synchronize spinning) does not count.
 - registers ``faulthandler`` on ``STACK_SIGNAL``: the launcher sends it, and every thread's
   Python stack is appended to ``DIR/PID.stack`` from the signal handler itself, so a rank stuck
   in C, holding the interpreter's lock, still answers.
 
 The agent (``hang_watch.py``) adds the counters up across the job and decides. What the stack
 cannot tell: one C call longer than the hang timeout on every rank looks like a hang, and a rank
-that polls in a Python loop looks like progress. Standard library only, imported by every worker
+that spins in a Python loop looks like progress. Standard library only, imported by every worker
 before the user's code (bootstrap.py): it costs one thread and two open files.
 """
 
@@ -30,6 +33,8 @@ if TYPE_CHECKING:
     from typing import IO
 
 SAMPLE_S = 1.0
+BUSY_SHARE = 0.2
+"""CPU time, as a share of the interval, above which a thread running Python code is moving."""
 STACK_SIGNAL = signal.SIGRTMIN + 6
 """A real-time signal: no program expects it (SIGUSR1 and SIGUSR2 are Slurm's and Lightning's
 preemption signals), and nobody but our launcher sends it to a worker."""
@@ -60,22 +65,36 @@ def report_progress(directory: str) -> None:
 
 
 def _sample(descriptor: int, main: int, identity: str) -> None:
+    import opcode
     import time
 
-    moves, last = 0, None
+    calls = {code for name, code in opcode.opmap.items() if name.startswith(("CALL", "PRECALL"))}
+    clock = time.pthread_getcpuclockid(main)
+    moves, last, cpu = 0, None, time.clock_gettime(clock)
     while True:
         frame = sys._current_frames().get(main)
         if frame is None:
             return  # the main thread has ended: the process is ending
         now = _fingerprint(frame)
+        in_a_call = _instruction(frame) in calls
         del frame
-        if now != last:
+        try:
+            cpu, spent = time.clock_gettime(clock), cpu
+        except OSError:
+            return  # the main thread has ended
+        spent = cpu - spent
+        if now != last or (spent >= BUSY_SHARE * SAMPLE_S and not in_a_call):
             moves, last = moves + 1, now
             try:
                 os.pwrite(descriptor, f"{moves} {identity}".ljust(LINE_BYTES - 1).encode() + b"\n", 0)
             except OSError:
                 return
         time.sleep(SAMPLE_S)
+
+
+def _instruction(frame: FrameType) -> int:
+    code = frame.f_code.co_code
+    return code[frame.f_lasti] if 0 <= frame.f_lasti < len(code) else -1
 
 
 def _fingerprint(frame: FrameType | None) -> tuple[tuple[int, int], ...]:
