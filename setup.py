@@ -19,6 +19,7 @@ ENTRY_POINTS = {
     "torchx.cli.cmds": [
         "topo = torchx_ext.cli.topo:CmdTopo",
         "warm = torchx_ext.cli.warm:CmdWarm",
+        "stacks = torchx_ext.cli.stacks:CmdStacks",
         "status = torchx_ext.cli.handles:CheckedStatus",
         "describe = torchx_ext.cli.handles:CheckedDescribe",
         "log = torchx_ext.cli.handles:CheckedLog",

@@ -9,10 +9,13 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from torchx.runner import Runner
 from torchx.specs import AppDef, AppState, parse_app_handle
 
+from tests.conformance.cases import EVERY_BACKEND
 from tests.conformance.conftest import JOBS, SchedulerUnderTest
+from tests.conformance.test_faults import _history, _training, _wait_for_step
 from tests.helpers import TORCHX
 from tests.conformance.jobs_api import wait, wait_for_line
 from torchx_ext.components.dist import ddp
@@ -147,3 +150,35 @@ def test_arguments_and_env_values_reach_the_worker_exactly(runner: Runner, sched
     assert len(lines) == 1, lines
     echoed = json.loads(lines[0].split("ECHO ", 1)[1])
     assert echoed == {"argv": argv, "env": env}
+
+
+# `torchx stacks`: every running rank's stack, asked of a job that trains on (ranks 0 and 1 of a
+# 2x1 job), read from its logs; the job goes on untouched.
+@pytest.mark.parametrize("scheduler", EVERY_BACKEND, indirect=True)
+def test_torchx_stacks_prints_every_running_ranks_stack_and_the_job_goes_on(
+    runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path
+) -> None:
+    handle, job_id, directory = _training(runner, scheduler, tmp_path, "2x1", max_retries=0, steps=400, job="hung.py",
+                                          job_args=("1", "-1"))
+    done = subprocess.run([*TORCHX, "stacks", handle], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for replica in (0, 1):
+        assert f"== hung/{replica} ==" in done.stdout, done.stdout[-3000:]
+    blocks = done.stdout.split("== hung/1 ==")
+    for block, rank in zip(blocks, (0, 1)):
+        assert f"--- rank {rank} (local rank 0, pid" in block and 'hung.py", line' in block, block[-3000:]
+        assert "(main thread)" in block
+
+    one = subprocess.run([*TORCHX, "stacks", handle, "hung/1"], capture_output=True, text=True, timeout=120)
+    assert one.returncode == 0 and "== hung/1 ==" in one.stdout and "== hung/0 ==" not in one.stdout, one.stderr
+    steps = len(_history(directory))
+    _wait_for_step(directory, steps + 3)  # nothing was stopped
+    assert runner.status(handle).state == AppState.RUNNING
+
+    unknown = subprocess.run([*TORCHX, "stacks", handle, "hung/7"], capture_output=True, text=True, timeout=60)
+    assert unknown.returncode == 2
+    assert unknown.stderr.strip().splitlines()[-1] == (
+        f"torchx: error: app {job_id} has no replica hung/7: it has hung/0, hung/1"), unknown.stderr
+    runner.cancel(handle)
+    assert wait(runner, handle) == AppState.CANCELLED
+    assert scheduler.leftovers(job_id) == []

@@ -21,7 +21,7 @@ from tests.conformance.cases import EVERY_BACKEND, EVERY_CASE, NO_ROOM_FOR_A_SPA
 from tests.conformance.conftest import JOBS, SchedulerUnderTest
 from tests.conformance.jobs_api import status_until, wait, wait_for_line
 from torchx_ext.components.dist import ddp
-from torchx_ext.launcher.stacks import STACKS_BEGIN, STACKS_END
+from torchx_ext.stack_request import STACKS_BEGIN, STACKS_END
 
 STEPS = 24
 STEP_S = 0.25

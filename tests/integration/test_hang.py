@@ -18,7 +18,7 @@ import pytest
 from tests.conformance.test_faults import _history
 from tests.helpers import free_port
 from tests.integration.launcher_helpers import JOBS, LAUNCHER, clean_env, run_launcher
-from torchx_ext.launcher.stacks import STACKS_BEGIN, STACKS_END
+from torchx_ext.stack_request import STACKS_BEGIN, STACKS_END
 
 HUNG = str(Path(__file__).parents[1] / "conformance" / "jobs" / "hung.py")
 QUIET = str(JOBS / "quiet_ranks.py")

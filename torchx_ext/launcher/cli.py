@@ -44,6 +44,7 @@ from torchx_ext.launcher.watched_rendezvous import (HangError, PeerLostError, cl
 from torchx_ext.launcher.watchdog import DEFAULT_TIMEOUT_S, Loss
 from torchx_ext.options import DEFAULT_HANG_TIMEOUT_S, parse_hang_timeout
 from torchx_ext.launcher.hang_watch import LaunchProgress
+from torchx_ext.launcher.stacks import answer_for, answer_requests
 from torchx_ext.launcher.step_timer import served_timer
 from torchx_ext.launcher.bootstrap import PROGRESS_DIR_ENV
 from torchx_ext.launcher.liveness import mark_running, start_touching
@@ -162,7 +163,9 @@ def console_main() -> None:
     # Node rank 0 serves the store to every node (open_files.py); before the forkserver starts,
     # so that the workers inherit it too. A caller of main() in its own process keeps its limit.
     raise_open_files_limit()
-    code = main(preload_started=preload_server.start_early(sys.argv[1:]), exits_after=True)
+    preload_started = preload_server.start_early(sys.argv[1:])
+    answer_requests()  # torchx stacks; after the fork of the preload server, which has no workers to ask
+    code = main(preload_started=preload_started, exits_after=True)
     # atexit is skipped below: multiprocessing's finalizers would remove its temporary directory
     # (the forkserver's socket's) there.
     multiprocessing_util._run_finalizers()  # type: ignore[attr-defined]  # private, in 3.10 to 3.13
@@ -229,9 +232,11 @@ def progress_directory() -> Iterator[str]:
     the launch, named to them in the environment, removed at its end."""
     directory = tempfile.mkdtemp(prefix="torchx_ext_progress_")
     os.environ[PROGRESS_DIR_ENV] = directory  # the caller's environment comes back (caller_state_kept)
+    answer_for(directory)
     try:
         yield directory
     finally:
+        answer_for(None)
         shutil.rmtree(directory, ignore_errors=True)
 
 

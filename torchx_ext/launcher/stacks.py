@@ -6,6 +6,7 @@ file; where ``py-spy`` is installed its native frames are added. A worker that d
 within ``STACK_BOUND_S`` (stopped, or stuck in the kernel) is named, not waited for. The block
 goes to this launcher's stderr, which is the replica's log, between a first line that says why
 (``STACKS_BEGIN``) and ``STACKS_END``: ``torchx stacks`` finds it there.
+``torchx stacks`` asks a running launcher for the block by ``REQUEST_SIGNAL`` (``stack_request.py``).
 """
 
 from __future__ import annotations
@@ -13,16 +14,19 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
+from types import FrameType
 
 from torchx_ext.launcher.worker_progress import STACK_SIGNAL
+from torchx_ext.stack_request import ASKED, REQUEST_SIGNAL, STACKS_BEGIN, STACKS_END
 
 STACK_BOUND_S = 3.0
-STACKS_BEGIN = "[torchx_ext.launcher] stacks:"
-STACKS_END = "[torchx_ext.launcher] stacks end"
+_answering: list[str] = []  # the launch's progress directory, while this process answers requests
 _POLL_S = 0.05
 _THREAD_LINE = re.compile(r"^(Current thread|Thread) (0x[0-9a-fA-F]+)")
 
@@ -167,3 +171,19 @@ def _read_from(path: str, offset: int) -> str:
             return stack.read().decode("utf-8", errors="replace")
     except OSError:
         return ""
+
+
+def answer_requests() -> None:
+    """Answer ``REQUEST_SIGNAL`` with a stacks block, from now on (a launcher's process; the main thread)."""
+    signal.signal(REQUEST_SIGNAL, _on_request)
+
+
+def answer_for(directory: str | None) -> None:
+    """The progress directory whose workers a request asks (None: the launch is over)."""
+    _answering[:] = [] if directory is None else [directory]
+
+
+def _on_request(signum: int, frame: FrameType | None) -> None:
+    directory = _answering[0] if _answering else None
+    if directory is not None:  # on a thread: the agent's loop is not held up by a stuck worker
+        threading.Thread(target=write_stacks, args=(ASKED, directory), name="torchx_ext: stacks", daemon=True).start()

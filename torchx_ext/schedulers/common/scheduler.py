@@ -127,6 +127,10 @@ def describe_response(
     return response
 
 
+ReplicaKeys = list[tuple[str, int]]
+"""Replicas by (role, replica id)."""
+
+
 class SchedulerShell(Scheduler[Opts]):  # torchx has no types: its Scheduler is Any to mypy (pyproject)
     image_hint: ClassVar[str | None] = None
     """What image a role needs (said when it has none); None: the backend runs no images."""
@@ -187,6 +191,29 @@ class SchedulerShell(Scheduler[Opts]):  # torchx has no types: its Scheduler is 
         """``unknown_replica`` unless (``role_name``, ``replica_id``) is one of the app's ``known`` replicas."""
         if (role_name, replica_id) not in known:
             raise self.unknown_replica(app_id, role_name, replica_id, (f"{role}/{index}" for role, index in known))
+
+    def ask_for_stacks(self, app_id: str, role_name: str | None = None,
+                       replica_id: int | None = None) -> ReplicaKeys:
+        """Ask the launchers of the app's running replicas (all, a role's, or one) to write every rank's
+        stack into their logs (``stack_request.py``); returns the replicas asked. Stops nothing."""
+        raise InvalidArgumentError(f"{self.backend} cannot ask a job's launchers for their stacks yet")
+
+    def stack_targets(self, app_id: str, replicas: Iterable[tuple[str, int, bool]], role_name: str | None,
+                      replica_id: int | None) -> ReplicaKeys:
+        """Of the app's ``replicas`` (role, id, running), the running ones ``role_name``/``replica_id``
+        select; refuses an unknown role or replica, or a selection with none running, in one line."""
+        known = sorted((role, index) for role, index, _ in replicas)
+        if role_name is not None and replica_id is not None:
+            self.check_replica(app_id, role_name, replica_id, known)
+        elif role_name is not None and all(role != role_name for role, _ in known):
+            raise InvalidArgumentError(f"app {app_id} has no role {role_name!r}: it has "
+                                       f"{', '.join(sorted({role for role, _ in known}))}")
+        chosen = sorted((role, index) for role, index, running in replicas
+                        if running and role_name in (None, role) and replica_id in (None, index))
+        if not chosen:
+            which = "" if role_name is None else f" {role_name}" + ("" if replica_id is None else f"/{replica_id}")
+            raise InvalidArgumentError(f"app {app_id} has no running replica{which}: nothing to ask for stacks")
+        return chosen
 
     def delete(self, app_id: str) -> None:
         """Cancel the job if it runs, then remove what it left, logs included (torchx-nightly's

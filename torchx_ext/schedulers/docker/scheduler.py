@@ -24,8 +24,9 @@ from torchx.workspace.api import WorkspaceMixin
 from torchx_ext.error_file import ErrorReport
 from torchx_ext.schedulers.common.app_ids import CONTAINER_NAME_IDS, new_app_id
 from torchx_ext.schedulers.common.checks import seconds_option
+from torchx_ext.stack_request import REQUEST_SIGNAL
 from torchx_ext.schedulers.common.logs import LogQuery
-from torchx_ext.schedulers.common.scheduler import ReplicaReport, SchedulerShell, describe_response
+from torchx_ext.schedulers.common.scheduler import ReplicaReport, ReplicaKeys, SchedulerShell, describe_response
 from torchx_ext.schedulers.common.states import JobEnd, State, app_state, joined_message, restarts_message, spares_message
 from torchx_ext.schedulers.docker.options import DockerOpts, run_opts, workspace_opts
 from torchx_ext.schedulers.docker.client import Engine, connect
@@ -149,6 +150,19 @@ class DockerScheduler(WorkspaceMixin[None], SchedulerShell[DockerOpts]):
         if found is None:
             raise self.unknown_replica(app_id, role_name, replica_id, sorted(view.key for view, _ in current.containers))
         return container_lines(self.engine.client, found[1].id, query)
+
+    def ask_for_stacks(self, app_id: str, role_name: str | None = None,
+                       replica_id: int | None = None) -> ReplicaKeys:
+        current = snapshot(self.engine, app_id)
+        if not current.containers:
+            raise self.unknown_app(app_id)
+        chosen = self.stack_targets(app_id, [(view.role, view.replica_id, view.status == "running")
+                                             for view, _ in current.containers], role_name, replica_id)
+        for view, container in current.containers:
+            if (view.role, view.replica_id) in chosen and view.status == "running":
+                # To the container's init, which passes it on to the launcher.
+                container.kill(signal=int(REQUEST_SIGNAL))
+        return chosen
 
     def _cancel_existing(self, app_id: str) -> None:
         current = snapshot(self.engine, app_id)

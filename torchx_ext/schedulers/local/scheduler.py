@@ -29,10 +29,11 @@ from torchx_ext.schedulers.common.app_ids import FILE_NAME_IDS, new_app_id
 from torchx_ext.schedulers.common.checks import seconds_option
 from torchx_ext.schedulers.common.job_dir import submitted_request
 from torchx_ext.schedulers.common.logs import LogQuery
-from torchx_ext.schedulers.common.scheduler import ReplicaReport, SchedulerShell, describe_response
+from torchx_ext.schedulers.common.scheduler import ReplicaReport, ReplicaKeys, SchedulerShell, describe_response
 from torchx_ext.schedulers.common.states import State, app_state, joined_message, restarts_message, spares_message
 from torchx_ext.launcher.liveness import is_spare
 from torchx_ext.schedulers.common.watch import RecordWatch, file_signature
+from torchx_ext.stack_request import REQUEST_SIGNAL
 from torchx_ext.schedulers.local.processes import marked_processes, signal_process, stop_processes
 from torchx_ext.schedulers.local.records import (
     JOBS,
@@ -207,6 +208,21 @@ class LocalScheduler(SchedulerShell[LocalOpts]):
             should_tail=query.should_tail,
             finished=lambda: _read_state_ending_orphaned_job(job).state.terminal,
         )
+
+    def ask_for_stacks(self, app_id: str, role_name: str | None = None,
+                       replica_id: int | None = None) -> ReplicaKeys:
+        job = self.recorded_job(JOBS, app_id)
+        record = job.supervisor_record()
+        if record is not None and not record.on_this_host():
+            raise InvalidArgumentError(f"local_cwd app {app_id} runs on host {record.host}: ask there")
+        replicas = job.read_state().replicas
+        chosen = self.stack_targets(app_id, [(replica.role, replica.replica_id, replica.state == State.RUNNING
+                                              and replica.pid is not None) for replica in replicas],
+                                    role_name, replica_id)
+        for replica in replicas:
+            if (replica.role, replica.replica_id) in chosen and replica.pid is not None:
+                signal_process(replica.pid, REQUEST_SIGNAL)  # the replica's process is its launcher
+        return chosen
 
     def _cancel_existing(self, app_id: str) -> None:
         job = JOBS.find(app_id)

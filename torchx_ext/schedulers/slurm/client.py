@@ -165,6 +165,16 @@ def allocation_state(job_id: str) -> str | None:
     return done.stdout.strip().split("\n")[0] or None
 
 
+def signal_steps(job_id: str, signal_name: str, step_name: str | None = None) -> None:
+    """Send ``signal_name`` to every process of job ``job_id``'s steps (of those named ``step_name``
+    only, when given), not to its batch script; nothing is stopped unless the signal stops it."""
+    steps = [job_id] if step_name is None else [step for step, name in steps_of(job_id) if name == step_name]
+    for step in steps:
+        done = run(["scancel", f"--signal={signal_name}", step], check=False)
+        if done.returncode != 0:
+            raise SlurmError(f"scancel --signal={signal_name} {step} failed: {last_line(done.stderr)}")
+
+
 def cancel_steps(job_id: str, step_name: str) -> None:
     """Cancel the steps named ``step_name`` in allocation ``job_id``, and no other. A step srun
     still waits to create is not listed yet: its task finds the job cancelled and starts nothing."""

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from torchx.schedulers.api import DescribeAppResponse, ListAppResponse
-from torchx.specs import AppDef, AppDryRunInfo, Role, runopts
+from torchx.specs import AppDef, AppDryRunInfo, AppState, Role, runopts
 from torchx.workspace.api import WorkspaceMixin
 
 from torchx_ext.error_file import ErrorReport, read_error_file
@@ -33,13 +33,14 @@ from torchx_ext.schedulers.common.job_dir import submitted_request
 from torchx_ext.schedulers.common.logs import LogQuery
 from torchx_ext.schedulers.common.proc import process_start_ticks
 from torchx_ext.schedulers.common.role_spec import role_from_spec
-from torchx_ext.schedulers.common.scheduler import ReplicaReport, SchedulerShell, describe_response
+from torchx_ext.schedulers.common.scheduler import ReplicaReport, ReplicaKeys, SchedulerShell, describe_response
 from torchx_ext.schedulers.common.states import State, app_state, joined_message, restarts_message, spares_message
 from torchx_ext.schedulers.common.watch import EndingWindow, RecordWatch, directory_names
 from torchx_ext.schedulers.slurm.allocation import DriverFacts, allocation_of, check_fits, driver_environment
 from torchx_ext.schedulers.slurm.allocation import job_state as driver_job_state
 from torchx_ext.schedulers.slurm.client import (JobStates, allocation_state, cancel_steps, most_gpus_per_node,
-                                                read_allocation, sbatch, scancel)
+                                                read_allocation, sbatch, scancel, signal_steps)
+from torchx_ext.stack_request import REQUEST_SIGNAL
 from torchx_ext.schedulers.slurm.view import SlurmJob, forgotten_job_state, replica_state
 from torchx_ext.schedulers.slurm.options import (SlurmOpts, check_workspace_type, gpu_type_of, partition_of,
                                                  sbatch_options, run_opts)
@@ -333,6 +334,21 @@ class SlurmScheduler(WorkspaceMixin[None], SchedulerShell[SlurmOpts]):
 
         return read_timed_lines(job.log(role_name, replica_id, query.stream), should_tail=query.should_tail,
                                 finished=finished)
+
+    def ask_for_stacks(self, app_id: str, role_name: str | None = None,
+                       replica_id: int | None = None) -> ReplicaKeys:
+        job = self.recorded_job(JOBS, app_id)
+        described = self.describe(app_id)
+        replicas = [] if described is None else [
+            (status.role, replica.id, replica.state == AppState.RUNNING)
+            for status in described.roles_statuses for replica in status.replicas]
+        chosen = self.stack_targets(app_id, replicas, role_name, replica_id)
+        # Every process of the job's steps gets it: only launchers act on it (stack_request.py). The
+        # logs tell the chosen replicas' answers apart.
+        allocation = job.read_request().allocation
+        signal_steps(allocation or app_id, REQUEST_SIGNAL.name.removeprefix("SIG"),
+                     job.path.name if allocation else None)
+        return chosen
 
     def _cancel_existing(self, app_id: str) -> None:
         job = JOBS.find(app_id)
