@@ -3,6 +3,8 @@ errors. HTTP/1.1 keep-alive (the client pools connections); pod logs are streame
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import re
 import threading
@@ -23,7 +25,7 @@ _NAME = r"([^/]+)"
 ROUTES: list[tuple[re.Pattern[str], ResourceType, bool]] = [
     # (path, resource type, whether the path carries a namespace)
     (re.compile(r"^/api/v1/namespaces(?:/([^/]+))?$"), NAMESPACES, False),
-    (re.compile(rf"^/api/v1/namespaces/{_NAME}/pods(?:/{_NAME})?(?:/(log|status))?$"), PODS, True),
+    (re.compile(rf"^/api/v1/namespaces/{_NAME}/pods(?:/{_NAME})?(?:/(log|status|exec))?$"), PODS, True),
     (re.compile(rf"^/api/v1/namespaces/{_NAME}/services(?:/{_NAME})?(?:/(status))?$"), SERVICES, True),
     (re.compile(rf"^/apis/batch/v1/namespaces/{_NAME}/jobs(?:/{_NAME})?(?:/(status))?$"), JOBS, True),
     (re.compile(rf"^/apis/networking.k8s.io/v1/namespaces/{_NAME}/networkpolicies(?:/{_NAME})?(?:/(status))?$"), NETWORK_POLICIES, True),
@@ -52,7 +54,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def _serve(self) -> None:
         url = urlsplit(self.path)
-        query = {key: values[-1] for key, values in parse_qs(url.query).items()}
+        self._query_lists = parse_qs(url.query)  # exec's command: one value per argument
+        query = {key: values[-1] for key, values in self._query_lists.items()}
         cluster = self.server.cluster
         cluster.request_log.append((self.command, url.path))
         body = self._read_body()
@@ -108,6 +111,9 @@ class Handler(BaseHTTPRequestHandler):
         if forbidden_ns is not None and forbidden_ns in cluster.forbidden_namespaces:
             raise errors.forbidden(rtype.plural, rtype.group, verb, forbidden_ns, name or "")
         ns = namespace or ""
+        if sub == "exec":
+            self._send_exec(ns, str(name), query)
+            return
         if sub == "log":
             if verb != "get":
                 raise errors.ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
@@ -184,6 +190,33 @@ class Handler(BaseHTTPRequestHandler):
             if close is not None:
                 close()
 
+    def _send_exec(self, namespace: str, name: str, query: dict[str, str]) -> None:
+        """A pod's exec over a WebSocket, as the kubernetes client asks for it (``v4.channel.k8s.io``:
+        each message's first byte names its channel, 1 stdout, 2 stderr, 3 the end's status)."""
+        if self.headers.get("Upgrade", "").lower() != "websocket":
+            raise errors.bad_request("Upgrade request required")
+        command = self._query_lists.get("command") or []
+        if not command:
+            raise errors.bad_request("you must specify at least 1 command")
+        out, err, code = self.server.cluster.kubelet.pod_exec(namespace, name, query.get("container"), command)
+        key = self.headers.get("Sec-WebSocket-Key", "")
+        accept = base64.b64encode(hashlib.sha1((key + _WEBSOCKET_GUID).encode()).digest()).decode()
+        self.send_response(101, "Switching Protocols")
+        self.send_header("Upgrade", "websocket")
+        self.send_header("Connection", "Upgrade")
+        self.send_header("Sec-WebSocket-Accept", accept)
+        self.send_header("Sec-WebSocket-Protocol", "v4.channel.k8s.io")
+        self.end_headers()
+        status: Obj = {"metadata": {}, "status": "Success"} if code == 0 else {
+            "metadata": {}, "status": "Failure", "message": f"command terminated with non-zero exit code: {code}",
+            "reason": "NonZeroExitCode", "details": {"causes": [{"reason": "ExitCode", "message": str(code)}]}}
+        for channel, data in ((1, out), (2, err), (3, json.dumps(status).encode())):
+            if data:
+                self.wfile.write(_websocket_frame(0x2, bytes([channel]) + data))
+        self.wfile.write(_websocket_frame(0x8, b"\x03\xe8"))  # close, 1000: normal
+        self.wfile.flush()
+        self.close_connection = True
+
     def _send_json(self, code: int, payload: Obj) -> None:
         data = json.dumps(payload).encode()
         self.send_response(code)
@@ -191,6 +224,21 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
+
+
+_WEBSOCKET_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"  # RFC 6455's
+
+
+def _websocket_frame(opcode: int, payload: bytes) -> bytes:
+    """One final, unmasked frame (a server's)."""
+    length = len(payload)
+    if length < 126:
+        header = bytes([0x80 | opcode, length])
+    elif length < 1 << 16:
+        header = bytes([0x80 | opcode, 126]) + length.to_bytes(2, "big")
+    else:
+        header = bytes([0x80 | opcode, 127]) + length.to_bytes(8, "big")
+    return header + payload
 
 
 class ApiHttpServer(ThreadingHTTPServer):

@@ -588,9 +588,20 @@ class Kubelet(ControlLoop):
     # -- logs ---------------------------------------------------------------------------------------
 
     def pod_logs(self, namespace: str, name: str, query: dict[str, str]) -> Iterator[bytes]:
+        container_id = self._running_container(namespace, name, query.get("container"))
+        return self._safe(stream_logs(self._api, container_id, query, follow_allowed=True))
+
+    def pod_exec(self, namespace: str, name: str, container: str | None, command: list[str]) -> tuple[bytes, bytes, int]:
+        """Run ``command`` in a running container of the pod, as the real kubelet's exec does:
+        (stdout, stderr, exit code)."""
+        container_id = self._running_container(namespace, name, container)
+        exec_id = self._api.exec_create(container_id, command, stdout=True, stderr=True)["Id"]
+        out, err = self._api.exec_start(exec_id, demux=True)
+        return out or b"", err or b"", int(self._api.exec_inspect(exec_id)["ExitCode"] or 0)
+
+    def _running_container(self, namespace: str, name: str, container: str | None) -> str:
         pod = self._store.get(PODS, namespace, name)
         names = [c["name"] for c in pod["spec"]["containers"]]
-        container = query.get("container")
         if not container:
             if len(names) != 1:
                 raise errors.bad_request(f"a container name must be specified for pod {name}, "
@@ -606,7 +617,7 @@ class Kubelet(ControlLoop):
                 if entry["name"] == container and "waiting" in (entry.get("state") or {}):
                     waiting = entry["state"]["waiting"].get("reason", waiting)
             raise errors.bad_request(f'container "{container}" in pod "{name}" is waiting to start: {waiting}')
-        return self._safe(stream_logs(self._api, container_id, query, follow_allowed=True))
+        return str(container_id)
 
     @staticmethod
     def _safe(chunks: Iterator[bytes]) -> Iterator[bytes]:

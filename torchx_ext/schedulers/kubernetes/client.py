@@ -21,6 +21,9 @@ _PLURAL = {"Job": "jobs.batch", "Service": "services", "Pod": "pods",
            "Workload": "workloads.kueue.x-k8s.io"}
 
 
+EXEC_TIMEOUT_S = 30.0
+
+
 @dataclass(frozen=True)
 class CustomKind:
     """A custom resource we create or read, and what a cluster without it needs installed."""
@@ -241,6 +244,31 @@ class Cluster:
     def pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
         return self._items("list", "Pod", namespace, lambda: self.core.list_namespaced_pod(
             namespace, label_selector=selector, _preload_content=False))
+
+    def read_pod(self, name: str, namespace: str) -> dict[str, Any]:
+        response = self._call("read", "Pod", name, namespace, lambda: self.core.read_namespaced_pod(
+            name, namespace, _preload_content=False))
+        pod: dict[str, Any] = json.loads(response.data)
+        return pod
+
+    def exec_in_pod(self, pod: str, namespace: str, command: list[str], timeout_s: float = EXEC_TIMEOUT_S) -> None:
+        """Run ``command`` in the pod's (first) container through the API server's exec; raises
+        KubernetesError with its output when it fails."""
+        from kubernetes.stream import stream
+
+        def run() -> tuple[int | None, str]:
+            client = stream(self.core.connect_get_namespaced_pod_exec, pod, namespace, command=command, stderr=True,
+                            stdin=False, stdout=True, tty=False, _preload_content=False)
+            try:
+                client.run_forever(timeout=timeout_s)
+                return client.returncode, str(client.read_all())
+            finally:
+                client.close()
+
+        code, output = self._call("exec in", "Pod", pod, namespace, run)
+        if code != 0:
+            raise KubernetesError(f"{' '.join(command)!r} in pod {namespace}/{pod} "
+                                  f"{'did not end' if code is None else f'exited with {code}'}: {output.strip()[-300:]}")
 
     def pods_and_version(self, namespace: str, selector: str) -> tuple[list[dict[str, Any]], str]:
         """The pods and the version of the list (where a watch that misses nothing starts)."""

@@ -25,7 +25,8 @@ from torchx_ext.errors import InvalidArgumentError, KubernetesError
 from torchx_ext.schedulers.common.app_ids import DNS_LABEL_IDS, new_app_id
 from torchx_ext.schedulers.common.checks import seconds_option
 from torchx_ext.schedulers.common.logs import LogQuery
-from torchx_ext.schedulers.common.scheduler import ReplicaReport, SchedulerShell, describe_response
+from torchx_ext.schedulers.common.scheduler import ReplicaKeys, ReplicaReport, SchedulerShell, describe_response
+from torchx_ext.stack_request import REQUEST_SIGNAL
 from torchx_ext.schedulers.common.states import (JobEnd, State, app_state, joined_message, restarts_message,
                                                  spares_message)
 from torchx_ext.schedulers.common.watch import EndingWindow
@@ -145,6 +146,23 @@ class KubernetesScheduler(WorkspaceMixin[None], SchedulerShell[KubernetesOpts]):
         return [ListAppResponse(app_id=_app_id(namespace, backend.name, app), state=app_state(state))
                 for backend in BACKEND_BY_NAME.values() for app, state in sorted(backend.apps(self.cluster, namespace),
                                                                           key=lambda item: item[0])]
+
+    def ask_for_stacks(self, app_id: str, role_name: str | None = None,
+                       replica_id: int | None = None) -> ReplicaKeys:
+        namespace, backend, name = self._split(app_id)
+        view = backend.view(self.cluster, namespace, name)
+        if view.state is None:
+            raise self.unknown_app(app_id)
+        chosen = self.stack_targets(app_id, [(replica.role, replica.replica_id, replica.state is State.RUNNING
+                                              and bool(replica.pod)) for replica in view.replicas], role_name, replica_id)
+        for replica in view.replicas:
+            if (replica.role, replica.replica_id) in chosen:
+                # The container's own interpreter signals its PID 1, the launcher (pods have no init).
+                python = (self.cluster.read_pod(replica.pod, namespace)["spec"]["containers"][0].get("command")
+                          or ["python"])[0]
+                self.cluster.exec_in_pod(replica.pod, namespace, [
+                    python, "-c", f"import os; os.kill(1, {int(REQUEST_SIGNAL)})"])
+        return chosen
 
     def _replica_lines(self, app_id: str, role_name: str, replica_id: int,
                        query: LogQuery) -> Iterable[tuple[float, str]]:
