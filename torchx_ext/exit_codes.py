@@ -12,6 +12,9 @@ NOT_FOUND = 1
 """An app handle or job that does not exist (torchx's own code for it)."""
 BAD_INPUT = 2
 """A flag, value or file was refused before anything started."""
+STUCK = 3
+"""The launcher stopped restarting: its attempts kept hanging at the same point (launcher/hang_core.py).
+Our schedulers do not start a replica again that ended so, whatever ``max_retries`` is left."""
 INTERRUPTED = 130
 """Stopped by Ctrl+C (the shell's code for SIGINT); a launcher stopped by a signal exits with
 128 plus the signal's number, as a shell reports it."""

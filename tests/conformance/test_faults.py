@@ -319,3 +319,21 @@ def test_a_worker_that_overruns_its_own_timer_is_ended_and_the_next_step_comes_w
     assert after and after[0] - hung_at <= 5 + 15, (hung_at, history)
     assert 'hung.py", line' in _stacks_in_log(runner, handle, 1)
     assert scheduler.leftovers(app_id) == []
+
+
+# A job whose every attempt hangs at the same step (rank 1 waits for ever at step 3, resumed from the
+# same checkpoint each time): its launchers stop restarting after 3 such attempts, and the scheduler
+# does not start them again, whatever max_retries is left. local_docker's engine restarts a container
+# that failed whatever its exit code (docs/fault-tolerance.md): there the retries run out.
+@pytest.mark.parametrize("scheduler", ["local_cwd", "slurm", "kubernetes"], indirect=True)
+def test_attempts_that_keep_hanging_at_one_point_end_the_job_before_its_retries_run_out(
+    runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path
+) -> None:
+    handle, app_id, directory = _training(runner, scheduler, tmp_path, "2x1", max_retries=3, steps=10, job="hung.py",
+                                          job_args=("1", "3", "0", "always"), hang_timeout="3")
+    assert wait(runner, handle, timeout_s=240) == AppState.FAILED
+    status = runner.status(handle)
+    assert status is not None and "stopped restarting: 3 attempts in a row hung at the same point" in status.msg, status
+    assert status.num_restarts == 0, status  # the scheduler started no replica again
+    assert len(_history(directory)) == 3
+    assert scheduler.leftovers(app_id) == []

@@ -16,6 +16,8 @@ from typing import Any
 import jsonschema
 import kubernetes_validate
 import pytest
+
+from torchx_ext.exit_codes import STUCK
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -138,7 +140,9 @@ def test_an_elastic_job_runs_max_pods_tolerates_max_minus_min_failures_and_index
     assert job["spec"]["completions"] == job["spec"]["parallelism"] == 4
     assert job["spec"]["maxFailedIndexes"] == 2
     assert job["spec"]["successPolicy"] == {"rules": [{"succeededIndexes": "0"}]}
-    assert not any(rule["action"] == "FailJob" for rule in job["spec"]["podFailurePolicy"]["rules"])
+    # A failed pod never fails the Job: only our launcher that stopped restarting (exit_codes.STUCK) does.
+    assert [rule for rule in job["spec"]["podFailurePolicy"]["rules"] if rule["action"] == "FailJob"] == [
+        {"action": "FailJob", "onExitCodes": {"operator": "In", "values": [STUCK]}}]
 
 
 def test_numa_alignment_follows_the_runopt_over_the_named_resource() -> None:

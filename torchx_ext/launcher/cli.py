@@ -26,7 +26,7 @@ from typing import Any
 
 from torchx_ext.errors import BindingFallbackError, InvalidArgumentError, TorchxExtError, first_line
 from torchx_ext.escaping import escape_template
-from torchx_ext.exit_codes import BAD_INPUT, FAILED, OK
+from torchx_ext.exit_codes import BAD_INPUT, FAILED, OK, STUCK
 from torchx_ext.launcher import preload_server
 from torchx_ext.launcher.bootstrap import BOOTSTRAP_CODE, BoundCallable, encode_plan, run_preloaded, run_script_path
 from torchx_ext.launcher.caller_state import caller_state_kept
@@ -39,8 +39,8 @@ from torchx_ext.launcher.spare import SpareReleased
 from torchx_ext.launcher.store_reach import reach_store
 from torchx_ext.launcher.watched_rendezvous import BACKEND as WATCHED_BACKEND
 from torchx_ext.launcher.watched_rendezvous import HANDLERS as C10D_HANDLERS
-from torchx_ext.launcher.watched_rendezvous import (HangError, PeerLostError, closed_store_line, exit_for_store_loss,
-                                                    peer_timeout, watch_rendezvous)
+from torchx_ext.launcher.watched_rendezvous import (HangError, PeerLostError, StuckError, closed_store_line,
+                                                    exit_for_store_loss, peer_timeout, watch_rendezvous)
 from torchx_ext.launcher.watchdog import DEFAULT_TIMEOUT_S, Loss
 from torchx_ext.options import DEFAULT_HANG_TIMEOUT_S, parse_hang_timeout
 from torchx_ext.launcher.hang_watch import LaunchProgress
@@ -356,9 +356,10 @@ def run(config: Any, entrypoint: Callable[..., Any] | str, entry_args: list[str]
         print(f"[torchx_ext.launcher] {error}; nothing to replace", file=sys.stderr)
         return OK
     except (PeerLostError, HangError) as error:
-        _report_launcher_failure(str(error))
+        code = STUCK if isinstance(error, StuckError) else FAILED
+        _report_launcher_failure(str(error), code)
         print(f"[torchx_ext.launcher] error: {error}; workers stopped", file=sys.stderr)
-        return FAILED
+        return code
     except SignalException as error:
         # A scheduler's cancel (SIGTERM) or Ctrl+C: torchelastic has stopped the workers already.
         print(f"[torchx_ext.launcher] stopped by {signal.Signals(error.sigval).name}; workers stopped",
@@ -414,11 +415,11 @@ def _leave_for_store_loss(loss: Loss) -> None:
     exit_for_store_loss(loss, FAILED, _report_launcher_failure)
 
 
-def _report_launcher_failure(message: str) -> None:
+def _report_launcher_failure(message: str, code: int = FAILED) -> None:
     """The launcher's own failure (not a worker's) as its replica's error report."""
     path = os.environ.get(ERROR_FILE_ENV)
     if path:
-        write_error_file(path, ErrorReport(message=message, error_code=FAILED), replace=True)
+        write_error_file(path, ErrorReport(message=message, error_code=code), replace=True)
 
 
 def _report_root_cause(rank: int, failure: Any) -> None:

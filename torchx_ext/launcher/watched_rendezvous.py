@@ -57,8 +57,11 @@ class PeerLostError(TorchxExtError):
 
 
 class HangError(TorchxExtError):
-    """The hang watchdog or a timer decided a hang and no restart was left, or restarting was
-    pointless (``StuckAttempts``)."""
+    """The hang watchdog decided a hang and no restart was left."""
+
+
+class StuckError(HangError):
+    """Attempts kept hanging at the same point (``StuckAttempts``): restarting is pointless."""
 
 
 def peer_timeout(flag: str | float | None, rdzv_configs: dict[str, Any]) -> float:
@@ -326,7 +329,7 @@ def _watched_handler_class() -> type:
             else:
                 stuck.ended_otherwise()
             if stuck.stuck():
-                raise HangError(
+                raise StuckError(
                     f"stopped restarting: {STUCK_ATTEMPTS} attempts in a row hung at the same point (each kept "
                     f"moving for about as long as the one before); {self._restarts_left} restarts left unused")
 

@@ -16,6 +16,8 @@ from typing import Any
 
 from torchx import specs
 
+from torchx_ext.exit_codes import STUCK
+from torchx_ext.launcher.liveness import runs_our_launcher
 from torchx_ext.schedulers.common.role_policy import policy_of
 from torchx_ext.schedulers.kubernetes import names
 from torchx_ext.schedulers.kubernetes.options import ManifestOptions
@@ -74,7 +76,8 @@ def indexed_job(app: specs.AppDef, role: specs.Role, job_name: str, app_id: str,
         "backoffLimitPerIndex": retries,
         "maxFailedIndexes": replicas - least,
         "podReplacementPolicy": "Failed",
-        "podFailurePolicy": {"rules": _failure_rules(retries, short)},
+        "podFailurePolicy": {"rules": _failure_rules(retries, short, stops_when_stuck=not gang and runs_our_launcher(
+            role.entrypoint, role.args))},
     }
     if short:
         spec["successPolicy"] = {"rules": [{"succeededIndexes": "0"}]}
@@ -94,12 +97,15 @@ def indexed_job(app: specs.AppDef, role: specs.Role, job_name: str, app_id: str,
     }
 
 
-def _failure_rules(retries: int, carries_on_short: bool) -> list[dict[str, Any]]:
+def _failure_rules(retries: int, carries_on_short: bool, stops_when_stuck: bool) -> list[dict[str, Any]]:
     # A pod evicted or preempted (DisruptionTarget) is not the program's failure: replaced
     # without counting against max_retries.
     rules: list[dict[str, Any]] = [
         {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
     ]
+    if stops_when_stuck and retries > 0:
+        # Our launcher's attempts kept hanging at one point (exit_codes.STUCK): no pod of it again.
+        rules.append({"action": "FailJob", "onExitCodes": {"operator": "In", "values": [STUCK]}})
     if retries == 0 and not carries_on_short:
         rules.append({"action": "FailJob", "onExitCodes": {"operator": "NotIn", "values": [0]}})
     return rules

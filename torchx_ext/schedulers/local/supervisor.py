@@ -31,6 +31,7 @@ from pathlib import Path
 
 from torchx_ext.error_file import read_error_file
 from torchx_ext.errors import TorchxExtError
+from torchx_ext.exit_codes import STUCK
 from torchx_ext.numa.bind import bound_thread
 from torchx_ext.launcher.liveness import FileWatch, runs_our_launcher
 from torchx_ext.replica_env import LAUNCHER_MODULE, LIVENESS_FILE_ENV, RDZV_IS_HOST_ENV, RDZV_PORT_ENV
@@ -303,6 +304,8 @@ class Supervisor:
             replica.state.state = replica_move(replica.state.state, State.SUCCEEDED)
         elif replica.stopped_by_us:
             replica.state.state = replica_move(replica.state.state, State.CANCELLED)
+        elif code == STUCK and runs_our_launcher(replica.request.argv[0], replica.request.argv[1:]):
+            self._failed_for_good(replica, code)  # its attempts kept hanging at one point: no use restarting
         elif replica.role.policy.restarts_app and self.ending is None:
             if self.job_restarts < replica.max_retries:
                 self._restart_job(replica, code)

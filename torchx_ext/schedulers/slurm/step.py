@@ -36,7 +36,8 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Union
 
 from torchx_ext.error_file import ErrorReport, read_error_file, write_error_file
-from torchx_ext.launcher.liveness import FileWatch, is_spare
+from torchx_ext.exit_codes import STUCK
+from torchx_ext.launcher.liveness import FileWatch, is_spare, runs_our_launcher
 from torchx_ext.numa.cpulist import format_cpulist
 from torchx_ext.replica_env import (ALLOCATED_NODES_ENV, ERROR_FILE_ENV, LAUNCHER_MODULE, LIVENESS_FILE_ENV, RANK0_HOST_ENV,
                                     RDZV_HOST_ENV, RDZV_IS_HOST_ENV, RDZV_PORT_ENV, REPLICA_ENV)
@@ -139,6 +140,10 @@ def main(argv: list[str] | None = None) -> int:
                                held_gpus=job.read_request().allocation_gpus_per_node)
             restarts = job.read_replica_restarts(role.name, replica_id)
             if not role.policy.restarts_in_place or code == 0 or _stopped_by_slurm or restarts >= role.policy.max_retries:
+                break
+            if code == STUCK and runs_our_launcher(argv_[0], argv_[1:]):
+                say(f"{role.name}/{replica_id} stopped restarting (its attempts kept hanging at one point): "
+                    "not started again")
                 break
             if not controller_answers():
                 say(f"{role.name}/{replica_id} is not started again here: this node cannot reach the Slurm "
