@@ -29,6 +29,14 @@ job backend): the same, without and with a spare, where every pod started after 
 its image for ``PULL_DELAY_S`` (the test kubelet's pull delay: about 2 GB at 50 MB/s): without a
 spare the job waits for the replacement pod; with one it does not (target <= 15 s).
 
+``hung rank`` and ``timer`` (``max_retries=1``): the job is tests/conformance/jobs/hung.py, whose
+rank 1 waits for ever at step 5 of its first attempt, alive, while rank 0 waits in the step's
+all-reduce. ``hung rank``: found by the launcher's hang watchdog (``--hang_timeout 30``; target
+<= 45 s); ``timer``: each step inside torch's ``expires(after=5)`` with
+``TORCHELASTIC_ENABLE_FILE_TIMER=1`` (target <= 20 s). Detected: until the hung replica's log
+shows every rank's stack (the decision's first act). No torchrun baseline: it has no watchdog (the
+peers wait for gloo's 30 minutes), and its timer server ends its own agent with the worker.
+
 ``frozen starting`` (``max_retries=2``): the non-host replica is killed, and its replacement is stopped (SIGSTOP) as
 soon as its processes appear, before its launcher has imported torch: the time from that freeze to
 the next step (target <= 30 s). Measured on every scheduler: the bench sees a replica's processes on
@@ -62,6 +70,7 @@ import tempfile
 import time
 from pathlib import Path
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -77,21 +86,26 @@ from torchx_ext.launcher.store_host import STORE_ADDR_ENV  # noqa: E402
 from torchx_ext.schedulers.local.processes import marked_processes  # noqa: E402
 
 JOB = REPO / "tests" / "conformance" / "jobs" / "checkpointed.py"
+HUNG_JOB = REPO / "tests" / "conformance" / "jobs" / "hung.py"
 STEPS, STEP_S = 60, 0.25
 CASES = {"non-host": ("2x1", 1, 1), "store host": ("2x1", 1, 0), "elastic shrink": ("1:2x1", 0, 1),
          "frozen non-host": ("2x1", 1, 1), "frozen store host": ("2x1", 1, 0), "frozen elastic": ("1:2x1", 0, 1),
          "frozen no retries": ("2x1", 0, 1), "partitioned non-host": ("2x1", 1, 1), "frozen starting": ("2x1", 2, 1),
-         "frozen with spare": ("2x1", 1, 1), "frozen slow pull": ("2x1", 1, 1), "frozen slow pull spare": ("2x1", 1, 1)}
+         "frozen with spare": ("2x1", 1, 1), "frozen slow pull": ("2x1", 1, 1), "frozen slow pull spare": ("2x1", 1, 1),
+         "hung rank": ("2x1", 1, 1), "timer": ("2x1", 1, 1)}
 TARGETS = {"non-host": 15.0, "store host": 30.0, "elastic shrink": 30.0, "frozen non-host": 30.0,
            "frozen store host": 45.0, "frozen elastic": 30.0, "frozen no retries": 60.0,
            "partitioned non-host": 30.0, "frozen starting": 30.0, "frozen with spare": 15.0,
-           "frozen slow pull": float("inf"), "frozen slow pull spare": 15.0}
+           "frozen slow pull": float("inf"), "frozen slow pull spare": 15.0, "hung rank": 45.0, "timer": 20.0}
 PARTITIONED = {"partitioned non-host"}  # replicas or nodes on hosts of the bench's own
 SPARES = {"frozen with spare": 1, "frozen slow pull spare": 1}  # dist.ddp --spares
 SLOW_PULL = {"frozen slow pull", "frozen slow pull spare"}  # kubernetes (job backend) only
 PULL_DELAY_S = 40.0
 """The test kubelet's pull of a replacement pod's image: about 2 GB at 50 MB/s, a node without it cached."""
-NO_BASELINE = PARTITIONED | SLOW_PULL | {"frozen starting", "frozen with spare"}
+HUNG: dict[str, dict[str, Any]] = {"hung rank": {"job_args": ("1", "5"), "hang_timeout": "30"},
+                                    "timer": {"job_args": ("1", "5", "5"), "env": {"TORCHELASTIC_ENABLE_FILE_TIMER": "1"}}}
+"""The hung job's cases: its arguments beyond the checkpoint's, and what dist.ddp is given."""
+NO_BASELINE = PARTITIONED | SLOW_PULL | set(HUNG) | {"frozen starting", "frozen with spare"}
 FAILS = {"frozen no retries"}  # timed to FAILED, not to the next step
 
 
@@ -268,8 +282,12 @@ def ours(target: Target, case: str, timeout_s: float) -> Measured:
         runner = get_runner()
         args = {**target.args, "mounts": [*target.args.get("mounts", []), *target.mounts(directory)]}
         spares = SPARES.get(case, 0)
-        app = ddp(str(directory), str(STEPS), str(STEP_S), script=str(JOB), j=j, max_retries=max_retries, cpu=1,
-                  spares=spares, **args)
+        hung = HUNG.get(case, {})
+        if hung.get("env"):
+            args["env"] = {**args.get("env", {}), **hung["env"]}
+        app = ddp(str(directory), str(STEPS), str(STEP_S), *hung.get("job_args", ()),
+                  script=str(HUNG_JOB if hung else JOB), j=j, max_retries=max_retries, cpu=1, spares=spares,
+                  hang_timeout=hung.get("hang_timeout"), **args)
         # Three pods of a CPU each do not fit the test cluster's 2-CPU node: each asks for 0.6.
         fitted = {"reserved_millicpu": 400} if spares and target.scheduler == "kubernetes" else {}
         handle = runner.run(app, target.scheduler, cfg={**target.cfg(directory), **fitted})
@@ -282,6 +300,13 @@ def ours(target: Target, case: str, timeout_s: float) -> Measured:
             if case in SLOW_PULL:
                 assert target.pull_delay is not None
                 target.pull_delay(PULL_DELAY_S)  # the replacement pod's, not the first ones'
+            if hung:
+                hung_at = hung_since(directory, timeout_s)
+                if hung_at is None:
+                    return Measured(None)
+                with ThreadPoolExecutor(1) as pool:  # the log is watched while the next step is awaited
+                    logged = pool.submit(stacks_logged_s, runner, handle, victim, hung_at, timeout_s)
+                    return Measured(recovery_s(directory, hung_at, timeout_s), logged.result())
             if case == "frozen starting":
                 assert target.processes is not None
                 frozen_at = freeze_replacement(target, app_id, victim, timeout_s)
@@ -310,6 +335,29 @@ def ours(target: Target, case: str, timeout_s: float) -> Measured:
                 scheduler = get_scheduler_factories()[target.scheduler]("recovery")
                 scheduler.delete(parse_app_handle(handle).app_id)
                 scheduler.close()
+
+
+def hung_since(directory: Path, timeout_s: float) -> float | None:
+    """When the hung job's rank stopped (its own clock: this host's), once it has."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            return float((directory / "hung_at").read_text())
+        except (OSError, ValueError):
+            time.sleep(0.05)
+    return None
+
+
+def stacks_logged_s(runner: Any, handle: str, replica: int, hung_at: float, timeout_s: float) -> float | None:
+    """Seconds from ``hung_at`` until the replica's log holds every rank's stack (seen by polling)."""
+    from torchx_ext.stack_request import STACKS_BEGIN
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if any(line.startswith(STACKS_BEGIN) for line in runner.log_lines(handle, "hung", replica)):
+            return time.time() - hung_at
+        time.sleep(0.2)
+    return None
 
 
 def wait_for_spares(runner: Any, handle: str, spares: int, timeout_s: float) -> bool:
@@ -590,7 +638,7 @@ def main() -> int:
                 before = baseline[case]
                 ratio = "" if seconds is None or before is None else f", ratio {seconds / before:.2f}"
                 detected = "" if measured.detected_s is None and (case == "frozen starting" or not case.startswith(
-                    ("frozen", "partitioned"))) \
+                    ("frozen", "partitioned")) and case not in HUNG) \
                     else f"detected {shown(measured.detected_s)}, "
                 if measured.not_started is not None:
                     print(f"{'':>18}  {name:>18}: the job did not start: {measured.not_started} MISSED", flush=True)
