@@ -58,7 +58,7 @@ echo "=== mypy (with torchx ${lines[0]})"
 # torchx in them), and Slurm's time limit (a whole minute); and the Kubernetes and Slurm
 # schedulers' own suites (backends, placement, GPUs, limits: what they ask of the cluster),
 # whose calls into torchx (run, status, log, cancel, dry run) are the conformance suite's too.
-first_line_only=(integration/test_bind integration/test_launcher integration/test_launcher_api integration/test_rendezvous_contract
+first_line_only=(integration/test_bind integration/test_launcher integration/test_launcher_api integration/test_rendezvous_contract integration/test_hang
                  integration/test_launcher_in_process integration/test_launcher_output integration/test_launcher_watchdog integration/test_watchdog_round
                  integration/test_liveness_start
                  integration/test_partition slurm/test_partition slurm/test_spares integration/test_group_rank
