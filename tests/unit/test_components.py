@@ -191,12 +191,22 @@ def test_arguments_and_env_survive_torchx_macro_substitution() -> None:
         ({"script": "t.py", "j": "1:2x1", "spares": 1}, "--spares 1 needs a fixed node count: -j 1:2x... is elastic"),
         ({"script": "t.py", "j": "2x1", "spares": -1}, "invalid --spares -1: expected 0 or more hot spares"),
         ({"script": "t.py", "j": "2x1", "spares": 1, "rdzv_backend": "static"}, "--spares 1 needs --rdzv_backend c10d"),
+        ({"script": "t.py", "hang_timeout": "0"}, "invalid --hang_timeout '0': expected seconds from 1 to 604800"),
+        ({"script": "t.py", "hang_timeout": "soon"}, "invalid --hang_timeout 'soon'"),
     ],
 )
 def test_bad_input_is_a_clear_error(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(InvalidArgumentError) as error:
         ddp(**kwargs)  # type: ignore[arg-type]
     assert message in str(error.value)
+
+
+@pytest.mark.parametrize("component", [ddp, spmd])
+def test_hang_timeout_reaches_the_launcher_only_when_given(component: object) -> None:
+    timed = component(script="t.py", j="2x1", hang_timeout="30")  # type: ignore[operator]
+    assert timed.roles[0].args[timed.roles[0].args.index("--hang-timeout") + 1] == "30"
+    assert "--hang-timeout" not in component(script="t.py", j="2x1").roles[0].args  # type: ignore[operator]
+    assert "off" in component(script="t.py", j="2x1", hang_timeout="off").roles[0].args  # type: ignore[operator]
 
 
 def test_component_module_does_not_import_torch() -> None:
