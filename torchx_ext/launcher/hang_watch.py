@@ -100,6 +100,12 @@ class HangWatch:
         if self._progress.watch is self:
             self._progress.watch = None
 
+    def join(self, timeout_s: float) -> None:
+        """Wait, ``timeout_s`` at most, for the stopped watch's thread to end (a store call that
+        returns while the interpreter finalizes aborts the process)."""
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout_s)
+
     def hang(self) -> str | None:
         """The line of a hang whose stacks every node has written (or that waited its bound)."""
         with self._lock:

@@ -367,14 +367,17 @@ def _watched_handler_class() -> type:
             return str(self._inner.get_run_id())
 
         def shutdown(self) -> bool:
-            if self._hang_watch is not None:
-                self._hang_watch.stop()
+            hang_watch = self._hang_watch
+            if hang_watch is not None:
+                hang_watch.stop()
             if self._watch is not None:
                 self._watch.judge_store_only()
             try:
                 return bool(self._inner.shutdown())
             finally:
                 self._stop_watching()
+                if hang_watch is not None:  # as the watches' threads: none left in a store call
+                    hang_watch.join(THREADS_END_S)
 
         def _on_loss(self, loss: Loss) -> None:
             if loss.of_store:
