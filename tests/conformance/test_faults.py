@@ -317,7 +317,8 @@ def test_a_worker_that_overruns_its_own_timer_is_ended_and_the_next_step_comes_w
     history = _every_step_once(runner, handle, directory, steps=10)
     after = [entry[2] for entry in history if entry[2] > hung_at]
     assert after and after[0] - hung_at <= 5 + 15, (hung_at, history)
-    assert 'hung.py", line' in _stacks_in_log(runner, handle, 1)
+    stacks = _stacks_in_log(runner, handle, 1)
+    assert stacks.splitlines()[0].startswith(f"{STACKS_BEGIN} timer: ") and 'hung.py", line' in stacks, stacks
     assert scheduler.leftovers(app_id) == []
 
 

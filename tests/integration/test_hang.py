@@ -128,6 +128,14 @@ def test_the_watchdog_leaves_a_step_the_worker_timed_itself_to_its_timer(tmp_pat
     assert HANG_LINE not in output and STACKS_BEGIN not in output
 
 
+def test_a_loop_that_spends_its_time_in_one_call_is_no_hang(tmp_path: Path) -> None:
+    # 20 s at the same torch.mm call on every sample, with a 4 s timeout: the call returns many times a second.
+    done = run_launcher(["--nproc-per-node", "2", "--hang-timeout", "4", QUIET, "one_call_site", "20"], timeout=120)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0 and output.count("done") == 2, output[-3000:]
+    assert HANG_LINE not in output
+
+
 def test_a_thousand_jittered_steps_are_no_hang(tmp_path: Path) -> None:
     done = run_launcher(["--nproc-per-node", "2", "--hang-timeout", "30", QUIET, "jitter", "1000", "0.01"],
                         timeout=240)

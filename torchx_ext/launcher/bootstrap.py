@@ -166,9 +166,13 @@ def set_title(kind: str, target: str, args: Sequence[str]) -> None:
         del os.environ["SPT_NOENV"]
 
 
-def _report_progress() -> None:
+def _restore_timer_env() -> None:
     if os.environ.get(SERVED_TIMER_ENV):
         os.environ["TORCHELASTIC_ENABLE_FILE_TIMER"] = "1"
+
+
+def _report_progress() -> None:
+    _restore_timer_env()
     directory = os.environ.get(PROGRESS_DIR_ENV)
     if directory:  # else not even imported: nobody watches
         from torchx_ext.launcher.worker_progress import report_progress
@@ -190,6 +194,7 @@ def main() -> None:
     plan, local_rank, kind, target, *args = sys.argv[1:]
     apply(decode_plan(plan)[int(local_rank)])
     if kind == "exec":
+        _restore_timer_env()  # a program of its own reports no progress, but sees the variables
         _die_with_parent_after_exec()
         os.execvp(target, [target, *args])
     die_with_launcher(int(os.environ.get(LAUNCHER_PID_ENV) or 0))

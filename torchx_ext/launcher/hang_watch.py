@@ -51,6 +51,8 @@ class LaunchProgress:
     timeout_s: float
     timed: Callable[[], bool] = lambda: False
     """Whether a worker of this node is inside a block timed with torch's ``expires`` (step_timer)."""
+    serves_timer: bool = False
+    """Whether this launcher serves torch's file timer: its declarations need a watch even when off."""
     stuck: StuckAttempts = field(default_factory=StuckAttempts)
     watch: HangWatch | None = None
     """The current round's watch, for the timer's declarations."""
@@ -133,7 +135,11 @@ class HangWatch:
                 ranks = local_ranks(self._progress.directory)
                 moved = self._progress.timed() or any(last.get(rank.pid) != rank.moves for rank in ranks)
                 last = {rank.pid: rank.moves for rank in ranks}
-                count, declared = self._exchange(moved)
+                try:
+                    count, declared = self._exchange(moved)
+                except Exception as error:  # this look says nothing; a store that is gone, the peer watchdog tells
+                    logger.debug("hang watch: store call failed: %s", error)
+                    continue
                 now = self._clock()
                 with self._lock:
                     if now - woke > 2 * self._interval + 1:
@@ -149,7 +155,7 @@ class HangWatch:
                                         f"{self._judge.timeout_s:g} s), seen by {node_name()}")
                 if self.hang() is not None:
                     return
-        except Exception as error:  # a store that failed: the peer watchdog tells its loss
+        except Exception as error:  # a store that failed while declaring: the peer watchdog tells its loss
             logger.debug("hang watch: store call failed: %s", error)
 
     def _exchange(self, moved: bool) -> tuple[int, str | None]:
@@ -180,7 +186,8 @@ class HangWatch:
             self._store.add("acks", 1)
             deadline = self._clock() + ACK_BOUND_S
             while int(self._store.add("acks", 0)) < self._world_size and self._clock() < deadline:
-                self._stopped.wait(0.1)
+                if self._stopped.wait(0.1):
+                    break  # the round is over: its keys may be gone
         if kind == HANG:
             with self._lock:
                 self._hang = line

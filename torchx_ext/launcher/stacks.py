@@ -26,7 +26,7 @@ from torchx_ext.launcher.worker_progress import STACK_SIGNAL
 from torchx_ext.stack_request import ASKED, REQUEST_SIGNAL, STACKS_BEGIN, STACKS_END
 
 STACK_BOUND_S = 3.0
-_answering: list[str] = []  # the launch's progress directory, while this process answers requests
+_answering: list[str] = []  # the launch's progress directory and this launcher's pid, while it answers requests
 _POLL_S = 0.05
 _THREAD_LINE = re.compile(r"^(Current thread|Thread) (0x[0-9a-fA-F]+)")
 
@@ -72,10 +72,24 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _catches(pid: int, signum: int) -> bool:
+    """Whether process ``pid`` has a handler for ``signum`` (its SigCgt mask in /proc)."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as status:
+            for line in status:
+                if line.startswith("SigCgt:"):
+                    return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    except (OSError, ValueError, IndexError):
+        return False
+    return False
+
+
 def collect_stacks(directory: str, ranks: list[LocalRank], bound_s: float = STACK_BOUND_S) -> dict[int, str | None]:
     """Each rank's answer (every thread's stack), by pid; None for one that did not answer in time."""
     before: dict[int, int] = {}
     for rank in ranks:
+        if not _catches(rank.pid, STACK_SIGNAL):
+            continue  # not our worker any more (its pid reused, or it exec'd): the signal would end it
         before[rank.pid] = _size(_stack_path(directory, rank.pid))
         try:
             os.kill(rank.pid, STACK_SIGNAL)
@@ -180,10 +194,10 @@ def answer_requests() -> None:
 
 def answer_for(directory: str | None) -> None:
     """The progress directory whose workers a request asks (None: the launch is over)."""
-    _answering[:] = [] if directory is None else [directory]
+    _answering[:] = [] if directory is None else [directory, str(os.getpid())]
 
 
 def _on_request(signum: int, frame: FrameType | None) -> None:
-    directory = _answering[0] if _answering else None
-    if directory is not None:  # on a thread: the agent's loop is not held up by a stuck worker
+    directory, pid = _answering if len(_answering) == 2 else (None, None)
+    if directory is not None and pid == str(os.getpid()):  # not a worker forked with the handler  # on a thread: the agent's loop is not held up by a stuck worker
         threading.Thread(target=write_stacks, args=(ASKED, directory), name="torchx_ext: stacks", daemon=True).start()

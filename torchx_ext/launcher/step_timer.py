@@ -45,12 +45,12 @@ def served_timer(progress: LaunchProgress, run_id: str) -> Iterator[None]:
     os.environ[FILE_ENV] = path  # the agent hands it to every worker
     os.environ[SERVED_TIMER_ENV] = "1"  # the agent must not see ENABLE_ENV; the workers get it back
     server.start()
-    progress.timed = server.timed
+    progress.timed, progress.serves_timer = server.timed, True
     logger.info("serving torch's elastic timer (%s=1) at %s", ENABLE_ENV, path)
     try:
         yield
     finally:
-        progress.timed = lambda: False
+        progress.timed, progress.serves_timer = (lambda: False), False
         server.stop()
 
 

@@ -312,7 +312,7 @@ def _watched_handler_class() -> type:
                 self._watch = RoundWatch(
                     info.store, info.rank, info.world_size, self._timeout_s, self._on_loss, self._endpoint
                 ).start()
-            if self._progress is not None:
+            if self._progress is not None and (self._progress.timeout_s > 0 or self._progress.serves_timer):
                 self._hang_watch = HangWatch(self._progress, info.store, info.world_size).start()
             return info
 

@@ -6,6 +6,9 @@
   checkpoint written in Python) while every other rank waits in a barrier.
 - ``timed_sleep SECONDS TIMER_S``: every rank sleeps SECONDS in one C call, inside torch's
   ``expires(after=TIMER_S)``: a step the worker timed itself.
+- ``one_call_site SECONDS``: every rank multiplies a matrix over and over from one line for SECONDS
+  (as a loop that replays a CUDA graph and waits for it does): a sampler finds each rank at the
+  same call every time.
 
 Each rank prints ``done`` at the end.
 """
@@ -34,6 +37,11 @@ def main() -> None:
             until, total = time.monotonic() + float(args[0]), 0
             while time.monotonic() < until:
                 total += sum(index * index for index in range(1000))
+        dist.barrier()
+    elif case == "one_call_site":
+        until, product = time.monotonic() + float(args[0]), torch.randn(200, 200)
+        while time.monotonic() < until:
+            product = torch.mm(product, product).clamp_(-1, 1)
         dist.barrier()
     elif case == "timed_sleep":
         from torch.distributed.elastic import timer

@@ -26,6 +26,7 @@ from torchx_ext.schedulers.common.app_ids import DNS_LABEL_IDS, new_app_id
 from torchx_ext.schedulers.common.checks import seconds_option
 from torchx_ext.schedulers.common.logs import LogQuery
 from torchx_ext.schedulers.common.scheduler import ReplicaKeys, ReplicaReport, SchedulerShell, describe_response
+from torchx_ext.launcher.liveness import runs_our_launcher
 from torchx_ext.stack_request import REQUEST_SIGNAL
 from torchx_ext.schedulers.common.states import (JobEnd, State, app_state, joined_message, restarts_message,
                                                  spares_message)
@@ -155,13 +156,22 @@ class KubernetesScheduler(WorkspaceMixin[None], SchedulerShell[KubernetesOpts]):
             raise self.unknown_app(app_id)
         chosen = self.stack_targets(app_id, [(replica.role, replica.replica_id, replica.state is State.RUNNING
                                               and bool(replica.pod)) for replica in view.replicas], role_name, replica_id)
+        failed = []
         for replica in view.replicas:
-            if (replica.role, replica.replica_id) in chosen:
-                # The container's own interpreter signals its PID 1, the launcher (pods have no init).
-                python = (self.cluster.read_pod(replica.pod, namespace)["spec"]["containers"][0].get("command")
-                          or ["python"])[0]
+            if (replica.role, replica.replica_id) not in chosen:
+                continue
+            container = self.cluster.read_pod(replica.pod, namespace)["spec"]["containers"][0]
+            command = [*(container.get("command") or []), *(container.get("args") or [])]
+            if not command or not runs_our_launcher(command[0], command[1:]):
+                failed.append(f"{replica.key}: it does not run torchx_ext's launcher")
+                continue
+            try:  # the container's own interpreter signals its PID 1, the launcher (pods have no init)
                 self.cluster.exec_in_pod(replica.pod, namespace, [
-                    python, "-c", f"import os; os.kill(1, {int(REQUEST_SIGNAL)})"])
+                    command[0], "-c", f"import os; os.kill(1, {int(REQUEST_SIGNAL)})"])
+            except KubernetesError as error:
+                failed.append(f"{replica.key}: {error}")
+        if failed:
+            raise KubernetesError(f"could not ask for stacks: {'; '.join(failed)}")
         return chosen
 
     def _replica_lines(self, app_id: str, role_name: str, replica_id: int,
