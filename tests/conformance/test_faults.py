@@ -338,3 +338,34 @@ def test_attempts_that_keep_hanging_at_one_point_end_the_job_before_its_retries_
     assert status.num_restarts == 0, status  # the scheduler started no replica again
     assert len(_history(directory)) == 3
     assert scheduler.leftovers(app_id) == []
+
+
+# One node: its launcher has no restarts in place, the scheduler starts it again; the attempts it
+# kept beside its error file carry over to the next launcher, which stops on the third.
+@pytest.mark.parametrize("scheduler", ["local_cwd", "slurm"], indirect=True)
+def test_a_one_node_job_that_keeps_hanging_at_one_point_stops_on_its_third_attempt(
+    runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path
+) -> None:
+    handle, app_id, directory = _training(runner, scheduler, tmp_path, "1x2", max_retries=5, steps=10, job="hung.py",
+                                          job_args=("1", "3", "0", "always"), hang_timeout="3")
+    assert wait(runner, handle, timeout_s=240) == AppState.FAILED
+    status = runner.status(handle)
+    assert status is not None and "stopped restarting: 3 attempts in a row hung at the same point" in status.msg, status
+    assert status.num_restarts == 2, status  # attempts 2 and 3; 3 of max_retries 5 unused
+    assert scheduler.leftovers(app_id) == []
+
+
+# local_docker's engine restarts a failed container whatever its exit code: each launcher it starts
+# finds its replica's attempts stuck and exits 3 at once, so the retries left end with no attempt.
+@pytest.mark.parametrize("scheduler", ["local_docker"], indirect=True)
+def test_on_local_docker_the_retries_left_after_attempts_stuck_at_one_point_end_with_no_attempt(
+    runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path
+) -> None:
+    handle, app_id, directory = _training(runner, scheduler, tmp_path, "2x1", max_retries=2, steps=10, job="hung.py",
+                                          job_args=("1", "3", "0", "always"), hang_timeout="3")
+    assert wait(runner, handle, timeout_s=240) == AppState.FAILED
+    status = runner.status(handle)
+    assert status is not None and "stopped restarting" in status.msg, status
+    lines = [line for line in runner.log_lines(handle, "hung", 1) if "hangs at step" in line]
+    assert len(lines) == 3, lines  # three attempts hung; the engine's restarts started none
+    assert scheduler.leftovers(app_id) == []

@@ -164,7 +164,7 @@ def test_attempts_that_keep_hanging_at_the_same_point_stop_before_the_restarts_r
     assert done.returncode == 3, output[-3000:]  # exit_codes.STUCK: schedulers do not start it again
     last = output.strip().splitlines()[-1]
     assert "stopped restarting: 3 attempts in a row hung at the same point" in last, last
-    assert "restarts left unused" in last and "(no restart left" not in last
+    assert "5 restarts in place left unused" in last and "(no restart left" not in last
     assert 3 <= output.count(f"[torchx_ext.launcher] {HANG_LINE}") <= 4, output[-5000:]
 
 

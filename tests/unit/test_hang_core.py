@@ -88,6 +88,18 @@ def test_an_attempt_that_got_further_or_ended_otherwise_starts_the_count_again()
     assert stuck.stuck()
 
 
+def test_attempts_kept_for_the_next_launcher_read_back_the_same_and_anything_else_reads_as_none() -> None:
+    stuck = StuckAttempts()
+    stuck.ended_hung(40)
+    stuck.ended_hung(41)
+    again = StuckAttempts.from_text(stuck.to_text())
+    assert again.looks == [40, 41]
+    again.ended_hung(39)
+    assert again.stuck()
+    for text in ("", "{", "[]", '{"format": 2, "looks": [1, 2, 3]}', '{"format": 1, "looks": ["x"]}'):
+        assert StuckAttempts.from_text(text).looks == []
+
+
 @pytest.mark.parametrize("given, seconds", [(None, DEFAULT_HANG_TIMEOUT_S), ("30", 30.0), ("off", 0.0), ("OFF", 0.0),
                                             ("1.5", 1.5), (45, 45.0)])
 def test_a_hang_timeout_is_seconds_or_off(given: str | None, seconds: float) -> None:

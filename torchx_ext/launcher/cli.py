@@ -43,6 +43,7 @@ from torchx_ext.launcher.watched_rendezvous import (HangError, PeerLostError, St
                                                     exit_for_store_loss, peer_timeout, watch_rendezvous)
 from torchx_ext.launcher.watchdog import DEFAULT_TIMEOUT_S, Loss
 from torchx_ext.options import DEFAULT_HANG_TIMEOUT_S, parse_hang_timeout
+from torchx_ext.launcher.hang_core import STUCK_ATTEMPTS
 from torchx_ext.launcher.hang_watch import LaunchProgress
 from torchx_ext.launcher.stacks import answer_for, answer_requests
 from torchx_ext.launcher.step_timer import served_timer
@@ -214,7 +215,8 @@ def _main(argv: Sequence[str] | None, preload_started: bool) -> int:
         with log_dir_of_launch(args.log_dir, _redirects_or_none(args.redirects)) as args.log_dir, \
                 progress_directory() as directory:
             try:
-                progress = LaunchProgress(directory, parse_hang_timeout(args.hang_timeout))
+                progress = LaunchProgress.of_replica(directory, parse_hang_timeout(args.hang_timeout),
+                                                     os.environ.get(ERROR_FILE_ENV))
                 config, entrypoint, entry_args = prepare(args, progress)
             except TorchxExtError as error:
                 print(f"error: {error}", file=sys.stderr)
@@ -222,6 +224,11 @@ def _main(argv: Sequence[str] | None, preload_started: bool) -> int:
             finally:
                 if preload_started and not uses_preloaded_workers(args):
                     preload_server.stop()  # its torch import would only compete with the workers' own
+            if progress.stuck.stuck():  # a scheduler that restarts whatever the exit code (local_docker's engine)
+                line = f"stopped restarting: this replica's last {STUCK_ATTEMPTS} attempts hung at the same point"
+                _report_launcher_failure(line, STUCK)
+                print(f"[torchx_ext.launcher] error: {line}; no worker started", file=sys.stderr)
+                return STUCK
             with served_timer(progress, config.run_id):
                 return run(config, entrypoint, entry_args, job_name=args.training_script)
 

@@ -16,6 +16,7 @@ Pure: every method takes the time it is asked at.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 
@@ -84,6 +85,19 @@ class StuckAttempts:
 
     def stuck(self) -> bool:
         return len(self.looks) >= STUCK_ATTEMPTS
+
+    def to_text(self) -> str:
+        return json.dumps({"format": 1, "looks": self.looks})
+
+    @staticmethod
+    def from_text(text: str) -> StuckAttempts:
+        """What ``to_text`` wrote; an unreadable or other record is no attempt at all."""
+        try:
+            data = json.loads(text)
+            looks = [int(value) for value in data["looks"]] if data.get("format") == 1 else []
+        except (ValueError, TypeError, KeyError, AttributeError):
+            looks = []
+        return StuckAttempts(looks)
 
 
 def same_point(before: int, now: int) -> bool:

@@ -21,6 +21,7 @@ answering stops the watch, and the peer watchdog (``watchdog.py``) tells that lo
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import threading
 import time
@@ -54,8 +55,40 @@ class LaunchProgress:
     serves_timer: bool = False
     """Whether this launcher serves torch's file timer: its declarations need a watch even when off."""
     stuck: StuckAttempts = field(default_factory=StuckAttempts)
+    ledger: str | None = None
+    """Where ``stuck`` is kept for this replica's next launcher (a scheduler's restart): beside its
+    error file, which our schedulers keep per replica; None: in this process only."""
     watch: HangWatch | None = None
     """The current round's watch, for the timer's declarations."""
+
+    @staticmethod
+    def of_replica(directory: str, timeout_s: float, error_file: str | None) -> LaunchProgress:
+        """The launch's progress, with the attempts this replica's launchers before it left."""
+        ledger = f"{error_file}.attempts" if error_file else None
+        stuck = StuckAttempts()
+        if ledger is not None:
+            try:
+                with open(ledger, encoding="utf-8") as kept:
+                    stuck = StuckAttempts.from_text(kept.read())
+            except OSError:
+                pass  # the replica's first launcher
+        return LaunchProgress(directory, timeout_s, stuck=stuck, ledger=ledger)
+
+    def attempt_ended(self, hung: bool, moved_looks: int) -> bool:
+        """Count an attempt that ended (in a hang or not); whether restarting is now pointless."""
+        if hung:
+            self.stuck.ended_hung(moved_looks)
+        else:
+            self.stuck.ended_otherwise()
+        if self.ledger is not None:
+            try:
+                partial = f"{self.ledger}.{os.getpid()}"
+                with open(partial, "w", encoding="utf-8") as kept:
+                    kept.write(self.stuck.to_text())
+                os.replace(partial, self.ledger)
+            except OSError as error:  # a read-only place: the count holds for this launcher only
+                logger.debug("hang watch: could not keep the attempts at %s: %s", self.ledger, error)
+        return self.stuck.stuck()
 
 
 _registered: list[LaunchProgress] = []

@@ -323,21 +323,18 @@ def _watched_handler_class() -> type:
             if watch is None or self._progress is None:
                 return
             watch.stop()
-            stuck = self._progress.stuck
-            if watch.ended_hung:
-                stuck.ended_hung(watch.moved_looks)
-            else:
-                stuck.ended_otherwise()
-            if stuck.stuck():
+            if self._progress.attempt_ended(watch.ended_hung, watch.moved_looks):
                 raise StuckError(
                     f"stopped restarting: {STUCK_ATTEMPTS} attempts in a row hung at the same point (each kept "
-                    f"moving for about as long as the one before); {self._restarts_left} restarts left unused")
+                    f"moving for about as long as the one before); {self._restarts_left} restarts in place left "
+                    "unused, and the scheduler's")
 
         def num_nodes_waiting(self) -> int:
             hang = self._hang_watch.hang() if self._hang_watch is not None and not self._hang_taken else None
             if hang is not None:
                 self._hang_taken = True
                 if self._restarts_left == 0:
+                    self._end_hang_watch()  # the attempt counts (for the replica's next launcher too)
                     raise HangError(f"{hang}; no restart left (--max-restarts {self._restarts})")
                 self._restarts_left -= 1
                 logger.warning("%s; stopping the workers to rendezvous again (%d of %d restarts left)",
