@@ -322,22 +322,29 @@ def test_a_worker_that_overruns_its_own_timer_is_ended_and_the_next_step_comes_w
     assert scheduler.leftovers(app_id) == []
 
 
+def _stuck(runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path, j: str,
+           max_retries: int) -> tuple[Any, Path]:
+    """(status, checkpoint directory) of a job whose rank 1 hangs at step 3 of every attempt, once it
+    has ended FAILED saying it stopped restarting, leaving nothing behind."""
+    handle, app_id, directory = _training(runner, scheduler, tmp_path, j, max_retries=max_retries, steps=10,
+                                          job="hung.py", job_args=("1", "3", "0", "always"), hang_timeout="3")
+    assert wait(runner, handle, timeout_s=240) == AppState.FAILED
+    status = runner.status(handle)
+    assert status is not None and "stopped restarting: 3 attempts in a row hung at the same point" in status.msg, status
+    assert scheduler.leftovers(app_id) == []
+    return status, directory
+
+
 # A job whose every attempt hangs at the same step (rank 1 waits for ever at step 3, resumed from the
 # same checkpoint each time): its launchers stop restarting after 3 such attempts, and the scheduler
-# does not start them again, whatever max_retries is left. local_docker's engine restarts a container
-# that failed whatever its exit code (docs/fault-tolerance.md): there the retries run out.
+# does not start them again, whatever max_retries is left (local_docker: the last test below).
 @pytest.mark.parametrize("scheduler", ["local_cwd", "slurm", "kubernetes"], indirect=True)
 def test_attempts_that_keep_hanging_at_one_point_end_the_job_before_its_retries_run_out(
     runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path
 ) -> None:
-    handle, app_id, directory = _training(runner, scheduler, tmp_path, "2x1", max_retries=3, steps=10, job="hung.py",
-                                          job_args=("1", "3", "0", "always"), hang_timeout="3")
-    assert wait(runner, handle, timeout_s=240) == AppState.FAILED
-    status = runner.status(handle)
-    assert status is not None and "stopped restarting: 3 attempts in a row hung at the same point" in status.msg, status
+    status, directory = _stuck(runner, scheduler, tmp_path, "2x1", max_retries=3)
     assert status.num_restarts == 0, status  # the scheduler started no replica again
     assert len(_history(directory)) == 3
-    assert scheduler.leftovers(app_id) == []
 
 
 # One node: its launcher has no restarts in place, the scheduler starts it again; the attempts it
@@ -346,13 +353,8 @@ def test_attempts_that_keep_hanging_at_one_point_end_the_job_before_its_retries_
 def test_a_one_node_job_that_keeps_hanging_at_one_point_stops_on_its_third_attempt(
     runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path
 ) -> None:
-    handle, app_id, directory = _training(runner, scheduler, tmp_path, "1x2", max_retries=5, steps=10, job="hung.py",
-                                          job_args=("1", "3", "0", "always"), hang_timeout="3")
-    assert wait(runner, handle, timeout_s=240) == AppState.FAILED
-    status = runner.status(handle)
-    assert status is not None and "stopped restarting: 3 attempts in a row hung at the same point" in status.msg, status
+    status, _ = _stuck(runner, scheduler, tmp_path, "1x2", max_retries=5)
     assert status.num_restarts == 2, status  # attempts 2 and 3; 3 of max_retries 5 unused
-    assert scheduler.leftovers(app_id) == []
 
 
 # local_docker's engine restarts a failed container whatever its exit code: each launcher it starts
