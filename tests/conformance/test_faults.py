@@ -322,38 +322,47 @@ def test_a_worker_that_overruns_its_own_timer_is_ended_and_the_next_step_comes_w
     assert scheduler.leftovers(app_id) == []
 
 
-def _stuck(runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path, j: str,
-           max_retries: int) -> tuple[Any, Path]:
-    """(status, checkpoint directory) of a job whose rank 1 hangs at step 3 of every attempt, once it
-    has ended FAILED saying it stopped restarting, leaving nothing behind."""
+def _stuck(runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path, j: str, max_retries: int,
+           how: str = "hung") -> tuple[Any, Path]:
+    """(status, checkpoint directory) of a job whose rank 1 hangs (``how``: hung) or raises (failed)
+    at step 3 of every attempt, once it has ended FAILED saying it stopped restarting, leaving
+    nothing behind. The failing job's ranks meet through the store: a peer does not notice."""
+    job, job_args = (("hung.py", ("1", "3", "0", "always")) if how == "hung"
+                     else ("store_stepped.py", ("1", "3", "always")))
     handle, app_id, directory = _training(runner, scheduler, tmp_path, j, max_retries=max_retries, steps=10,
-                                          job="hung.py", job_args=("1", "3", "0", "always"), hang_timeout="3")
+                                          job=job, job_args=job_args, hang_timeout="3")
     assert wait(runner, handle, timeout_s=240) == AppState.FAILED
     status = runner.status(handle)
-    assert status is not None and "stopped restarting: 3 attempts in a row hung at the same point" in status.msg, status
+    assert status is not None and f"stopped restarting: 3 attempts in a row {how} at the same point" in status.msg, \
+        status
+    if how == "failed":
+        assert "the last: rank 1: RuntimeError: rank 1 failed at step 3" in status.msg, status
     assert scheduler.leftovers(app_id) == []
     return status, directory
 
 
-# A job whose every attempt hangs at the same step (rank 1 waits for ever at step 3, resumed from the
-# same checkpoint each time): its launchers stop restarting after 3 such attempts, and the scheduler
-# does not start them again, whatever max_retries is left (local_docker: the last test below).
+# A job whose every attempt hangs, or fails, at the same step (rank 1 waits for ever, or raises, at
+# step 3, resumed from the same checkpoint each time): its launchers stop restarting after 3 such
+# attempts, and the scheduler does not start them again, whatever max_retries is left (local_docker:
+# the last test below).
+@pytest.mark.parametrize("how", ["hung", "failed"])
 @pytest.mark.parametrize("scheduler", ["local_cwd", "slurm", "kubernetes"], indirect=True)
-def test_attempts_that_keep_hanging_at_one_point_end_the_job_before_its_retries_run_out(
-    runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path
+def test_attempts_that_keep_hanging_or_failing_at_one_point_end_the_job_before_its_retries_run_out(
+    runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path, how: str
 ) -> None:
-    status, directory = _stuck(runner, scheduler, tmp_path, "2x1", max_retries=3)
+    status, directory = _stuck(runner, scheduler, tmp_path, "2x1", max_retries=3, how=how)
     assert status.num_restarts == 0, status  # the scheduler started no replica again
     assert len(_history(directory)) == 3
 
 
 # One node: its launcher has no restarts in place, the scheduler starts it again; the attempts it
 # kept beside its error file carry over to the next launcher, which stops on the third.
-@pytest.mark.parametrize("scheduler", ["local_cwd", "slurm"], indirect=True)
-def test_a_one_node_job_that_keeps_hanging_at_one_point_stops_on_its_third_attempt(
-    runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path
+@pytest.mark.parametrize("scheduler, how", [("local_cwd", "hung"), ("slurm", "hung"), ("local_cwd", "failed")],
+                         indirect=["scheduler"])
+def test_a_one_node_job_that_keeps_hanging_or_failing_at_one_point_stops_on_its_third_attempt(
+    runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path, how: str
 ) -> None:
-    status, _ = _stuck(runner, scheduler, tmp_path, "1x2", max_retries=5)
+    status, _ = _stuck(runner, scheduler, tmp_path, "1x2", max_retries=5, how=how)
     assert status.num_restarts == 2, status  # attempts 2 and 3; 3 of max_retries 5 unused
 
 

@@ -8,6 +8,7 @@ minutes). Times compared here are this host's: the hung rank's and the checkpoin
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 from pathlib import Path
@@ -166,6 +167,42 @@ def test_attempts_that_keep_hanging_at_the_same_point_stop_before_the_restarts_r
     assert "stopped restarting: 3 attempts in a row hung at the same point" in last, last
     assert "5 restarts in place left unused" in last and "(no restart left" not in last
     assert 3 <= output.count(f"[torchx_ext.launcher] {HANG_LINE}") <= 4, output[-5000:]
+
+
+@pytest.mark.parametrize("workers", ["2", "1"])
+def test_attempts_that_keep_failing_at_the_same_point_stop_before_the_restarts_run_out(tmp_path: Path,
+                                                                                       workers: str) -> None:
+    # Rank 1 raises at step 3 of every attempt. With 2 workers rank 0 fails too (gloo's reset) at
+    # the same point; with 1 (rank 0 raises) the failing worker is the only one.
+    done = run_launcher(["--nproc-per-node", workers, "--max-restarts", "8", "--hang-timeout", "3",
+                         HUNG, str(tmp_path), "10", "0.2", str(int(workers) - 1), "3", "0", "fails"], timeout=180)
+    output = done.stdout + done.stderr
+    assert done.returncode == 3, output[-3000:]  # exit_codes.STUCK: schedulers do not start it again
+    last = output.strip().splitlines()[-1]
+    assert "stopped restarting: 3 attempts in a row failed at the same point" in last, last
+    assert f"the last: rank {int(workers) - 1}: ValueError: bad batch at step 3)" in last, last  # not gloo's reset
+    assert "5 restarts in place left unused" in last, last
+    assert output.count("fails at step 3") == 3, output[-5000:]
+
+
+def test_a_one_node_launcher_whose_attempt_failed_where_the_two_before_did_exits_3_and_says_so(
+        tmp_path: Path) -> None:
+    # A scheduler's restarts (a one-node job has none in place): each launcher reads what the one
+    # before it left beside the replica's error file.
+    error_file = tmp_path / "error.json"
+    codes, lasts = [], []
+    for _ in range(3):
+        done = run_launcher(["--nproc-per-node", "1", "--max-restarts", "0", "--hang-timeout", "3",
+                             HUNG, str(tmp_path), "10", "0.2", "0", "2", "0", "fails"],
+                            env=clean_env(TORCHELASTIC_ERROR_FILE=str(error_file)), timeout=120)
+        codes.append(done.returncode)
+        lasts.append((done.stdout + done.stderr).strip().splitlines()[-1])
+    assert codes == [1, 1, 3], (codes, lasts)
+    assert "stopped restarting: 3 attempts in a row failed at the same point" in lasts[-1], lasts
+    assert "the last: rank 0: ValueError: bad batch at step 2" in lasts[-1], lasts
+    report = json.loads(error_file.read_text())["message"]
+    assert report["errorCode"] == 3 and report["message"].startswith("stopped restarting: 3 attempts"), report
+    assert "bad batch at step 2" in report["extraInfo"]["py_callstack"], report
 
 
 @pytest.mark.parametrize("given", ["0", "-3", "soon", "nan"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from torchx_ext.errors import InvalidArgumentError
-from torchx_ext.launcher.hang_core import STUCK_ATTEMPTS, HangJudge, StuckAttempts, look_interval
+from torchx_ext.launcher.hang_core import FAILED, HUNG, STUCK_ATTEMPTS, HangJudge, StuckAttempts, look_interval
 from torchx_ext.options import DEFAULT_HANG_TIMEOUT_S, parse_hang_timeout
 
 
@@ -66,38 +66,56 @@ def test_looks_come_at_least_every_two_seconds_and_fifteen_times_a_timeout() -> 
 def test_attempts_hanging_at_the_same_point_are_stuck_after_three_and_not_before() -> None:
     stuck = StuckAttempts()
     for _ in range(STUCK_ATTEMPTS - 1):
-        stuck.ended_hung(40)
+        stuck.ended_at_a_point(HUNG, 40)
         assert not stuck.stuck()
-    stuck.ended_hung(44)  # within a quarter and two looks: the same point
+    stuck.ended_at_a_point(HUNG, 44)  # within a quarter and two looks: the same point
     assert stuck.stuck()
+    assert stuck.line().startswith("stopped restarting: 3 attempts in a row hung at the same point (")
+
+
+def test_attempts_failing_or_hanging_at_the_same_point_are_stuck_and_the_line_names_the_last_error() -> None:
+    stuck = StuckAttempts()
+    stuck.ended_at_a_point(FAILED, 0, "rank 1: ValueError: bad batch")  # at once: before any rank reported
+    stuck.ended_at_a_point(FAILED, 1, "rank 1: ValueError: bad batch")
+    assert not stuck.stuck()
+    stuck.ended_at_a_point(FAILED, 2, "rank 0: RuntimeError: Connection reset by peer")
+    assert stuck.stuck()
+    assert stuck.line() == ("stopped restarting: 3 attempts in a row failed at the same point (each kept moving for "
+                            "about as long as the one before; the last: rank 0: RuntimeError: Connection reset by peer)")
+    mixed = StuckAttempts()
+    for how in (HUNG, FAILED, HUNG):
+        mixed.ended_at_a_point(how, 30, "rank 1: exited with code 7" if how == FAILED else "")
+    assert mixed.stuck() and "3 attempts in a row hung or failed at the same point" in mixed.line()
 
 
 def test_an_attempt_that_got_further_or_ended_otherwise_starts_the_count_again() -> None:
     stuck = StuckAttempts()
-    stuck.ended_hung(40)
-    stuck.ended_hung(40)
-    stuck.ended_hung(120)  # it kept moving three times as long: further than the one before
+    stuck.ended_at_a_point(HUNG, 40)
+    stuck.ended_at_a_point(FAILED, 40)
+    stuck.ended_at_a_point(HUNG, 120)  # it kept moving three times as long: further than the one before
     assert not stuck.stuck()
-    stuck.ended_hung(118)
+    stuck.ended_at_a_point(HUNG, 118)
     assert not stuck.stuck()
-    stuck.ended_otherwise()  # a node joined, a peer was lost: not a hang
-    stuck.ended_hung(118)
-    stuck.ended_hung(118)
+    stuck.ended_otherwise()  # a node joined, a peer was lost, its workers were stopped: not a point
+    stuck.ended_at_a_point(HUNG, 118)
+    stuck.ended_at_a_point(HUNG, 118)
     assert not stuck.stuck()
-    stuck.ended_hung(119)
+    stuck.ended_at_a_point(FAILED, 119)
     assert stuck.stuck()
 
 
 def test_attempts_kept_for_the_next_launcher_read_back_the_same_and_anything_else_reads_as_none() -> None:
     stuck = StuckAttempts()
-    stuck.ended_hung(40)
-    stuck.ended_hung(41)
+    stuck.ended_at_a_point(HUNG, 40)
+    stuck.ended_at_a_point(FAILED, 41, "rank 1: exited with code 7")
     again = StuckAttempts.from_text(stuck.to_text())
-    assert again.looks == [40, 41]
-    again.ended_hung(39)
+    assert again == stuck
+    again.ended_at_a_point(HUNG, 39)
     assert again.stuck()
-    for text in ("", "{", "[]", '{"format": 2, "looks": [1, 2, 3]}', '{"format": 1, "looks": ["x"]}'):
-        assert StuckAttempts.from_text(text).looks == []
+    assert StuckAttempts.from_text('{"format": 1, "looks": [40, 41]}').ends == [(HUNG, 40), (HUNG, 41)]
+    for text in ("", "{", "[]", '{"format": 3, "ends": [["hung", 1]]}', '{"format": 1, "looks": ["x"]}',
+                 '{"format": 2, "ends": [["slow", 1]]}', '{"format": 2, "ends": [1]}'):
+        assert StuckAttempts.from_text(text).ends == []
 
 
 @pytest.mark.parametrize("given, seconds", [(None, DEFAULT_HANG_TIMEOUT_S), ("30", 30.0), ("off", 0.0), ("OFF", 0.0),

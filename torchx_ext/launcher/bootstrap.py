@@ -180,6 +180,25 @@ def _report_progress() -> None:
         report_progress(directory)
 
 
+class _FailureKept:
+    """Around the user's code: an error, or an exit code other than 0, is left in the progress
+    directory (``worker_progress.mark_failed``) before it goes on as it would, so the launcher can
+    tell an attempt that failed from one whose workers it stopped. A signal's end leaves nothing."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, _: object) -> None:
+        directory = os.environ.get(PROGRESS_DIR_ENV)
+        if error is None or not directory or isinstance(error, KeyboardInterrupt):
+            return
+        if isinstance(error, SystemExit) and error.code in (None, 0):
+            return
+        from torchx_ext.launcher.worker_progress import mark_failed
+
+        mark_failed(directory, error)
+
+
 def _cpus_of(cpulist: str) -> set[int]:
     # Only encode_plan writes these (plain ranges from format_cpulist), so the full parser in
     # torchx_ext.numa.cpulist is not needed here.
@@ -201,15 +220,16 @@ def main() -> None:
     _report_progress()
     set_title(kind, target, args)
     sys.argv = [target, *args]
-    if kind == "module":
-        import runpy  # as ``python -m`` itself does
+    with _FailureKept():
+        if kind == "module":
+            import runpy  # as ``python -m`` itself does
 
-        sys.path[0] = os.getcwd()
-        runpy.run_module(target, run_name="__main__", alter_sys=True)
-    else:
-        # As python does: the script's real directory first on the path, __file__ absolute.
-        sys.path[0] = os.path.dirname(os.path.realpath(target))
-        _run_as_main(target)
+            sys.path[0] = os.getcwd()
+            runpy.run_module(target, run_name="__main__", alter_sys=True)
+        else:
+            # As python does: the script's real directory first on the path, __file__ absolute.
+            sys.path[0] = os.path.dirname(os.path.realpath(target))
+            _run_as_main(target)
 
 
 def _run_as_main(script: str) -> None:
@@ -343,7 +363,8 @@ class BoundCallable:
             fn, args = pickle.loads(self.payload or b"")
         else:
             fn, args = self.call
-        return fn(*args)
+        with _FailureKept():
+            return fn(*args)
 
 
 def _rebuild_bound_callable(plan: str, launcher_pid: int, progress_dir: str, name: str, qualname: str,

@@ -43,7 +43,6 @@ from torchx_ext.launcher.watched_rendezvous import (HangError, PeerLostError, St
                                                     exit_for_store_loss, peer_timeout, watch_rendezvous)
 from torchx_ext.launcher.watchdog import DEFAULT_TIMEOUT_S, Loss
 from torchx_ext.options import DEFAULT_HANG_TIMEOUT_S, parse_hang_timeout
-from torchx_ext.launcher.hang_core import STUCK_ATTEMPTS
 from torchx_ext.launcher.hang_watch import LaunchProgress
 from torchx_ext.launcher.stacks import answer_for, answer_requests
 from torchx_ext.launcher.step_timer import served_timer
@@ -225,12 +224,12 @@ def _main(argv: Sequence[str] | None, preload_started: bool) -> int:
                 if preload_started and not uses_preloaded_workers(args):
                     preload_server.stop()  # its torch import would only compete with the workers' own
             if progress.stuck.stuck():  # a scheduler that restarts whatever the exit code (local_docker's engine)
-                line = f"stopped restarting: this replica's last {STUCK_ATTEMPTS} attempts hung at the same point"
+                line = f"{progress.stuck.line()}, by this replica's launchers before this one"
                 _report_launcher_failure(line, STUCK)
                 print(f"[torchx_ext.launcher] error: {line}; no worker started", file=sys.stderr)
                 return STUCK
             with served_timer(progress, config.run_id):
-                return run(config, entrypoint, entry_args, job_name=args.training_script)
+                return run(config, entrypoint, entry_args, job_name=args.training_script, progress=progress)
 
 
 @contextmanager
@@ -340,7 +339,8 @@ def prepare(args: argparse.Namespace,
     return config, python, ["-u", "-c", BOOTSTRAP_CODE, plan, "${local_rank}", kind, target, *script_args]
 
 
-def run(config: Any, entrypoint: Callable[..., Any] | str, entry_args: list[str], job_name: str) -> int:
+def run(config: Any, entrypoint: Callable[..., Any] | str, entry_args: list[str], job_name: str,
+        progress: LaunchProgress | None = None) -> int:
     import torch.distributed as dist
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -377,6 +377,11 @@ def run(config: Any, entrypoint: Callable[..., Any] | str, entry_args: list[str]
         _report_root_cause(rank, failure)
         error.name = job_name  # torch would title the report with our bootstrap's code
         print(error.format_msg(), file=sys.stderr)
+        if progress is not None and progress.stuck.stuck():  # this attempt failed where the ones before did
+            line = progress.stuck.line()
+            _report_launcher_failure(line, STUCK, keep_traceback=True)
+            print(f"[torchx_ext.launcher] error: {line}; the scheduler's restarts left unused", file=sys.stderr)
+            return STUCK
         return FAILED
     except (RendezvousError, dist.DistError, TimeoutError) as error:
         lost = closed_store_line(error, config.rdzv_endpoint or "(default)")
@@ -422,11 +427,14 @@ def _leave_for_store_loss(loss: Loss) -> None:
     exit_for_store_loss(loss, FAILED, _report_launcher_failure)
 
 
-def _report_launcher_failure(message: str, code: int = FAILED) -> None:
-    """The launcher's own failure (not a worker's) as its replica's error report."""
+def _report_launcher_failure(message: str, code: int = FAILED, keep_traceback: bool = False) -> None:
+    """The launcher's own failure (not a worker's) as its replica's error report; ``keep_traceback``:
+    with the failed worker's traceback already reported there."""
     path = os.environ.get(ERROR_FILE_ENV)
     if path:
-        write_error_file(path, ErrorReport(message=message, error_code=code), replace=True)
+        kept = read_error_file(path) if keep_traceback else None
+        write_error_file(path, ErrorReport(message=message, error_code=code, traceback=kept.traceback if kept else ""),
+                         replace=True)
 
 
 def _report_root_cause(rank: int, failure: Any) -> None:

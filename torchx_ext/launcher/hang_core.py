@@ -7,9 +7,9 @@ clock is compared between hosts, and a node's load is two store operations per l
 A rank inside a block its worker timed with ``torch.distributed.elastic.timer.expires`` counts as
 moving: the worker's own timer decides there, never the watchdog.
 
-``StuckAttempts`` decides when restarting is pointless: attempts that each hang at the point the
-one before hung (they moved for about as long before stopping, as a job resumed from the same
-checkpoint does) stop the job after ``STUCK_ATTEMPTS`` of them, whatever restarts are left.
+``StuckAttempts`` decides when restarting is pointless: attempts that each hang or fail at the
+point the one before did (they moved for about as long before stopping, as a job resumed from the
+same checkpoint does) stop the job after ``STUCK_ATTEMPTS`` of them, whatever restarts are left.
 
 Pure: every method takes the time it is asked at.
 """
@@ -69,35 +69,58 @@ class HangJudge:
         return still if still >= self.timeout_s else None
 
 
+HUNG, FAILED = "hung", "failed"
+"""How an attempt that counts towards ``StuckAttempts`` ended: the watchdog or a worker's timer
+decided a hang, or a worker's code raised (or exited with a code other than 0)."""
+
+
 @dataclass
 class StuckAttempts:
-    """The attempts that ended in a hang, each by how long its job kept moving (in looks)."""
+    """The attempts in a row that ended at one point, each as how it ended (``HUNG``, ``FAILED``)
+    and how long its job kept moving (in looks)."""
 
-    looks: list[int] = field(default_factory=list)
+    ends: list[tuple[str, int]] = field(default_factory=list)
+    last_failure: str = ""
+    """The last failed attempt's first error line, for the line that stops the job."""
 
-    def ended_hung(self, moved_looks: int) -> None:
-        if self.looks and not same_point(self.looks[-1], moved_looks):
-            self.looks.clear()
-        self.looks.append(moved_looks)
+    def ended_at_a_point(self, how: str, moved_looks: int, failure: str = "") -> None:
+        if self.ends and not same_point(self.ends[-1][1], moved_looks):
+            self.ends.clear()
+        self.ends.append((how, moved_looks))
+        if how == FAILED:
+            self.last_failure = failure
 
     def ended_otherwise(self) -> None:
-        self.looks.clear()
+        self.ends.clear()
 
     def stuck(self) -> bool:
-        return len(self.looks) >= STUCK_ATTEMPTS
+        return len(self.ends) >= STUCK_ATTEMPTS
+
+    def line(self) -> str:
+        """What the launcher that stops says: how the attempts ended, and the last error."""
+        kinds = {how for how, _ in self.ends}
+        how = " or ".join(kind for kind in (HUNG, FAILED) if kind in kinds) or HUNG
+        last = f"; the last: {self.last_failure}" if FAILED in kinds and self.last_failure else ""
+        return (f"stopped restarting: {len(self.ends)} attempts in a row {how} at the same point (each kept moving "
+                f"for about as long as the one before{last})")
 
     def to_text(self) -> str:
-        return json.dumps({"format": 1, "looks": self.looks})
+        return json.dumps({"format": 2, "ends": [list(end) for end in self.ends], "last_failure": self.last_failure})
 
     @staticmethod
     def from_text(text: str) -> StuckAttempts:
-        """What ``to_text`` wrote; an unreadable or other record is no attempt at all."""
+        """What ``to_text`` wrote (format 1: hangs only); an unreadable or other record is no attempt at all."""
         try:
             data = json.loads(text)
-            looks = [int(value) for value in data["looks"]] if data.get("format") == 1 else []
+            if data.get("format") == 1:
+                return StuckAttempts([(HUNG, int(value)) for value in data["looks"]])
+            if data.get("format") == 2:
+                ends = [(str(how), int(looks)) for how, looks in data["ends"]]
+                if all(how in (HUNG, FAILED) for how, _ in ends):
+                    return StuckAttempts(ends, str(data.get("last_failure", "")))
         except (ValueError, TypeError, KeyError, AttributeError):
-            looks = []
-        return StuckAttempts(looks)
+            pass
+        return StuckAttempts()
 
 
 def same_point(before: int, now: int) -> bool:

@@ -39,6 +39,8 @@ KEY_PREFIX = "torchx_ext.hang/"
 HANG, TIMER = "hang", "timer"
 """The kinds of declaration: the watchdog's (every node restarts its workers) or a worker's timer
 (its node's worker is killed; the rendezvous restarts the others)."""
+FAILURE_CALL_S = 5.0
+"""How long a store call that tells a failed attempt may take (its host frozen: not told)."""
 ACK_BOUND_S = STACK_BOUND_S + 2 * 2.0 + 1.0
 """How long a node waits for every node's stacks: theirs (3 s at most) once they looked (every 2 s
 at most), twice over for a node that looked just before the declaration, and a second to spare."""
@@ -74,12 +76,13 @@ class LaunchProgress:
                 pass  # the replica's first launcher
         return LaunchProgress(directory, timeout_s, stuck=stuck, ledger=ledger)
 
-    def attempt_ended(self, hung: bool, moved_looks: int) -> bool:
-        """Count an attempt that ended (in a hang or not); whether restarting is now pointless."""
-        if hung:
-            self.stuck.ended_hung(moved_looks)
-        else:
+    def attempt_ended(self, how: str | None, moved_looks: int, failure: str = "") -> bool:
+        """Count an attempt that ended: ``HUNG``, ``FAILED`` (``failure``: its first error line) or
+        otherwise (None); whether restarting is now pointless."""
+        if how is None:
             self.stuck.ended_otherwise()
+        else:
+            self.stuck.ended_at_a_point(how, moved_looks, failure)
         if self.ledger is not None:
             try:
                 partial = f"{self.ledger}.{os.getpid()}"
@@ -89,6 +92,29 @@ class LaunchProgress:
             except OSError as error:  # a read-only place: the count holds for this launcher only
                 logger.debug("hang watch: could not keep the attempts at %s: %s", self.ledger, error)
         return self.stuck.stuck()
+
+
+def take_failures(directory: str) -> list[str]:
+    """The error lines this node's workers left since the last call (``worker_progress.mark_failed``),
+    the first written first (the root cause: a peer's reset comes after), removed as they are read:
+    the next attempt starts with none."""
+    found = []
+    try:
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                if entry.name.endswith(".failed"):
+                    found.append((entry.stat().st_mtime_ns, entry.path))
+    except OSError:
+        return []
+    lines = []
+    for _, path in sorted(found):
+        try:
+            with open(path, encoding="utf-8", errors="replace") as failed:
+                lines.append(failed.read().strip())
+            os.unlink(path)
+        except OSError:
+            continue
+    return lines
 
 
 _registered: list[LaunchProgress] = []
@@ -120,6 +146,9 @@ class HangWatch:
         self._stopped = threading.Event()
         self._answered = False
         self._hang: str | None = None
+        self.failed_here = False
+        """Whether a worker of this node failed in this round (``failure``): torch's agent spent a
+        restart on it."""
         self.ended_hung = False
         """Whether this round ended in a hang, the watchdog's or a timer's (a restart then counts
         towards ``StuckAttempts``)."""
@@ -150,6 +179,30 @@ class HangWatch:
     def moved_looks(self) -> int:
         with self._lock:
             return self._judge.moved_looks
+
+    def failure(self, ask_the_job: bool) -> str | None:
+        """How this round's attempt failed, after ``stop``: the first error line a worker of this node
+        left (then written to the round's store for the other nodes), else, if ``ask_the_job``, the
+        one another node wrote; None when no worker's code failed (its workers were stopped).
+
+        A node whose worker failed writes before it joins the next round, and the others read when
+        they leave for it, which is after it joined: they do not miss it. Not asked at shutdown, when
+        the store's host may be gone."""
+        local = take_failures(self._progress.directory)
+        self.failed_here = bool(local)
+        store = self._store
+        try:
+            if store is not None:
+                from datetime import timedelta
+
+                store.set_timeout(timedelta(seconds=FAILURE_CALL_S))  # a frozen store's host: bounded
+            if local and store is not None:
+                store.compare_set("failed", "", local[0])
+            elif not local and ask_the_job and store is not None and store.check(["failed"]):
+                return str(store.get("failed").decode(errors="replace"))
+        except Exception as error:  # the store's loss, the peer watchdog tells
+            logger.debug("hang watch: store call failed: %s", error)
+        return local[0] if local else None
 
     def declare_timer(self, line: str) -> None:
         """A worker of this node overran its timer: every node's stacks first (bounded), then it dies."""

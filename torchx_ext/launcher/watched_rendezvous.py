@@ -28,7 +28,7 @@ from typing import Any
 
 from torchx_ext.errors import InvalidArgumentError, TorchxExtError, first_line
 from torchx_ext.launcher.arrival_handler import arrival_handler
-from torchx_ext.launcher.hang_core import STUCK_ATTEMPTS
+from torchx_ext.launcher.hang_core import FAILED, HUNG
 from torchx_ext.launcher.hang_watch import HangWatch, LaunchProgress, register, registered
 from torchx_ext.launcher.loopback import LOOPBACK_ADDRESS, endpoint_is_loopback, rendezvous_store
 from torchx_ext.launcher.rendezvous_pauses import prompt_pauses
@@ -316,18 +316,25 @@ def _watched_handler_class() -> type:
                 self._hang_watch = HangWatch(self._progress, info.store, info.world_size).start()
             return info
 
-        def _end_hang_watch(self) -> None:
-            """Stop the round's hang watch; refuse to go on when attempts keep hanging at one point."""
+        def _end_hang_watch(self, at_shutdown: bool = False) -> None:
+            """Stop the round's hang watch and count how its attempt ended; refuse to go on when
+            attempts keep hanging or failing at one point."""
             watch, self._hang_watch = self._hang_watch, None
             self._hang_taken = False
             if watch is None or self._progress is None:
                 return
             watch.stop()
-            if self._progress.attempt_ended(watch.ended_hung, watch.moved_looks):
-                raise StuckError(
-                    f"stopped restarting: {STUCK_ATTEMPTS} attempts in a row hung at the same point (each kept "
-                    f"moving for about as long as the one before); {self._restarts_left} restarts in place left "
-                    "unused, and the scheduler's")
+            how: str | None = HUNG
+            failure: str | None = None
+            if not watch.ended_hung:
+                lost = self._watch is not None and self._watch.loss() is not None
+                failure = watch.failure(ask_the_job=not (at_shutdown or lost))
+                how = None if failure is None else FAILED
+                if watch.failed_here:  # torch's agent restarts a failed node's workers on its own count
+                    self._restarts_left = max(0, self._restarts_left - 1)
+            if self._progress.attempt_ended(how, watch.moved_looks, failure or "") and not at_shutdown:
+                raise StuckError(f"{self._progress.stuck.line()}; {self._restarts_left} restarts in place left "
+                                 "unused, and the scheduler's")
 
         def num_nodes_waiting(self) -> int:
             hang = self._hang_watch.hang() if self._hang_watch is not None and not self._hang_taken else None
@@ -366,7 +373,7 @@ def _watched_handler_class() -> type:
         def shutdown(self) -> bool:
             hang_watch = self._hang_watch
             if hang_watch is not None:
-                hang_watch.stop()
+                self._end_hang_watch(at_shutdown=True)  # the last attempt counts, for the next launcher
             if self._watch is not None:
                 self._watch.judge_store_only()
             try:

@@ -16,6 +16,9 @@ join) stays alive: nothing exits, so nothing else notices. Where the launcher na
   queue, a collective, a sleep) never returns, even when the signal interrupts its wait and the
   handler runs. A thread running Python code with no call for the interval (its CPU time grew while
   its innermost frame was not inside a call) moved too.
+- leaves ``DIR/PID.failed`` (one line: the error) when the user's code raises or exits with a
+  code other than 0 (``mark_failed``; the bootstrap wraps the user's code), so the launcher can
+  tell an attempt that failed from one whose workers it stopped.
 - registers ``faulthandler`` on ``STACK_SIGNAL``: the launcher sends it, and every thread's
   Python stack is appended to ``DIR/PID.stack`` from the signal handler itself, so a rank stuck
   in C, holding the interpreter's lock, still answers.
@@ -75,6 +78,20 @@ def report_progress(directory: str) -> None:
         return  # a directory gone with its launcher: this worker is not watched
     threading.Thread(target=_sample, args=(progress, main, f"{rank} {local_rank} {main:#x}"),
                      name="torchx_ext: progress", daemon=True).start()
+
+
+def mark_failed(directory: str, error: BaseException) -> None:
+    """Leave ``DIR/PID.failed``: this worker's user code ended with ``error`` (an exception, or a
+    ``SystemExit`` whose code is not 0; the bootstrap decides which)."""
+    if isinstance(error, SystemExit):
+        line = f"exited with code {error.code}"
+    else:
+        line = (f"{type(error).__name__}: {error}".splitlines() or [""])[0][:200]
+    try:
+        with open(os.path.join(directory, f"{os.getpid()}.failed"), "w", encoding="utf-8") as failed:
+            failed.write(f"rank {os.environ.get('RANK', '?')}: {line}")
+    except OSError:
+        pass  # a directory gone with its launcher
 
 
 def _sample(descriptor: int, main: int, identity: str) -> None:

@@ -6,7 +6,8 @@ there, leaves ``DIR/hung_at`` (the time) and then waits for ever outside any col
 deadlock or a data loader that never returns does: alive, its launcher healthy, its peers waiting
 in the step's all-reduce. With HANG_STEP -1 no rank hangs. With TIMER_S (not 0) every step runs
 inside torch's ``expires(after=TIMER_S)``, its client on ``$TORCHELASTIC_TIMER_FILE``. With
-``always`` the rank hangs at HANG_STEP in every attempt, as a bug in the data at that step would.
+``always`` the rank hangs at HANG_STEP in every attempt, as a bug in the data at that step would;
+with ``fails`` it raises there instead, in every attempt.
 """
 
 import contextlib
@@ -26,7 +27,7 @@ def main() -> None:
     directory, steps, step_s = Path(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
     hang_rank, hang_step = int(sys.argv[4]), int(sys.argv[5])
     timer_s = float(sys.argv[6]) if len(sys.argv) > 6 else 0.0
-    always = sys.argv[7:] == ["always"]
+    always, fails = sys.argv[7:] == ["always"], sys.argv[7:] == ["fails"]
     if timer_s:
         from torch.distributed.elastic import timer
 
@@ -43,6 +44,9 @@ def main() -> None:
     for step in range(len(history), steps):
         with timer.expires(after=timer_s) if timer_s else contextlib.nullcontext():
             time.sleep(step_s)
+            if rank == hang_rank and step == hang_step and fails:
+                print(f"rank {rank} fails at step {step}", flush=True)
+                raise ValueError(f"bad batch at step {step}")
             if rank == hang_rank and step == hang_step and (always or not hung_at.exists()):
                 hung_at.write_text(str(time.time()))
                 print(f"rank {rank} hangs at step {step}", flush=True)
