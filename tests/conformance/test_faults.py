@@ -345,8 +345,9 @@ def _stuck(runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path, j: str
 # step 3, resumed from the same checkpoint each time): its launchers stop restarting after 3 such
 # attempts, and the scheduler does not start them again, whatever max_retries is left (local_docker:
 # the last test below).
-@pytest.mark.parametrize("how", ["hung", "failed"])
-@pytest.mark.parametrize("scheduler", ["local_cwd", "slurm", "kubernetes"], indirect=True)
+@pytest.mark.parametrize("scheduler, how", [(name, how) for name in ("local_cwd", "slurm", "kubernetes")
+                                            for how in ("hung", "failed")] + [("kubernetes-volcano", "failed")],
+                         indirect=["scheduler"])
 def test_attempts_that_keep_hanging_or_failing_at_one_point_end_the_job_before_its_retries_run_out(
     runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path, how: str
 ) -> None:

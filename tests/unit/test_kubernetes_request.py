@@ -442,6 +442,15 @@ def test_a_volcano_task_restarts_what_its_roles_retry_policy_names(policy: specs
     assert job["spec"]["maxRetry"] == (2 * 4 if action == "RestartPod" else 2) + 1
 
 
+@pytest.mark.parametrize("retries", [0, 2])
+def test_a_volcano_job_of_our_launcher_ends_when_its_attempts_are_stuck_at_one_point(retries: int) -> None:
+    # exit_codes.STUCK: the launcher stopped restarting; Volcano takes the first policy that matches.
+    (job,) = check(build_request(ddp(script="train.py", j="2x1", max_retries=retries), app_id="mine-abc12345",
+                                 options=ManifestOptions(backend="volcano")))
+    policies = job["spec"]["tasks"][0]["policies"]
+    assert (policies[0] == {"exitCode": 3, "action": "TerminateJob"}) == (retries > 0), policies
+
+
 def test_a_queued_jobset_is_created_suspended_with_kueues_label() -> None:
     app = ddp(script="train.py", j="4x8", h="aws_p5.48xlarge", image="registry.example/train:1")
     manifests = build_request(app, app_id="train-abc12345",

@@ -308,7 +308,9 @@ class CrdControllers(ControlLoop):
             task_name = pod["metadata"]["labels"]["volcano.sh/task-spec"]
             task = next(t for t in spec["tasks"] if t["name"] == task_name)
             policies = [*(task.get("policies") or []), *(spec.get("policies") or [])]
-            action = next((p["action"] for p in policies if p.get("event") in (event, "*")), None)
+            code = _exit_code(pod) if event == "PodFailed" else None
+            action = next((p["action"] for p in policies if p.get("event") in (event, "*")
+                           or (code is not None and p.get("exitCode") == code)), None)
             if action in ("RestartPod", "RestartTask"):
                 restarting = [pod] if action == "RestartPod" else [
                     p for p in pods if p["metadata"]["labels"].get("volcano.sh/task-spec") == task_name]
@@ -440,3 +442,12 @@ def _cpus(rtype: ResourceType, obj: Obj) -> Decimal:
         for _ in range(int(replicated.get("replicas", 1)))]
     return sum((pod_requests({"spec": job["template"]["spec"]}).get("cpu", Decimal(0)) * int(job.get("parallelism", 1))
                 for job in jobs), Decimal(0))
+
+
+def _exit_code(pod: Obj) -> int | None:
+    """The first terminated container's exit code, as Volcano reads a failed pod's."""
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        terminated = (status.get("state") or {}).get("terminated")
+        if terminated is not None:
+            return int(terminated.get("exitCode", 0))
+    return None

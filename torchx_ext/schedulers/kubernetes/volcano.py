@@ -29,6 +29,8 @@ from typing import Any
 
 from torchx import specs
 
+from torchx_ext.exit_codes import STUCK
+from torchx_ext.launcher.liveness import runs_our_launcher
 from torchx_ext.schedulers.common.role_policy import RolePolicy, min_replicas_of, policy_of
 from torchx_ext.schedulers.common.states import State
 from torchx_ext.schedulers.kubernetes import names
@@ -46,7 +48,7 @@ def task_names(app: specs.AppDef, app_id: str) -> dict[str, str]:
     return {role: job[len(app_id) + 1:] for role, job in jobs.items()}
 
 
-def _policies(role: specs.Role) -> list[dict[str, str]]:
+def _policies(role: specs.Role) -> list[dict[str, Any]]:
     # A restart deletes every pod, the failed one and its log with it; ending a job instead
     # (TerminateJob) keeps the pods that ended, so a job with no retries left says why it failed.
     # Volcano reports a pod deleted by anyone but itself (a lost node, kubectl delete) as evicted.
@@ -54,7 +56,13 @@ def _policies(role: specs.Role) -> list[dict[str, str]]:
     if policy.carries_on_short:
         return []  # its rendezvous goes on without a failed pod; a deleted one Volcano recreates
     action = _restart_action(policy) if role.max_retries else "TerminateJob"
-    return [{"event": "PodFailed", "action": action}, {"event": "PodEvicted", "action": action}]
+    policies: list[dict[str, Any]] = [{"event": "PodFailed", "action": action},
+                                      {"event": "PodEvicted", "action": action}]
+    if role.max_retries and runs_our_launcher(role.entrypoint, role.args):
+        # Our launcher's attempts kept hanging or failing at one point (exit_codes.STUCK): the job
+        # ends. Volcano takes the first policy that matches, by event or by exit code.
+        policies.insert(0, {"exitCode": STUCK, "action": "TerminateJob"})
+    return policies
 
 
 def _restart_action(policy: RolePolicy) -> str:
