@@ -9,7 +9,10 @@ minutes). Times compared here are this host's: the hung rank's and the checkpoin
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -167,6 +170,23 @@ def test_attempts_that_keep_hanging_at_the_same_point_stop_before_the_restarts_r
     assert "stopped restarting: 3 attempts in a row hung at the same point" in last, last
     assert "5 restarts in place left unused" in last and "(no restart left" not in last
     assert 3 <= output.count(f"[torchx_ext.launcher] {HANG_LINE}") <= 4, output[-5000:]
+
+
+def test_where_py_spy_is_installed_each_ranks_stack_carries_its_native_frames(tmp_path: Path) -> None:
+    # py-spy is a test dependency: the launcher finds it on PATH (the test venv's bin first).
+    venv_bin = str(Path(sys.executable).parent)
+    assert shutil.which("py-spy", path=venv_bin), "py-spy is in requirements-test.txt: install the test dependencies"
+    env = clean_env()
+    env["PATH"] = f"{venv_bin}{os.pathsep}{env.get('PATH', os.defpath)}"
+    done = run_launcher(["--nproc-per-node", "2", "--max-restarts", "0", "--hang-timeout", "3",
+                         HUNG, str(tmp_path), "10", "0.2", "1", "2"], env=env, timeout=120)
+    output = done.stdout + done.stderr
+    assert done.returncode == 1, output[-3000:]
+    block = _stack_block(output)
+    assert block.count("native frames (py-spy):") == 2, block[-5000:]
+    native = block[block.index("native frames (py-spy):"):]
+    assert "all_reduce (torch/distributed/distributed_c10d.py" in native and "(libtorch" in native, native[:3000]
+    assert max(len(line) for line in block.splitlines()) <= 250, block  # C++ names shortened
 
 
 @pytest.mark.parametrize("workers", ["2", "1"])

@@ -26,6 +26,7 @@ from torchx_ext.launcher.worker_progress import STACK_SIGNAL
 from torchx_ext.stack_request import ASKED, REQUEST_SIGNAL, STACKS_BEGIN, STACKS_END
 
 STACK_BOUND_S = 3.0
+NATIVE_LINE_CHARS = 240
 _answering: list[str] = []  # the launch's progress directory and this launcher's pid, while it answers requests
 _POLL_S = 0.05
 _THREAD_LINE = re.compile(r"^(Current thread|Thread) (0x[0-9a-fA-F]+)")
@@ -164,7 +165,12 @@ def _native_frames(pid: int, bound_s: float) -> list[str]:
     except (OSError, subprocess.TimeoutExpired):
         return [f"(py-spy gave no answer within {bound_s:g} s)"]
     text = done.stdout if done.returncode == 0 else f"(py-spy failed: {done.stderr.strip()[:200]})"
-    return ["native frames (py-spy):", *text.rstrip("\n").splitlines()]
+    # A C++ frame's name can run to kilobytes (pybind11's templates): the log keeps its start.
+    return ["native frames (py-spy):", *(_shortened(line) for line in text.rstrip("\n").splitlines())]
+
+
+def _shortened(line: str) -> str:
+    return line if len(line) <= NATIVE_LINE_CHARS else f"{line[:NATIVE_LINE_CHARS]}..."
 
 
 def _stack_path(directory: str, pid: int) -> str:
