@@ -36,9 +36,11 @@ from torchx_ext.launcher.watchdog import node_name
 logger = logging.getLogger("torchx_ext.launcher")
 
 KEY_PREFIX = "torchx_ext.hang/"
-HANG, TIMER = "hang", "timer"
-"""The kinds of declaration: the watchdog's (every node restarts its workers) or a worker's timer
-(its node's worker is killed; the rendezvous restarts the others)."""
+HANG, TIMER, STUCK = "hang", "timer", "stuck"
+"""The kinds of declaration: the watchdog's (every node restarts its workers), a worker's timer
+(its node's worker is killed; the rendezvous restarts the others), or a node that stopped
+restarting because its attempts kept failing at one point (every node stops with it: the failed
+node never joins the next round, which they would otherwise wait for)."""
 FAILURE_CALL_S = 5.0
 """How long a store call that tells a failed attempt may take (its host frozen: not told)."""
 ACK_BOUND_S = STACK_BOUND_S + 2 * 2.0 + 1.0
@@ -146,6 +148,7 @@ class HangWatch:
         self._stopped = threading.Event()
         self._answered = False
         self._hang: str | None = None
+        self._stuck: str | None = None
         self.failed_here = False
         """Whether a worker of this node failed in this round (``failure``): torch's agent spent a
         restart on it."""
@@ -179,6 +182,20 @@ class HangWatch:
     def moved_looks(self) -> int:
         with self._lock:
             return self._judge.moved_looks
+
+    def stuck_elsewhere(self) -> str | None:
+        """The line of another node that stopped restarting in this round (``declare_stuck``)."""
+        with self._lock:
+            return self._stuck
+
+    def declare_stuck(self, line: str) -> None:
+        """This node stops restarting (after ``stop``): every other node is told, on its next look."""
+        if self._store is None:
+            return
+        try:
+            self._store.compare_set("declared", "", f"{STUCK} {line}")
+        except Exception as error:  # the store's loss: the others tell this node's loss
+            logger.debug("hang watch: store call failed: %s", error)
 
     def failure(self, ask_the_job: bool) -> str | None:
         """How this round's attempt failed, after ``stop``: the first error line a worker of this node
@@ -235,6 +252,10 @@ class HangWatch:
                     still = self._judge.still_for(now) if self._progress.timeout_s > 0 else None
                 if declared is not None:
                     kind, _, line = declared.partition(" ")
+                    if kind == STUCK:
+                        with self._lock:
+                            self._stuck = line
+                        return
                     self._answer(kind, line)
                 elif still is not None:
                     self._declare(HANG, f"hang: no rank of the job moved for {still:.0f} s (hang timeout "

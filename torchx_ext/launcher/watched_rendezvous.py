@@ -318,25 +318,35 @@ def _watched_handler_class() -> type:
 
         def _end_hang_watch(self, at_shutdown: bool = False) -> None:
             """Stop the round's hang watch and count how its attempt ended; refuse to go on when
-            attempts keep hanging or failing at one point."""
+            attempts keep hanging or failing at one point (or another node did in this round)."""
             watch, self._hang_watch = self._hang_watch, None
             self._hang_taken = False
             if watch is None or self._progress is None:
                 return
             watch.stop()
+            elsewhere = watch.stuck_elsewhere()
             how: str | None = HUNG
             failure: str | None = None
             if not watch.ended_hung:
                 lost = self._watch is not None and self._watch.loss() is not None
-                failure = watch.failure(ask_the_job=not (at_shutdown or lost))
-                how = None if failure is None else FAILED
+                failure = watch.failure(ask_the_job=not (at_shutdown or lost or elsewhere))
+                how = None if failure is None and elsewhere is None else FAILED
                 if watch.failed_here:  # torch's agent restarts a failed node's workers on its own count
                     self._restarts_left = max(0, self._restarts_left - 1)
-            if self._progress.attempt_ended(how, watch.moved_looks, failure or "") and not at_shutdown:
-                raise StuckError(f"{self._progress.stuck.line()}; {self._restarts_left} restarts in place left "
+            stuck = self._progress.attempt_ended(how, watch.moved_looks, failure or "")
+            if elsewhere is not None and not at_shutdown:
+                raise StuckError(f"{elsewhere}, seen by another node; {self._restarts_left} restarts in place left "
                                  "unused, and the scheduler's")
+            if stuck:
+                line = self._progress.stuck.line()
+                watch.declare_stuck(line)
+                if not at_shutdown:
+                    raise StuckError(f"{line}; {self._restarts_left} restarts in place left unused, and the "
+                                     "scheduler's")
 
         def num_nodes_waiting(self) -> int:
+            if self._hang_watch is not None and self._hang_watch.stuck_elsewhere() is not None:
+                self._end_hang_watch()  # raises StuckError: the job stops restarting with that node
             hang = self._hang_watch.hang() if self._hang_watch is not None and not self._hang_taken else None
             if hang is not None:
                 self._hang_taken = True
