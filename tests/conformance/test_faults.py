@@ -346,7 +346,8 @@ def _stuck(runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path, j: str
 # attempts, and the scheduler does not start them again, whatever max_retries is left (local_docker:
 # the last test below).
 @pytest.mark.parametrize("scheduler, how", [(name, how) for name in ("local_cwd", "slurm", "kubernetes")
-                                            for how in ("hung", "failed")] + [("kubernetes-volcano", "failed")],
+                                            for how in ("hung", "failed")] + [("kubernetes-volcano", "failed"),
+                                                                                 ("kubernetes-jobset", "failed")],
                          indirect=["scheduler"])
 def test_attempts_that_keep_hanging_or_failing_at_one_point_end_the_job_before_its_retries_run_out(
     runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path, how: str

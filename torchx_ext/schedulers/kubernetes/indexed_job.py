@@ -76,8 +76,8 @@ def indexed_job(app: specs.AppDef, role: specs.Role, job_name: str, app_id: str,
         "backoffLimitPerIndex": retries,
         "maxFailedIndexes": replicas - least,
         "podReplacementPolicy": "Failed",
-        "podFailurePolicy": {"rules": _failure_rules(retries, short, stops_when_stuck=not gang and runs_our_launcher(
-            role.entrypoint, role.args))},
+        "podFailurePolicy": {"rules": _failure_rules(retries, short, ours=runs_our_launcher(role.entrypoint, role.args),
+                                                      gang=gang)},
     }
     if short:
         spec["successPolicy"] = {"rules": [{"succeededIndexes": "0"}]}
@@ -97,15 +97,19 @@ def indexed_job(app: specs.AppDef, role: specs.Role, job_name: str, app_id: str,
     }
 
 
-def _failure_rules(retries: int, carries_on_short: bool, stops_when_stuck: bool) -> list[dict[str, Any]]:
+def _failure_rules(retries: int, carries_on_short: bool, ours: bool, gang: bool) -> list[dict[str, Any]]:
     # A pod evicted or preempted (DisruptionTarget) is not the program's failure: replaced
     # without counting against max_retries.
     rules: list[dict[str, Any]] = [
         {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
     ]
-    if stops_when_stuck and retries > 0:
-        # Our launcher's attempts kept hanging at one point (exit_codes.STUCK): no pod of it again.
+    # Our launcher's attempts kept hanging or failing at one point (exit_codes.STUCK): no pod of it
+    # again. In a JobSet the index fails instead, so that the Job's reason (MaxFailedIndexesExceeded)
+    # tells the JobSet's failurePolicy to fail, not restart, every Job (jobset.STUCK_RULE).
+    if ours and not gang and retries > 0:
         rules.append({"action": "FailJob", "onExitCodes": {"operator": "In", "values": [STUCK]}})
+    if ours and gang:
+        rules.append({"action": "FailIndex", "onExitCodes": {"operator": "In", "values": [STUCK]}})
     if retries == 0 and not carries_on_short:
         rules.append({"action": "FailJob", "onExitCodes": {"operator": "NotIn", "values": [0]}})
     return rules

@@ -33,6 +33,10 @@ API_VERSION = "jobset.x-k8s.io/v1alpha2"
 # Our cancel of a Kueue-queued JobSet gives its Jobs an active deadline they are past (Kueue
 # un-suspends a JobSet it admitted): the JobSet must then fail, not restart them.
 CANCEL_RULE = {"name": "cancelledByTorchx", "action": "FailJobSet", "onJobFailureReasons": ["DeadlineExceeded"]}
+STUCK_RULE = {"name": "stuckAtOnePoint", "action": "FailJobSet", "onJobFailureReasons": ["MaxFailedIndexesExceeded"]}
+"""Our launcher stopped restarting (exit_codes.STUCK): its gang Job's index failed (indexed_job),
+and restarting every Job would only repeat it. A role of retry_policy REPLICA whose per-pod
+retries are spent fails its Job for the same reason: the JobSet ends then too, not restarted."""
 
 
 def child_job_name(app_id: str, replicated_job: str) -> str:
@@ -67,7 +71,7 @@ def jobset(app: specs.AppDef, app_id: str, options: ManifestOptions) -> dict[str
         "successPolicy": {"operator": "All", "targetReplicatedJobs": [replicated[app.roles[0].name]]},
         "failurePolicy": {"maxRestarts": min((role.max_retries for role in app.roles
                                               if policy_of(role).restarts_app), default=0),
-                          "rules": [CANCEL_RULE]},
+                          "rules": [CANCEL_RULE, STUCK_RULE]},
         "replicatedJobs": replicated_jobs,
     }
     if options.queue:
