@@ -27,7 +27,7 @@ how many it got, which caps the launcher's ``--nnodes`` MAX so the rendezvous co
 as they have all joined."""
 LIVENESS_FILE_ENV = "TORCHX_EXT_LIVENESS_FILE"
 """Set by a scheduler that watches for frozen replicas: a file the launcher touches every second
-from its start (launcher/liveness.py), whose age tells a frozen or hung replica from a busy one."""
+from its start (the contract: liveness.py), whose age tells a frozen or hung replica from a busy one."""
 REPLICA_ENV = "TORCHX_EXT_REPLICA"
 """``role/replica_id`` of the replica, set by local_cwd (its marker for finding a replica's
 processes) and local_docker: the launcher's watchdog names a lost peer by it."""

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from torchx_ext.launcher import liveness
-from torchx_ext.launcher.liveness import FileWatch
+from torchx_ext import liveness
+from torchx_ext.liveness import FileWatch
 
 # What the launcher does at its start, with a C call that holds the interpreter's lock as a long
 # import does (the touching thread cannot run meanwhile).

@@ -17,7 +17,8 @@ from torchx_ext.schedulers.backends import BACKENDS
 PACKAGE_ROOT = Path(__file__).resolve().parents[2] / "torchx_ext"
 # The layers below the schedulers: what they import must never need a scheduler.
 BELOW_SCHEDULERS = ("torchx_ext.launcher", "torchx_ext.numa", "torchx_ext.error_file", "torchx_ext.replica_env",
-                    "torchx_ext.options", "torchx_ext.errors", "torchx_ext.escaping", "torchx_ext.exit_codes")
+                    "torchx_ext.options", "torchx_ext.errors", "torchx_ext.escaping", "torchx_ext.exit_codes",
+                    "torchx_ext.liveness")
 
 
 def module_files() -> dict[str, Path]:
@@ -110,6 +111,15 @@ def test_nothing_below_the_schedulers_imports_them() -> None:
         if module.startswith(BELOW_SCHEDULERS)
     }
     assert {module: targets for module, targets in offending.items() if targets} == {}
+
+
+def test_no_scheduler_imports_the_launcher_what_they_share_is_a_contract_of_its_own() -> None:
+    # The liveness file (torchx_ext.liveness), the replica's variables (replica_env), the error
+    # report (error_file): a scheduler reads these without the launcher's threads and torch's agent.
+    graph = import_graph()
+    crossing = sorted(f"{module} -> {target}" for module, targets in graph.items() for target in targets
+                      if module.startswith("torchx_ext.schedulers") and target.startswith("torchx_ext.launcher"))
+    assert crossing == []
 
 
 def test_no_backend_imports_another_and_what_they_share_imports_none() -> None:

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from torchx_ext.launcher import liveness
-from torchx_ext.launcher.liveness import FileWatch, mark_running, max_age_s, runs_our_launcher
+from torchx_ext import liveness
+from torchx_ext.launcher.liveness import mark_running, write_state
+from torchx_ext.liveness import FileWatch, max_age_s, runs_our_launcher
 
 
 def test_a_file_that_keeps_changing_is_never_silent(tmp_path: Path) -> None:
@@ -91,11 +92,11 @@ def test_the_training_probe_fails_only_while_the_launcher_waits_as_a_spare(tmp_p
                                                                            capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "alive"
     assert liveness.main(["--training", str(path)]) == 0  # not written yet: starting, no spare
-    liveness.write_state(str(path), liveness.RUNNING)
+    write_state(str(path), liveness.RUNNING)
     assert liveness.main(["--training", str(path)]) == 0
     assert liveness.main([str(path), "10"]) == 0 and capsys.readouterr().out == ""
 
-    liveness.write_state(str(path), liveness.SPARE)
+    write_state(str(path), liveness.SPARE)
 
     assert liveness.main(["--training", str(path)]) == 1
     assert liveness.main([str(path), "10"]) == 0 and capsys.readouterr().out == "spare\n"  # Docker's health log shows it

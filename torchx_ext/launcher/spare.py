@@ -27,7 +27,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from torchx_ext.errors import TorchxExtError
-from torchx_ext.launcher.liveness import RUNNING, SPARE, write_state
+from torchx_ext.launcher.liveness import write_state
+from torchx_ext.liveness import RUNNING, SPARE
 
 POLL_S = 0.5
 FIRST_ROUND_WAIT_S = 30.0

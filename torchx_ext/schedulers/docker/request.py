@@ -18,7 +18,7 @@ from torchx import specs
 from torchx_ext.errors import InvalidArgumentError
 from torchx_ext.numa.cpulist import format_cpulist
 from torchx_ext.numa.topology import Topology
-from torchx_ext.launcher.liveness import probe_command, runs_our_launcher
+from torchx_ext.liveness import probe_command, runs_our_launcher
 from torchx_ext.replica_env import ERROR_FILE_ENV, LIVENESS_FILE_ENV, RANK0_HOST_ENV, RDZV_HOST_ENV, REPLICA_ENV
 from torchx_ext.schedulers.common.checks import shm_mb
 from torchx_ext.schedulers.common.role_policy import RolePolicy, policy_of, restarts_whole_app

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from torchx_ext.error_file import parse_error_report
-from torchx_ext.launcher.liveness import DEFAULT_MAX_AGE_S
+from torchx_ext.liveness import DEFAULT_MAX_AGE_S
 from torchx_ext.schedulers.common.states import JobEnd, State
 from torchx_ext.schedulers.docker.client import Engine
 from torchx_ext.schedulers.docker.view import ContainerView, DockerJobView, failure_message, read_job

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from torchx_ext.launcher.liveness import SPARE_WORD
+from torchx_ext.liveness import SPARE_WORD
 from torchx_ext.schedulers.common.states import JobEnd, State
 from torchx_ext.schedulers.docker.request import (
     LABEL_MAX_RETRIES, LABEL_MIN_REPLICAS, LABEL_WHOLE_APP, LABEL_REPLICA, LABEL_ROLE, LABEL_ROLE_REPLICAS,

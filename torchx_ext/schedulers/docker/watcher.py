@@ -23,7 +23,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from torchx_ext.launcher.liveness import DEFAULT_MAX_AGE_S
+from torchx_ext.liveness import DEFAULT_MAX_AGE_S
 from torchx_ext.schedulers.docker.client import connect
 from torchx_ext.schedulers.docker.request import LABEL_APP_ID
 from torchx_ext.schedulers.docker.snapshot import (Snapshot, end_if_failed, kill_if_frozen, restart_app_if_failed,

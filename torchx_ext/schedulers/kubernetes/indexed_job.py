@@ -17,7 +17,7 @@ from typing import Any
 from torchx import specs
 
 from torchx_ext.exit_codes import STUCK
-from torchx_ext.launcher.liveness import runs_our_launcher
+from torchx_ext.liveness import runs_our_launcher
 from torchx_ext.schedulers.common.role_policy import policy_of
 from torchx_ext.schedulers.kubernetes import names
 from torchx_ext.schedulers.kubernetes.options import ManifestOptions

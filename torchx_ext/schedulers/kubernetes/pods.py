@@ -18,7 +18,7 @@ from torchx import specs
 
 from torchx_ext.errors import InvalidArgumentError
 from torchx_ext.resources import GPU_VENDOR, K8S_INSTANCE_TYPE, NUMA_NODES
-from torchx_ext.launcher.liveness import probe_command, runs_our_launcher, training_probe_command
+from torchx_ext.liveness import probe_command, runs_our_launcher, training_probe_command
 from torchx_ext.replica_env import ERROR_FILE_ENV, LIVENESS_FILE_ENV, RANK0_HOST_ENV, RDZV_HOST_ENV
 from torchx_ext.schedulers.common.checks import shm_mb
 from torchx_ext.schedulers.common.role_policy import has_spares

@@ -26,7 +26,7 @@ from torchx_ext.schedulers.common.app_ids import DNS_LABEL_IDS, new_app_id
 from torchx_ext.schedulers.common.checks import seconds_option
 from torchx_ext.schedulers.common.logs import LogQuery
 from torchx_ext.schedulers.common.scheduler import ReplicaKeys, ReplicaReport, SchedulerShell, describe_response
-from torchx_ext.launcher.liveness import runs_our_launcher
+from torchx_ext.liveness import runs_our_launcher
 from torchx_ext.stack_request import REQUEST_SIGNAL
 from torchx_ext.schedulers.common.states import (JobEnd, State, app_state, joined_message, restarts_message,
                                                  spares_message)

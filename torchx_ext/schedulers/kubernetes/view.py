@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from torchx_ext.error_file import parse_error_report
-from torchx_ext.launcher.liveness import TRAINING_FLAG
+from torchx_ext.liveness import TRAINING_FLAG
 from torchx_ext.schedulers.common.states import JobEnd, State
 from torchx_ext.schedulers.kubernetes import names
 

@@ -30,7 +30,7 @@ from typing import Any
 from torchx import specs
 
 from torchx_ext.exit_codes import STUCK
-from torchx_ext.launcher.liveness import runs_our_launcher
+from torchx_ext.liveness import runs_our_launcher
 from torchx_ext.schedulers.common.role_policy import RolePolicy, min_replicas_of, policy_of
 from torchx_ext.schedulers.common.states import State
 from torchx_ext.schedulers.kubernetes import names

@@ -31,7 +31,7 @@ from torchx_ext.schedulers.common.job_dir import submitted_request
 from torchx_ext.schedulers.common.logs import LogQuery
 from torchx_ext.schedulers.common.scheduler import ReplicaReport, ReplicaKeys, SchedulerShell, describe_response
 from torchx_ext.schedulers.common.states import State, app_state, joined_message, restarts_message, spares_message
-from torchx_ext.launcher.liveness import is_spare
+from torchx_ext.liveness import is_spare
 from torchx_ext.schedulers.common.watch import RecordWatch, file_signature
 from torchx_ext.stack_request import REQUEST_SIGNAL
 from torchx_ext.schedulers.local.processes import marked_processes, signal_process, stop_processes

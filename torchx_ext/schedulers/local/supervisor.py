@@ -33,7 +33,7 @@ from torchx_ext.error_file import read_error_file
 from torchx_ext.errors import TorchxExtError
 from torchx_ext.exit_codes import STUCK
 from torchx_ext.numa.bind import bound_thread
-from torchx_ext.launcher.liveness import FileWatch, runs_our_launcher
+from torchx_ext.liveness import FileWatch, runs_our_launcher
 from torchx_ext.replica_env import LAUNCHER_MODULE, LIVENESS_FILE_ENV, RDZV_IS_HOST_ENV, RDZV_PORT_ENV
 from torchx_ext.schedulers.common.states import State, how_it_ended, job_move, replica_move
 from torchx_ext.schedulers.local.processes import (JOB_MARKER_ENV, marked_processes, signal_process as _signal,

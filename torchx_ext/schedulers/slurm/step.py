@@ -37,7 +37,7 @@ from typing import IO, TYPE_CHECKING, Union
 
 from torchx_ext.error_file import ErrorReport, read_error_file, write_error_file
 from torchx_ext.exit_codes import STUCK
-from torchx_ext.launcher.liveness import FileWatch, is_spare, runs_our_launcher
+from torchx_ext.liveness import FileWatch, is_spare, runs_our_launcher
 from torchx_ext.numa.cpulist import format_cpulist
 from torchx_ext.replica_env import (ALLOCATED_NODES_ENV, ERROR_FILE_ENV, LAUNCHER_MODULE, LIVENESS_FILE_ENV, RANK0_HOST_ENV,
                                     RDZV_HOST_ENV, RDZV_IS_HOST_ENV, RDZV_PORT_ENV, REPLICA_ENV)
