@@ -82,7 +82,7 @@ from tests.conformance.conftest import (_docker_cut, _docker_kill, _docker_pause
                                        _kube_delete_pod, _kube_freeze, _local_freeze, _local_kill,
                                        _on_docker_replica, _on_kube_replica, _slurm_freeze, _slurm_kill,
                                        _slurm_replica_processes)
-from torchx_ext.launcher.store_host import STORE_ADDR_ENV  # noqa: E402
+from torchx_ext.launcher.rendezvous.store_host import STORE_ADDR_ENV  # noqa: E402
 from torchx_ext.schedulers.local.processes import marked_processes  # noqa: E402
 
 JOB = REPO / "tests" / "conformance" / "jobs" / "checkpointed.py"

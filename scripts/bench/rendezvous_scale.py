@@ -2,7 +2,7 @@
 through a real TCPStore, train (beating and watching as our launcher's watchdog does), lose one
 node and rendezvous again. torch's stock c10d handler, ours (torch's handler in the launcher's
 wrapper: ``--c10d-handler torch``) and arrivals (what the launcher runs for ``--rdzv-backend c10d``
-by default: the arrival rendezvous, ``torchx_ext/launcher/arrival_rendezvous.py``, a constant
+by default: the arrival rendezvous, ``torchx_ext/launcher/rendezvous/arrivals.py``, a constant
 number of store operations per node, in the same wrapper) in the same run, each (handler, N) in a
 process of its own.
 
@@ -70,7 +70,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from torchx_ext.launcher.open_files import raise_open_files_limit  # noqa: E402
-from torchx_ext.launcher.rendezvous_store import FRESH_STORE_PER_ATTEMPT_ENV  # noqa: E402
+from torchx_ext.launcher.rendezvous.worker_store import FRESH_STORE_PER_ATTEMPT_ENV  # noqa: E402
 
 HANDLERS = ("torch", "ours", "arrivals")
 STORE_SERVER = """
@@ -192,10 +192,10 @@ def make_handler(kind: str, store: Any, run_id: str, nodes: int, timeout_s: floa
     runs ``--rdzv-backend c10d`` (torch's in the watched wrapper); or arrivals, as with
     ``--c10d-handler arrivals`` (the arrival rendezvous in the same wrapper). The wrapper's own
     watchdog is off: the bench runs the same one for every handler."""
-    from torchx_ext.launcher.watched_rendezvous import watched_handler
+    from torchx_ext.launcher.rendezvous.watched import watched_handler
 
     if kind == "arrivals":
-        from torchx_ext.launcher.arrival_handler import arrival_handler
+        from torchx_ext.launcher.rendezvous.arrival_handler import arrival_handler
 
         inner = arrival_handler(store, run_id, nodes, nodes, join_timeout_s=timeout_s, local_addr="127.0.0.1")
     else:
@@ -287,11 +287,11 @@ def run_group(kind: str, nodes: int, first: int, end: int, port: int, timeout_s:
     every process of this host shares."""
     import torch.distributed as dist
 
-    from torchx_ext.launcher.watchdog import Loss, RoundWatch
+    from torchx_ext.launcher.rendezvous.watchdog import Loss, RoundWatch
 
     raise_open_files_limit()
     threading.stack_size(512 * 1024)
-    # As our launcher runs a job that may restart (rendezvous_store.py): with the agents' store
+    # As our launcher runs a job that may restart (rendezvous/worker_store.py): with the agents' store
     # shared, torch's rank 0 publishes the workers' store address in the first round only, and a
     # replacement ranked after it waits for it in the next round for ever.
     os.environ.update([FRESH_STORE_PER_ATTEMPT_ENV])

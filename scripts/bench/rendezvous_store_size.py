@@ -32,7 +32,7 @@ def agent_and_watchdog_keys(store: Any, rank: int, world_size: int) -> None:
     from torch.distributed import PrefixStore
     from torch.distributed.elastic.utils.store import barrier
 
-    from torchx_ext.launcher.watchdog import KEY_PREFIX
+    from torchx_ext.launcher.rendezvous.watchdog import KEY_PREFIX
 
     store.set(f"torchelastic/role_info/{rank}", "role")
     if rank == 0:
@@ -61,7 +61,7 @@ def run(kind: str, nodes: int, rounds: int, report_at: set[int]) -> list[tuple[i
     import torch.distributed as dist
     from rendezvous_scale import start_store_server  # type: ignore[import-not-found]  # this script's folder
 
-    from torchx_ext.launcher.watched_rendezvous import c10d_handler
+    from torchx_ext.launcher.rendezvous.watched import c10d_handler
 
     process, port = start_store_server()
     server = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=300))

@@ -1,4 +1,4 @@
-"""The arrival rendezvous (torchx_ext/launcher/arrival_rendezvous.py) through a real TCPStore: nodes
+"""The arrival rendezvous (torchx_ext/launcher/rendezvous/arrivals.py) through a real TCPStore: nodes
 are threads, each with a store client of its own, as launchers have."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import torch.distributed as dist
 from torch.distributed.elastic.rendezvous import (RendezvousClosedError, RendezvousGracefulExitError,
                                                   RendezvousTimeoutError)
 
-from torchx_ext.launcher.arrival_handler import arrival_handler
-from torchx_ext.launcher.arrival_rendezvous import ArrivalRendezvous
-from torchx_ext.launcher.rendezvous_core import NodeDescription, ranks_of
+from torchx_ext.launcher.rendezvous.arrival_handler import arrival_handler
+from torchx_ext.launcher.rendezvous.arrivals import ArrivalRendezvous
+from torchx_ext.launcher.rendezvous.core import NodeDescription, ranks_of
 
 
 _nodes: list[ArrivalRendezvous] = []

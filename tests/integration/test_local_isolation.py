@@ -88,7 +88,7 @@ def test_a_second_host_cannot_connect_to_anything_a_local_job_listens_on(tmp_pat
 
 
 def test_the_loopback_forms_of_a_rendezvous_endpoint_are_told_from_the_others() -> None:
-    from torchx_ext.launcher.loopback import endpoint_is_loopback
+    from torchx_ext.launcher.rendezvous.loopback import endpoint_is_loopback
 
     assert [endpoint_is_loopback(text) for text in ("localhost:29500", "127.0.0.1:0", "[::1]:29500", "127.0.0.20",
                                                     "node1:29500", "10.0.0.1:29500", "[fd00::1]:29500", "")] == [

@@ -20,7 +20,7 @@ from tests.conformance.test_faults import _history
 from tests.fixtures.netns import WRAPPER, hosts, require_netns
 from tests.helpers import STATE_ROOT_ENV
 from torchx_ext.components.dist import ddp
-from torchx_ext.launcher.store_host import STORE_ADDR_ENV
+from torchx_ext.launcher.rendezvous.store_host import STORE_ADDR_ENV
 
 CHECKPOINTED = str(Path(__file__).parents[1] / "conformance" / "jobs" / "checkpointed.py")
 STEPS = 24

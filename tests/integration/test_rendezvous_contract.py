@@ -16,7 +16,7 @@ import torch.distributed as dist
 from torch.distributed.elastic.rendezvous import RendezvousClosedError, RendezvousTimeoutError
 
 from tests.integration.rendezvous_nodes import HANDLER_KINDS, background, make_handler, start_node, until
-from torchx_ext.launcher.spare import SpareReleased
+from torchx_ext.launcher.rendezvous.spare import SpareReleased
 
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from torchx_ext.launcher.watchdog import KEY_PREFIX, Loss, RoundWatch
+from torchx_ext.launcher.rendezvous.watchdog import KEY_PREFIX, Loss, RoundWatch
 
 TIMEOUT_S = 10.0  # a beat every 2 s: an agent that read the loss at its next beat would be 0 to 4 s late
 NODES = 6

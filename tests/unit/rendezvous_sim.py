@@ -20,8 +20,8 @@ from typing import Any
 
 from torch.distributed.elastic.rendezvous import RendezvousError
 
-from torchx_ext.launcher.arrival_rendezvous import ArrivalRendezvous, Pause
-from torchx_ext.launcher.rendezvous_core import WITHDRAWN
+from torchx_ext.launcher.rendezvous.arrivals import ArrivalRendezvous, Pause
+from torchx_ext.launcher.rendezvous.core import WITHDRAWN
 
 KEEP_ALIVE_S = 1.0
 MISSES = 3

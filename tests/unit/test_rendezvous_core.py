@@ -1,4 +1,4 @@
-"""The arrival rendezvous' decisions (``rendezvous_core.py``), alone and driven through many
+"""The arrival rendezvous' decisions (``core.py``), alone and driven through many
 interleavings: random arrivals, join timeouts, deaths, freezes and thaws, workers slow to stop and
 clock offsets of up to ten minutes either way, for 2 to 16 nodes with and without spares, each node
 the real ``ArrivalRendezvous`` over one store on a simulated clock (``rendezvous_sim.py``)."""
@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.unit.rendezvous_sim import EXPIRY_S, KEEP_ALIVE_S, LAST_CALL_S, Fault, SimNode, Simulation
-from torchx_ext.launcher.rendezvous_core import (NodeDescription, RankClaim, Seen, Settings, Sightings, TurnView,
+from torchx_ext.launcher.rendezvous.core import (NodeDescription, RankClaim, Seen, Settings, Sightings, TurnView,
                                                  assign_ranks, my_turn, ranks_of)
 
 SETTLE_S = 60.0

@@ -1,4 +1,4 @@
-"""torch's rendezvous pauses under our handler (torchx_ext.launcher.rendezvous_pauses), on a real
+"""torch's rendezvous pauses under our handler (torchx_ext.launcher.rendezvous.pauses), on a real
 TCPStore and torch's own c10d rendezvous handler."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from torch.distributed import TCPStore
 from torch.distributed.elastic.rendezvous import RendezvousParameters, dynamic_rendezvous
 from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import create_backend
 
-from torchx_ext.launcher.rendezvous_pauses import prompt_pauses
+from torchx_ext.launcher.rendezvous.pauses import prompt_pauses
 
 
 @pytest.fixture

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from torchx_ext.errors import InvalidArgumentError
-from torchx_ext.launcher.watched_rendezvous import peer_timeout
-from torchx_ext.launcher.watchdog import DEFAULT_TIMEOUT_S, Judge, watched_ranks
+from torchx_ext.launcher.rendezvous.watched import peer_timeout
+from torchx_ext.launcher.rendezvous.watchdog import DEFAULT_TIMEOUT_S, Judge, watched_ranks
 
 
 def test_each_rank_watches_its_next_two_ranks_around_the_ring() -> None:

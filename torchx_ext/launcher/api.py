@@ -19,7 +19,7 @@ from torchx_ext.launcher import preload_server
 from torchx_ext.launcher.bootstrap import BoundCallable, encode_plan
 from torchx_ext.launcher.caller_state import caller_state_kept
 from torchx_ext.launcher.scratch import log_dir_of_launch
-from torchx_ext.launcher.rendezvous_store import use_fresh_store_per_attempt_if_needed
+from torchx_ext.launcher.rendezvous.worker_store import use_fresh_store_per_attempt_if_needed
 from torchx_ext.launcher.inputs import StdSpec, check_rdzv_backend, std_spec
 from torchx_ext.launcher.worker_binding import plan_workers
 from torchx_ext.numa.topology import DEFAULT_SYSFS_ROOT

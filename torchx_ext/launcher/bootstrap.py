@@ -91,7 +91,7 @@ def apply(binding: WorkerBinding) -> None:
         os.environ[NUMA_NODE_ENV] = "" if binding.numa_node is None else str(binding.numa_node)
     if binding.omp_threads is not None:
         os.environ["OMP_NUM_THREADS"] = str(binding.omp_threads)
-    from torchx_ext.launcher.loopback import is_loopback, keep_sockets_on_loopback
+    from torchx_ext.launcher.rendezvous.loopback import is_loopback, keep_sockets_on_loopback
 
     if is_loopback(os.environ.get("MASTER_ADDR", "")):
         # A job on this host alone: its rank 0's store is on loopback, and so are gloo and NCCL.

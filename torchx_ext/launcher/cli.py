@@ -30,18 +30,18 @@ from torchx_ext.exit_codes import BAD_INPUT, FAILED, OK, STUCK
 from torchx_ext.launcher import preload_server
 from torchx_ext.launcher.bootstrap import BOOTSTRAP_CODE, BoundCallable, encode_plan, run_preloaded, run_script_path
 from torchx_ext.launcher.caller_state import caller_state_kept
-from torchx_ext.launcher.clock_offset import CLOCK_OFFSET_ENV, apply_clock_offset, clock_offset_s
+from torchx_ext.launcher.rendezvous.clock_offset import CLOCK_OFFSET_ENV, apply_clock_offset, clock_offset_s
 from torchx_ext.launcher.scratch import log_dir_of_launch
 from torchx_ext.launcher.streams import lock_standard_streams
 from torchx_ext.launcher.open_files import raise_open_files_limit
-from torchx_ext.launcher.rendezvous_store import use_fresh_store_per_attempt_if_needed
-from torchx_ext.launcher.spare import SpareReleased
-from torchx_ext.launcher.store_reach import reach_store
-from torchx_ext.launcher.watched_rendezvous import BACKEND as WATCHED_BACKEND
-from torchx_ext.launcher.watched_rendezvous import HANDLERS as C10D_HANDLERS
-from torchx_ext.launcher.watched_rendezvous import (HangError, PeerLostError, StuckError, closed_store_line,
+from torchx_ext.launcher.rendezvous.worker_store import use_fresh_store_per_attempt_if_needed
+from torchx_ext.launcher.rendezvous.spare import SpareReleased
+from torchx_ext.launcher.rendezvous.store_reach import reach_store
+from torchx_ext.launcher.rendezvous.watched import BACKEND as WATCHED_BACKEND
+from torchx_ext.launcher.rendezvous.watched import HANDLERS as C10D_HANDLERS
+from torchx_ext.launcher.rendezvous.watched import (HangError, PeerLostError, StuckError, closed_store_line,
                                                     exit_for_store_loss, peer_timeout, watch_rendezvous)
-from torchx_ext.launcher.watchdog import DEFAULT_TIMEOUT_S, Loss
+from torchx_ext.launcher.rendezvous.watchdog import DEFAULT_TIMEOUT_S, Loss
 from torchx_ext.options import DEFAULT_HANG_TIMEOUT_S, parse_hang_timeout
 from torchx_ext.launcher.hang_watch import LaunchProgress
 from torchx_ext.launcher.stacks import answer_for, answer_requests

@@ -1,6 +1,6 @@
 """The hang watchdog's threads: look at this node's ranks and the job's counter, and act on a hang.
 
-One ``HangWatch`` per rendezvous round (``watched_rendezvous.py`` starts it with the round and stops
+One ``HangWatch`` per rendezvous round (``watched.py`` starts it with the round and stops
 it when the next begins), on a thread of its own that every ``look_interval``:
 
 - reads this node's workers' progress files (``worker_progress.py``) and adds 1 to the round's
@@ -31,7 +31,7 @@ from typing import Any
 
 from torchx_ext.launcher.hang_core import HangJudge, StuckAttempts, look_interval
 from torchx_ext.launcher.stacks import STACK_BOUND_S, local_ranks, write_stacks
-from torchx_ext.launcher.watchdog import node_name
+from torchx_ext.launcher.rendezvous.watchdog import node_name
 
 logger = logging.getLogger("torchx_ext.launcher")
 

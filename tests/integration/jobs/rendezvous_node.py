@@ -10,7 +10,7 @@ import time
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[3]))
 
 from tests.integration.rendezvous_nodes import make_handler  # noqa: E402
-from torchx_ext.launcher.clock_offset import apply_clock_offset  # noqa: E402
+from torchx_ext.launcher.rendezvous.clock_offset import apply_clock_offset  # noqa: E402
 
 apply_clock_offset()
 

@@ -211,7 +211,7 @@ class Supervisor:
         """The port of a store process started for the job; else a free port for replica 0's."""
         try:
             store = subprocess.Popen(
-                [sys.executable, "-m", "torchx_ext.launcher.store_host"], stdin=subprocess.DEVNULL,
+                [sys.executable, "-m", "torchx_ext.launcher.rendezvous.store_host"], stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE, env={**os.environ, JOB_MARKER_ENV: self.request.app_id},
                 start_new_session=True)
         except OSError as error:

@@ -16,8 +16,8 @@ import socket
 import time
 from collections.abc import Callable
 
-from torchx_ext.launcher.loopback import LOOPBACK_ADDRESS, is_loopback
-from torchx_ext.launcher.store_host import STORE_ADDR_ENV
+from torchx_ext.launcher.rendezvous.loopback import LOOPBACK_ADDRESS, is_loopback
+from torchx_ext.launcher.rendezvous.store_host import STORE_ADDR_ENV
 
 RETRY_S = 0.5
 CONNECT_S = 5.0

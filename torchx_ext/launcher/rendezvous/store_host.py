@@ -1,4 +1,4 @@
-"""A rendezvous store outside the replicas: ``python -m torchx_ext.launcher.store_host``.
+"""A rendezvous store outside the replicas: ``python -m torchx_ext.launcher.rendezvous.store_host``.
 
 Hosts a TCPStore on a free port, writes the port as one line on stdout, and serves until
 SIGTERM or SIGINT. A scheduler that can run it apart from the replicas (local_cwd) does so for
@@ -13,7 +13,7 @@ import datetime
 import os
 import signal
 
-from torchx_ext.launcher.loopback import LOOPBACK_ADDRESS, serve_store
+from torchx_ext.launcher.rendezvous.loopback import LOOPBACK_ADDRESS, serve_store
 from torchx_ext.launcher.open_files import raise_open_files_limit
 
 STOP = {signal.SIGTERM, signal.SIGINT}

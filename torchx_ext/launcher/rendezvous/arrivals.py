@@ -1,6 +1,6 @@
 """A c10d-store rendezvous whose join costs each node a constant number of store operations, and
 which keeps torch's ``DynamicRendezvousHandler`` contract. This module reads and writes the store;
-what it does next is decided in ``rendezvous_core.py`` (the words used here are defined there).
+what it does next is decided in ``core.py`` (the words used here are defined there).
 
 torch's c10d handler keeps one state blob (every node, its keep-alive, the lists) that each node
 rewrites by compare-and-set: N nodes joining together make on the order of N² attempts of O(N)
@@ -57,13 +57,13 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any, Protocol
 
-from torchx_ext.launcher.arrival_keepalive import KeepAlive
-from torchx_ext.launcher.rendezvous_core import (LEFT, WITHDRAWN, Candidate, batch_before, LastCallFrom, Member, NodeDescription, NotYet, Outside,
+from torchx_ext.launcher.rendezvous.keepalive import KeepAlive
+from torchx_ext.launcher.rendezvous.core import (LEFT, WITHDRAWN, Candidate, batch_before, LastCallFrom, Member, NodeDescription, NotYet, Outside,
                                                  OutsideView, ParticipantView, Seen, SealedWithout, Sealing, Settings,
                                                  Sightings, Superseded, TrySeal, TurnView, Wait, Withdraw, beat_payload,
                                                  beat_value, choose_members, members_coming, my_turn, outside_action,
                                                  participant_action, present, track_since, waiting_count)
-from torchx_ext.launcher.store_keys import PrefixedKeys, delete_keys
+from torchx_ext.launcher.rendezvous.store_keys import PrefixedKeys, delete_keys
 
 BACKEND = "torchx_ext-arrivals"
 logger = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 
 Registered through torch's documented registry of rendezvous backends under our own name, it
 wraps a c10d handler over the store torch's c10d backend makes (same endpoint, ``is_host``,
-``store_type`` and ``read_timeout``): by default the arrival rendezvous (``arrival_rendezvous.py``,
+``store_type`` and ``read_timeout``): by default the arrival rendezvous (``arrivals.py``,
 a constant number of store operations per node), or with ``--c10d-handler torch`` torch's own
 handler, whose rounds it leaves as they are. A loss the
 watchdog declares reaches the agent where it already looks for membership changes,
@@ -27,14 +27,14 @@ from collections.abc import Callable
 from typing import Any
 
 from torchx_ext.errors import InvalidArgumentError, TorchxExtError, first_line
-from torchx_ext.launcher.arrival_handler import arrival_handler
+from torchx_ext.launcher.rendezvous.arrival_handler import arrival_handler
 from torchx_ext.launcher.hang_core import FAILED, HUNG
 from torchx_ext.launcher.hang_watch import HangWatch, LaunchProgress, register, registered
-from torchx_ext.launcher.loopback import LOOPBACK_ADDRESS, endpoint_is_loopback, rendezvous_store
-from torchx_ext.launcher.rendezvous_pauses import prompt_pauses
-from torchx_ext.launcher.spare import let_the_first_round_form, marked_while_spare
-from torchx_ext.launcher.store_keys import delete_keys
-from torchx_ext.launcher.watchdog import DEFAULT_TIMEOUT_S, Loss, RoundWatch
+from torchx_ext.launcher.rendezvous.loopback import LOOPBACK_ADDRESS, endpoint_is_loopback, loopback_agents_store
+from torchx_ext.launcher.rendezvous.pauses import prompt_pauses
+from torchx_ext.launcher.rendezvous.spare import let_the_first_round_form, marked_while_spare
+from torchx_ext.launcher.rendezvous.store_keys import delete_keys
+from torchx_ext.launcher.rendezvous.watchdog import DEFAULT_TIMEOUT_S, Loss, RoundWatch
 from torchx_ext.replica_env import LIVENESS_FILE_ENV
 
 logger = logging.getLogger("torchx_ext.launcher")
@@ -176,7 +176,7 @@ def _create_handler(params: Any) -> Any:
     )
     # A job on this host alone: its store on loopback (loopback.py). torch's handler tells the workers
     # its --local-addr (else the host's name) as the store's address: 127.0.0.1 when none is given.
-    local = rendezvous_store(c10d) if kind != "torch" or params.local_addr is None else None
+    local = loopback_agents_store(c10d) if kind != "torch" or params.local_addr is None else None
     forget: Callable[[], None] | None = None
     if kind == "torch":
         if local is not None:
@@ -440,7 +440,7 @@ def in_node_rank_order(info: Any, node_rank: int, local_addr: str | None, shared
     from torch.distributed.elastic.rendezvous import RendezvousInfo
     from torch.distributed.elastic.rendezvous.api import RendezvousStoreInfo
 
-    from torchx_ext.launcher.rendezvous_core import RankClaim, assign_ranks
+    from torchx_ext.launcher.rendezvous.core import RankClaim, assign_ranks
 
     if not 0 <= info.rank < info.world_size:
         return info  # torch's handler under clock skew can say so (docs/launcher.md): nothing to reorder

@@ -1,4 +1,4 @@
-"""torch's ``RendezvousHandler`` interface over the arrival rendezvous (``arrival_rendezvous.py``),
+"""torch's ``RendezvousHandler`` interface over the arrival rendezvous (``arrivals.py``),
 as the launcher's c10d runs it."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import logging
 import os
 from typing import Any
 
-from torchx_ext.launcher.arrival_rendezvous import BACKEND, KEEP_ALIVE_MISSES, KEEP_ALIVE_S, ArrivalRendezvous
-from torchx_ext.launcher.store_keys import delete_keys
+from torchx_ext.launcher.rendezvous.arrivals import BACKEND, KEEP_ALIVE_MISSES, KEEP_ALIVE_S, ArrivalRendezvous
+from torchx_ext.launcher.rendezvous.store_keys import delete_keys
 
 logger = logging.getLogger(__name__)
 
@@ -20,14 +20,14 @@ def arrival_handler(store: Any, run_id: str, min_nodes: int, max_nodes: int, *, 
     """torch's ``RendezvousHandler`` over ``ArrivalRendezvous`` (the store: this node's client).
     Rank 0's launcher serves its workers' store: on 127.0.0.1 only for a job on this host alone
     (``loopback``), and a new one each round where torch's switch asks for a fresh store per
-    attempt (``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``, rendezvous_store.py), which torch would
+    attempt (``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``, worker_store.py), which torch would
     leave to rank 0's worker to serve on every interface. A workers' store served again in a later
     round is emptied first: the store stays bounded whatever the restarts."""
     from torch.distributed import TCPStore
     from torch.distributed.elastic.rendezvous import RendezvousHandler, RendezvousInfo
     from torch.distributed.elastic.rendezvous.api import RendezvousStoreInfo
 
-    from torchx_ext.launcher.loopback import LOOPBACK_ADDRESS, serve_store
+    from torchx_ext.launcher.rendezvous.loopback import LOOPBACK_ADDRESS, serve_store
 
     rendezvous = ArrivalRendezvous(store, run_id, min_nodes, max_nodes, join_timeout_s=join_timeout_s,
                                    last_call_s=last_call_s, node_rank=node_rank, local_addr=local_addr,

@@ -1,6 +1,6 @@
 """The arrival rendezvous' decisions, apart from the store and the clock.
 
-``arrival_rendezvous.py`` reads what it needs from the store, hands it here with its own monotonic
+``arrivals.py`` reads what it needs from the store, hands it here with its own monotonic
 clock's reading, and does what comes back; nothing here touches a store, a socket or a clock. So
 the decisions can be driven through many states and interleavings without processes
 (``tests/unit/test_rendezvous_core.py``), as torch tests its ``_RendezvousJoinOp``.

@@ -64,7 +64,7 @@ def serve_store(port: int, timeout_s: float, *, multi_tenant: bool = True) -> An
                     timeout=timedelta(seconds=timeout_s), master_listen_fd=listener.detach())
 
 
-def rendezvous_store(params: Any) -> Any | None:
+def loopback_agents_store(params: Any) -> Any | None:
     """The agents' store this node serves on loopback, for torch's c10d ``params`` whose endpoint is
     loopback and which this node hosts (``is_host``, or unsaid and the port still free: as torch,
     the first local launcher hosts); None where torch's c10d backend is to make it."""
