@@ -61,7 +61,7 @@ def run(kind: str, nodes: int, rounds: int, report_at: set[int]) -> list[tuple[i
     import torch.distributed as dist
     from rendezvous_scale import start_store_server  # type: ignore[import-not-found]  # this script's folder
 
-    from torchx_ext.launcher.rendezvous.watched import c10d_handler
+    from torchx_ext.launcher.rendezvous.config import c10d_handler
 
     process, port = start_store_server()
     server = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=300))

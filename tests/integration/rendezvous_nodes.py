@@ -23,7 +23,7 @@ NODE_SCRIPT = Path(__file__).parent / "jobs" / "rendezvous_node.py"
 
 def make_handler(kind: str, port: int, min_nodes: int, max_nodes: int, node_rank: int = -1, **settings: Any) -> Any:
     """The launcher's c10d handler (``kind``: ``--c10d-handler``), with no watchdog."""
-    from torchx_ext.launcher.rendezvous.watched import c10d_handler
+    from torchx_ext.launcher.rendezvous.config import c10d_handler
 
     return c10d_handler(min_nodes, max_nodes, f"127.0.0.1:{port}", "contract", {**FAST, "is_host": False, **settings},
                         handler=kind, node_rank=node_rank, local_addr="127.0.0.1")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from torchx_ext.errors import InvalidArgumentError
-from torchx_ext.launcher.rendezvous.watched import peer_timeout
+from torchx_ext.launcher.rendezvous.config import peer_timeout
 from torchx_ext.launcher.rendezvous.watchdog import DEFAULT_TIMEOUT_S, Judge, watched_ranks
 
 

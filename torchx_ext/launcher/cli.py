@@ -37,10 +37,11 @@ from torchx_ext.launcher.open_files import raise_open_files_limit
 from torchx_ext.launcher.rendezvous.worker_store import use_fresh_store_per_attempt_if_needed
 from torchx_ext.launcher.rendezvous.spare import SpareReleased
 from torchx_ext.launcher.rendezvous.store_reach import reach_store
-from torchx_ext.launcher.rendezvous.watched import BACKEND as WATCHED_BACKEND
-from torchx_ext.launcher.rendezvous.watched import HANDLERS as C10D_HANDLERS
-from torchx_ext.launcher.rendezvous.watched import (HangError, PeerLostError, StuckError, closed_store_line,
-                                                    exit_for_store_loss, peer_timeout, watch_rendezvous)
+from torchx_ext.launcher.rendezvous.config import peer_timeout, watch_rendezvous
+from torchx_ext.launcher.rendezvous.errors import HangError, PeerLostError, StuckError
+from torchx_ext.launcher.rendezvous.settings import BACKEND as WATCHED_BACKEND
+from torchx_ext.launcher.rendezvous.settings import HANDLERS as C10D_HANDLERS
+from torchx_ext.launcher.rendezvous.store_loss import closed_store_line, exit_for_store_loss
 from torchx_ext.launcher.rendezvous.watchdog import DEFAULT_TIMEOUT_S, Loss
 from torchx_ext.options import DEFAULT_HANG_TIMEOUT_S, parse_hang_timeout
 from torchx_ext.launcher.hang_watch import LaunchProgress
