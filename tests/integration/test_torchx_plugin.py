@@ -19,7 +19,7 @@ from torchx.specs.finder import ModuleComponentsFinder
 
 from tests.integration.launcher_helpers import JOBS, clean_env
 from torchx_ext.registration.lines import require_torchx
-from torchx_ext.schedulers.backends import SCHEDULERS
+from torchx_ext.schedulers.backends import BACKENDS, SCHEDULERS
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -81,7 +81,9 @@ def offered_schedulers(env: dict[str, str] | None = None) -> list[str]:
 def test_exactly_the_installed_torchx_builtin_schedulers_are_offered_with_local_cwd_first() -> None:
     names = offered_schedulers()
     assert names[0] == "local_cwd"  # torchx run's default
-    assert sorted(names) == sorted(TORCHX_BUILTIN_SCHEDULERS)  # nothing this torchx lacks
+    # Nothing this torchx lacks, but a backend of ours that takes no torchx name (torchx_builtin None).
+    ours_only = [backend.scheduler for backend in BACKENDS if backend.torchx_builtin is None]
+    assert sorted(names) == sorted({*TORCHX_BUILTIN_SCHEDULERS, *ours_only})
     assert set(SCHEDULERS) <= set(names)
 
 
