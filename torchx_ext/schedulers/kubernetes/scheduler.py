@@ -31,7 +31,7 @@ from torchx_ext.stack_request import REQUEST_SIGNAL
 from torchx_ext.schedulers.common.states import (JobEnd, State, app_state, joined_message, restarts_message,
                                                  spares_message)
 from torchx_ext.schedulers.common.watch import EndingWindow
-from torchx_ext.schedulers.kubernetes.backends import BACKEND_BY_NAME, Backend, app_selector
+from torchx_ext.schedulers.kubernetes.workloads import WORKLOAD_OF_BACKEND, Workload, app_selector
 from torchx_ext.schedulers.kubernetes.client import Cluster, WatchLost, connect
 from torchx_ext.schedulers.kubernetes.request import KubernetesJobRequest, build_request, check_role
 from torchx_ext.schedulers.kubernetes.pod_security import check_pods_admitted
@@ -145,7 +145,7 @@ class KubernetesScheduler(WorkspaceMixin[None], SchedulerShell[KubernetesOpts]):
         one list per backend (a backend whose CRD the cluster lacks has none)."""
         namespace = (cfg or {}).get("namespace") or self.cluster.connection.namespace
         return [ListAppResponse(app_id=_app_id(namespace, backend.name, app), state=app_state(state))
-                for backend in BACKEND_BY_NAME.values() for app, state in sorted(backend.apps(self.cluster, namespace),
+                for backend in WORKLOAD_OF_BACKEND.values() for app, state in sorted(backend.apps(self.cluster, namespace),
                                                                           key=lambda item: item[0])]
 
     def ask_for_stacks(self, app_id: str, role_name: str | None = None,
@@ -256,12 +256,12 @@ class KubernetesScheduler(WorkspaceMixin[None], SchedulerShell[KubernetesOpts]):
             self._cluster.connection.api.close()
             self._cluster = None
 
-    def _split(self, app_id: str) -> tuple[str, Backend, str]:
+    def _split(self, app_id: str) -> tuple[str, Workload, str]:
         """``namespace:name`` (job), ``namespace:jobset:name`` or ``namespace:volcano:name``."""
         parts = app_id.split(":")
         name = parts[-1]
         namespace = (parts[0] if len(parts) > 1 and parts[0] else self.cluster.connection.namespace)
-        backend = BACKEND_BY_NAME.get(parts[1] if len(parts) == 3 else "job")
+        backend = WORKLOAD_OF_BACKEND.get(parts[1] if len(parts) == 3 else "job")
         if backend is None or len(parts) > 3:
             raise InvalidArgumentError(f"invalid kubernetes app id {app_id!r}: expected NAMESPACE:NAME, "
                                        "NAMESPACE:jobset:NAME or NAMESPACE:volcano:NAME")

@@ -1,4 +1,5 @@
-"""What differs per backend once an app exists: how it is read, ended, deleted and listed.
+"""What differs per workload kind (the ``backend`` option: job, jobset, volcano) once an app exists:
+how it is read, ended, deleted and listed.
 
 Each reads with a constant number of requests (the top object, its Jobs, its pods), whatever
 the replica count. Ending writes our end (``common.states.JobEnd``, as ``view.end_annotation`` writes it) on the top object, whose state it
@@ -29,7 +30,7 @@ from torchx_ext.schedulers.kubernetes.volcano import read_volcano
 _PAST_DEADLINE = {"spec": {"activeDeadlineSeconds": 1}}
 
 
-class Backend(Protocol):
+class Workload(Protocol):
     name: str
 
     def view(self, cluster: Cluster, namespace: str, name: str) -> KubernetesJobView: ...
@@ -49,7 +50,7 @@ def app_selector(name: str) -> str:
     return f"{names.LABEL_APP_ID}={name}"
 
 
-class JobBackend:
+class JobWorkload:
     name = "job"
 
     def view(self, cluster: Cluster, namespace: str, name: str) -> KubernetesJobView:
@@ -83,7 +84,7 @@ class JobBackend:
         return [(app, _state(read_job(app, jobs, []))) for app, jobs in by_app.items()]
 
 
-class JobSetBackend:
+class JobSetWorkload:
     name = "jobset"
 
     def view(self, cluster: Cluster, namespace: str, name: str) -> KubernetesJobView:
@@ -116,7 +117,7 @@ class JobSetBackend:
                 for jobset in cluster.list_custom(JOBSET, namespace, names.LABEL_APP_ID)]
 
 
-class VolcanoBackend:
+class VolcanoWorkload:
     name = "volcano"
 
     def view(self, cluster: Cluster, namespace: str, name: str) -> KubernetesJobView:
@@ -147,7 +148,8 @@ class VolcanoBackend:
                 for job in cluster.list_custom(VOLCANO_JOB, namespace, names.LABEL_APP_ID)]
 
 
-BACKEND_BY_NAME: dict[str, Backend] = {backend.name: backend for backend in (JobBackend(), JobSetBackend(), VolcanoBackend())}
+WORKLOAD_OF_BACKEND: dict[str, Workload] = {workload.name: workload for workload in (JobWorkload(), JobSetWorkload(), VolcanoWorkload())}
+"""The workload kind of each value of the kubernetes scheduler's ``backend`` option."""
 
 
 def _with_kueue_reason(cluster: Cluster, namespace: str, view: KubernetesJobView, owners: list[dict[str, Any]]) -> KubernetesJobView:
