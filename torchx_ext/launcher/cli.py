@@ -261,7 +261,26 @@ def prepare(args: argparse.Namespace,
             progress: LaunchProgress | None = None) -> tuple[Any, Callable[..., Any] | str, list[str]]:
     """Check every input and plan the binding; returns what elastic_launch needs. Starts nothing.
     ``progress``: the hang watchdog's, for each round of a c10d rendezvous."""
-    from torch.distributed.run import config_from_args, parse_min_max_nnodes
+    max_nodes, nproc = _checked_sizes(args)
+    config = _launch_config(args, max_nodes, progress)
+    device_kind, mode = _device_kind_and_mode(args)
+    _, bindings = plan_workers(
+        nproc,
+        mode,
+        strict=args.numa_strict,
+        device_kind=device_kind,
+        omp_threads=args.omp_threads,
+        sysfs_root=args.numa_sysfs_root,
+        dry_run=args.numa_dry_run,
+    )
+    entrypoint, entry_args = _entrypoint(args, config, encode_plan(bindings))
+    return config, entrypoint, entry_args
+
+
+def _checked_sizes(args: argparse.Namespace) -> tuple[int, int]:
+    """The inputs torch would only fail on later, checked; the node count's MAX (capped at the
+    allocation) and the workers per node."""
+    from torch.distributed.run import parse_min_max_nnodes
 
     check_mode(args.numa_binding)
     if args.numa_device_kind not in (None, *DEVICE_KINDS):
@@ -282,6 +301,13 @@ def prepare(args: argparse.Namespace,
     std_spec(args.redirects, "--redirects")
     std_spec(args.tee, "--tee")
     _check_entrypoint(args)
+    return max_nodes, nproc
+
+
+def _launch_config(args: argparse.Namespace, max_nodes: int, progress: LaunchProgress | None) -> Any:
+    """torch's ``LaunchConfig`` as torchrun makes it, with our rendezvous, store host and shutdown."""
+    from torch.distributed.run import config_from_args
+
     _resolve_rendezvous(args, max_nodes)
     omp_decided_here = "OMP_NUM_THREADS" not in os.environ and args.omp_threads is not None
     if omp_decided_here:
@@ -303,17 +329,12 @@ def prepare(args: argparse.Namespace,
     config.numa_options = None
     if getattr(args, "shutdown_timeout", None) is None and "TORCH_ELASTIC_SHUTDOWN_TIMEOUT" not in os.environ:
         config.shutdown_timeout = DEFAULT_SHUTDOWN_TIMEOUT_S
-    device_kind, mode = _device_kind_and_mode(args)
-    _, bindings = plan_workers(
-        nproc,
-        mode,
-        strict=args.numa_strict,
-        device_kind=device_kind,
-        omp_threads=args.omp_threads,
-        sysfs_root=args.numa_sysfs_root,
-        dry_run=args.numa_dry_run,
-    )
-    plan = encode_plan(bindings)
+    return config
+
+
+def _entrypoint(args: argparse.Namespace, config: Any, plan: str) -> tuple[Callable[..., Any] | str, list[str]]:
+    """What each worker runs: the bootstrap (which binds, then runs the script, module or program),
+    or, for --run-path and preloaded workers, a callable that does the same in a forked child."""
     script_args = [escape_template(arg) for arg in args.training_script_args]
     target = escape_template(args.training_script)
     if args.run_path:
@@ -324,9 +345,9 @@ def prepare(args: argparse.Namespace,
             pickled=config.start_method != "fork",
             bind_spawn_parent=config.start_method == "spawn",
         )
-        return config, bound, ["${local_rank}"]
+        return bound, ["${local_rank}"]
     if args.no_python:
-        return config, sys.executable, ["-c", BOOTSTRAP_CODE, plan, "${local_rank}", "exec", target, *script_args]
+        return sys.executable, ["-c", BOOTSTRAP_CODE, plan, "${local_rank}", "exec", target, *script_args]
     kind = "module" if args.module else "script"
     if uses_preloaded_workers(args):
         import multiprocessing.forkserver as forkserver
@@ -335,9 +356,9 @@ def prepare(args: argparse.Namespace,
         config.start_method = "forkserver"
         forkserver.set_forkserver_preload(list(preload_server.PRELOAD_MODULES))  # if not started early, torch starts it
         bound = BoundCallable(plan, run_preloaded, (kind, args.training_script, *args.training_script_args), pickled=True)
-        return config, bound, ["${local_rank}"]
+        return bound, ["${local_rank}"]
     python = os.getenv("PYTHON_EXEC", sys.executable)
-    return config, python, ["-u", "-c", BOOTSTRAP_CODE, plan, "${local_rank}", kind, target, *script_args]
+    return python, ["-u", "-c", BOOTSTRAP_CODE, plan, "${local_rank}", kind, target, *script_args]
 
 
 def run(config: Any, entrypoint: Callable[..., Any] | str, entry_args: list[str], job_name: str,
