@@ -353,10 +353,9 @@ def test_attempts_that_keep_hanging_or_failing_at_one_point_end_the_job_before_i
     runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path, how: str
 ) -> None:
     status, directory = _stuck(runner, scheduler, tmp_path, "2x1", max_retries=3, how=how)
-    # The scheduler started no replica again. Known race on Kubernetes (2 of 9 runs in one CI): a
-    # node that loses the store as its host stops may end first (exit 1), and its pod is replaced
-    # once before the stop's exit 3 ends the job (docs/fault-tolerance.md). To be fixed.
-    assert status.num_restarts <= (1 if scheduler.name.startswith("kubernetes") else 0), status
+    # The scheduler started no replica again: a node that stops restarting waits for every node to
+    # have seen the stop before it takes the store with it (the other node stops with it, exit 3).
+    assert status.num_restarts == 0, status
     assert len(_history(directory)) == 3
 
 

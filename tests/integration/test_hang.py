@@ -56,14 +56,17 @@ def started() -> Any:
 
 
 def _two_nodes(directory: Path, started: list[Node], job: list[str], *, max_restarts: int, hang_timeout: str,
-               late_s: float = 0.0) -> tuple[Node, Node]:
+               late_s: float = 0.0, error_files: tuple[Path, Path] | None = None) -> tuple[Node, Node]:
     port = free_port()
 
     def node(host: bool) -> Node:
         args = ["--nnodes", "2", "--nproc-per-node", "1", "--node-rank", "0" if host else "1",
                 "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "hang",
                 "--max-restarts", str(max_restarts), "--hang-timeout", hang_timeout, *job]
-        return Node(directory, "host" if host else "peer", args, {"TORCHX_EXT_RDZV_IS_HOST": "1" if host else "0"})
+        env = {"TORCHX_EXT_RDZV_IS_HOST": "1" if host else "0"}
+        if error_files is not None:  # each replica's own, as a scheduler gives it
+            env["TORCHELASTIC_ERROR_FILE"] = str(error_files[0 if host else 1])
+        return Node(directory, "host" if host else "peer", args, env)
 
     host = node(True)
     started.append(host)
@@ -170,6 +173,31 @@ def test_attempts_that_keep_hanging_at_the_same_point_stop_before_the_restarts_r
     assert "stopped restarting: 3 attempts in a row hung at the same point" in last, last
     assert "5 restarts in place left unused" in last and "(no restart left" not in last
     assert 3 <= output.count(f"[torchx_ext.launcher] {HANG_LINE}") <= 4, output[-5000:]
+
+
+def test_a_node_one_attempt_behind_stops_with_the_node_that_stopped_restarting(tmp_path: Path,
+                                                                            started: list[Node]) -> None:
+    # Each node counts its own attempts (kept beside its replica's error file for the next
+    # launcher) and judges "the same point" by its own looks, so nodes may disagree by one attempt.
+    # Here the store's host has two hung attempts behind it and the peer none: the host stops at the
+    # next hang, and the peer, which would restart, stops with it (exit 3) instead of failing on
+    # the closed rendezvous or on the store the host took with it (exit 1, which schedulers retry).
+    job = [HUNG, str(tmp_path / "checkpoints"), "10", "0.2", "1", "2", "0", "always"]
+    (tmp_path / "checkpoints").mkdir()
+    error_files = (tmp_path / "host.json", tmp_path / "peer.json")
+    for _ in range(2):
+        host, peer = _two_nodes(tmp_path, started, job, max_restarts=0, hang_timeout="3", error_files=error_files)
+        assert (host.wait(120), peer.wait(30)) == (1, 1), (host.output()[-2000:], peer.output()[-2000:])
+    Path(f"{error_files[1]}.attempts").unlink()  # the peer's replica starts afresh (a new pod)
+
+    host, peer = _two_nodes(tmp_path, started, job, max_restarts=3, hang_timeout="3", error_files=error_files)
+    assert host.wait(120) == 3, host.output()[-3000:]
+    assert peer.wait(30) == 3, peer.output()[-3000:]
+    host_line, peer_line = (node.output().strip().splitlines()[-1] for node in (host, peer))
+    assert "stopped restarting: 3 attempts in a row hung at the same point" in host_line, host_line
+    assert "stopped restarting: 3 attempts in a row hung" in peer_line and "seen by another node" in peer_line, \
+        peer_line
+    assert json.loads(error_files[1].read_text())["message"]["errorCode"] == 3
 
 
 def test_where_py_spy_is_installed_each_ranks_stack_carries_its_native_frames(tmp_path: Path) -> None:

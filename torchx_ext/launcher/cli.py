@@ -446,7 +446,8 @@ def _backend_name(backend: str) -> str:
 
 
 def _leave_for_store_loss(loss: Loss) -> None:
-    exit_for_store_loss(loss, FAILED, _report_launcher_failure)
+    code = STUCK if loss.of_stuck_job else FAILED
+    exit_for_store_loss(loss, code, lambda line: _report_launcher_failure(line, code, keep_traceback=loss.of_stuck_job))
 
 
 def _report_launcher_failure(message: str, code: int = FAILED, keep_traceback: bool = False) -> None:

@@ -29,20 +29,27 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from torchx_ext.launcher.hang_core import HangJudge, StuckAttempts, look_interval
+from torchx_ext.launcher.hang_core import MAX_LOOK_S, HangJudge, StuckAttempts, look_interval
 from torchx_ext.launcher.stacks import STACK_BOUND_S, local_ranks, write_stacks
 from torchx_ext.launcher.rendezvous.watchdog import node_name
 
 logger = logging.getLogger("torchx_ext.launcher")
 
 KEY_PREFIX = "torchx_ext.hang/"
-HANG, TIMER, STUCK = "hang", "timer", "stuck"
-"""The kinds of declaration: the watchdog's (every node restarts its workers), a worker's timer
-(its node's worker is killed; the rendezvous restarts the others), or a node that stopped
-restarting because its attempts kept failing at one point (every node stops with it: the failed
-node never joins the next round, which they would otherwise wait for)."""
+HANG, TIMER = "hang", "timer"
+"""The kinds of declaration: the watchdog's (every node restarts its workers), or a worker's timer
+(its node's worker is killed; the rendezvous restarts the others)."""
+STOPPED = "stopped"
+"""The key of a node that stopped restarting because its attempts kept hanging or failing at one
+point (every node stops with it: it never joins the next round, which they would wait for). A key
+of its own: the round's declaration is often the hang that ended the attempt."""
 FAILURE_CALL_S = 5.0
 """How long a store call that tells a failed attempt may take (its host frozen: not told)."""
+STOP_SEEN_BOUND_S = 2 * MAX_LOOK_S + 2.0
+"""How long a node that stops restarting waits, as it leaves, for every node to have seen the stop
+(each looks every 2 s at most, or finds the rendezvous closed): the store's host leaving first would
+end the others as a lost store, and each node judges "the same point" by its own looks, so a node
+that is one attempt behind would otherwise fail on the closed rendezvous, which a scheduler retries."""
 ACK_BOUND_S = STACK_BOUND_S + 2 * 2.0 + 1.0
 """How long a node waits for every node's stacks: theirs (3 s at most) once they looked (every 2 s
 at most), twice over for a node that looked just before the declaration, and a second to spare."""
@@ -149,6 +156,7 @@ class HangWatch:
         self._answered = False
         self._hang: str | None = None
         self._stuck: str | None = None
+        self._saw_the_stop = False
         self.failed_here = False
         """Whether a worker of this node failed in this round (``failure``): torch's agent spent a
         restart on it."""
@@ -189,13 +197,55 @@ class HangWatch:
             return self._stuck
 
     def declare_stuck(self, line: str) -> None:
-        """This node stops restarting (after ``stop``): every other node is told, on its next look."""
+        """This node stops restarting (after ``stop``): every other node is told, on its next look
+        or when it reads the stop (``read_stuck``)."""
         if self._store is None:
             return
         try:
-            self._store.compare_set("declared", "", f"{STUCK} {line}")
+            self._store.compare_set(STOPPED, "", line)
+            self._acknowledge_the_stop()
         except Exception as error:  # the store's loss: the others tell this node's loss
             logger.debug("hang watch: store call failed: %s", error)
+
+    def read_stuck(self) -> str | None:
+        """Another node's stop in this round, read from the round's store now (this node's look may
+        have ended, or it left for the next round), acknowledged; None when there is none."""
+        with self._lock:
+            if self._stuck is not None or self._store is None:
+                return self._stuck
+        try:
+            from datetime import timedelta
+
+            self._store.set_timeout(timedelta(seconds=FAILURE_CALL_S))  # a frozen store's host: bounded
+            if not self._store.check([STOPPED]):
+                return None
+            line = str(self._store.get(STOPPED).decode(errors="replace"))
+            with self._lock:
+                self._stuck = line
+            self._acknowledge_the_stop()
+            return line
+        except Exception as error:  # the store's loss, the peer watchdog tells
+            logger.debug("hang watch: store call failed: %s", error)
+            return None
+
+    def wait_until_every_node_saw_the_stop(self, bound_s: float = STOP_SEEN_BOUND_S) -> None:
+        """Wait, ``bound_s`` at most, until every node of the round has seen the stop this node
+        declared or read (a frozen node never will: the bound ends the wait)."""
+        if self._store is None:
+            return
+        deadline = self._clock() + bound_s
+        try:
+            while int(self._store.add("stop_seen", 0)) < self._world_size and self._clock() < deadline:
+                time.sleep(0.1)
+        except Exception as error:  # the store's host left: nobody else can read it now
+            logger.debug("hang watch: store call failed: %s", error)
+
+    def _acknowledge_the_stop(self) -> None:
+        with self._lock:
+            if self._saw_the_stop:
+                return
+            self._saw_the_stop = True
+        self._store.add("stop_seen", 1)
 
     def failure(self, ask_the_job: bool) -> str | None:
         """How this round's attempt failed, after ``stop``: the first error line a worker of this node
@@ -239,7 +289,7 @@ class HangWatch:
                 moved = self._progress.timed() or any(last.get(rank.pid) != rank.moves for rank in ranks)
                 last = {rank.pid: rank.moves for rank in ranks}
                 try:
-                    count, declared = self._exchange(moved)
+                    count, declared, stopped = self._exchange(moved)
                 except Exception as error:  # this look says nothing; a store that is gone, the peer watchdog tells
                     logger.debug("hang watch: store call failed: %s", error)
                     continue
@@ -250,12 +300,13 @@ class HangWatch:
                     woke = now
                     self._judge.saw(count, bool(ranks), now)
                     still = self._judge.still_for(now) if self._progress.timeout_s > 0 else None
+                if stopped is not None:
+                    with self._lock:
+                        self._stuck = stopped
+                    self._acknowledge_the_stop()
+                    return
                 if declared is not None:
                     kind, _, line = declared.partition(" ")
-                    if kind == STUCK:
-                        with self._lock:
-                            self._stuck = line
-                        return
                     self._answer(kind, line)
                 elif still is not None:
                     self._declare(HANG, f"hang: no rank of the job moved for {still:.0f} s (hang timeout "
@@ -265,15 +316,18 @@ class HangWatch:
         except Exception as error:  # a store that failed while declaring: the peer watchdog tells its loss
             logger.debug("hang watch: store call failed: %s", error)
 
-    def _exchange(self, moved: bool) -> tuple[int, str | None]:
-        """The job's count (after this node's move, if any) and a declaration, if one was made."""
+    def _exchange(self, moved: bool) -> tuple[int, str | None, str | None]:
+        """The job's count (after this node's move, if any), a declaration, if one was made, and
+        another node's stop, if one did."""
         if self._store is None:
             self._local_count += int(moved)
-            return self._local_count, None
+            return self._local_count, None, None
         count = int(self._store.add("moves", int(moved)))
+        if self._store.check([STOPPED]):
+            return count, None, self._store.get(STOPPED).decode(errors="replace")
         if not self._answered and self._store.check(["declared"]):
-            return count, self._store.get("declared").decode()
-        return count, None
+            return count, self._store.get("declared").decode(), None
+        return count, None, None
 
     def _declare(self, kind: str, line: str) -> None:
         if self._store is not None:

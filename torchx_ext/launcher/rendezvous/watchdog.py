@@ -53,6 +53,8 @@ class Loss:
 
     line: str
     of_store: bool
+    of_stuck_job: bool = False
+    """The store was lost as this node stopped restarting with its job (the line says why)."""
 
 
 def watched_ranks(rank: int, world_size: int) -> list[int]:

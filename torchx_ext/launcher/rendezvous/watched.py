@@ -17,13 +17,14 @@ the launcher reports the loss and exits at once; its workers die with it.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import time
 from collections.abc import Callable
 from typing import Any
 
-from torch.distributed.elastic.rendezvous import RendezvousHandler
+from torch.distributed.elastic.rendezvous import RendezvousClosedError, RendezvousHandler
 
 from torchx_ext.launcher.hang_core import FAILED, HUNG
 from torchx_ext.launcher.hang_watch import HangWatch, LaunchProgress
@@ -65,6 +66,8 @@ class WatchedRendezvousHandler(RendezvousHandler):  # type: ignore[misc]  # torc
         self._progress = progress
         self._hang_watch: HangWatch | None = None
         self._hang_taken = False  # this round's hang has stopped the workers already
+        self._ended_watch: HangWatch | None = None  # the last round's, until the next one forms
+        self._stopping: str | None = None  # why this node stops restarting: the job's attempts are stuck
         self._forget_old_rounds = forget_old_rounds
         self._max_nodes = max_nodes
         self._spares = spares
@@ -99,6 +102,9 @@ class WatchedRendezvousHandler(RendezvousHandler):  # type: ignore[misc]  # torc
                     self._inner, os.environ.get(LIVENESS_FILE_ENV), closed_releases=self._spares > 0 and not self._joined):
                 info = self._inner.next_rendezvous()
             self._joined = True
+        except RendezvousClosedError as closed:
+            self._stop_if_stopped_elsewhere(closed)
+            raise
         finally:
             if previous is not None:
                 previous.stop()
@@ -130,8 +136,11 @@ class WatchedRendezvousHandler(RendezvousHandler):  # type: ignore[misc]  # torc
         self._hang_taken = False
         if watch is None or self._progress is None:
             return
+        self._ended_watch = watch
         watch.stop()
-        elsewhere = watch.stuck_elsewhere()
+        # Read now, not only by the look: a node one attempt behind (each judges "the same point"
+        # by its own looks) would otherwise wait in the next round for a node that stopped.
+        elsewhere = watch.stuck_elsewhere() or (None if at_shutdown else watch.read_stuck())
         how: str | None = HUNG
         failure: str | None = None
         if not watch.ended_hung:
@@ -142,14 +151,27 @@ class WatchedRendezvousHandler(RendezvousHandler):  # type: ignore[misc]  # torc
                 self._restarts_left = max(0, self._restarts_left - 1)
         stuck = self._progress.attempt_ended(how, watch.moved_looks, failure or "")
         if elsewhere is not None and not at_shutdown:
-            raise StuckError(f"{elsewhere}, seen by another node; {self._restarts_left} restarts in place left "
-                             "unused, and the scheduler's")
+            self._stop(f"{elsewhere}, seen by another node")
         if stuck:
             line = self._progress.stuck.line()
             watch.declare_stuck(line)
+            self._stopping = self._stopping or self._unused(line)
             if not at_shutdown:
-                raise StuckError(f"{line}; {self._restarts_left} restarts in place left unused, and the "
-                                 "scheduler's")
+                self._stop(line)
+
+    def _stop_if_stopped_elsewhere(self, closed: Exception) -> None:
+        """The rendezvous closed while this node waited for the next round: when a node stopped
+        restarting in the last one, stop with it (not as a closed rendezvous, which a scheduler retries)."""
+        elsewhere = self._ended_watch.read_stuck() if self._ended_watch is not None else None
+        if elsewhere is not None:
+            self._stop(f"{elsewhere}, seen by another node", closed)
+
+    def _stop(self, line: str, cause: Exception | None = None) -> None:
+        self._stopping = self._unused(line)
+        raise StuckError(self._stopping) from cause
+
+    def _unused(self, line: str) -> str:
+        return f"{line}; {self._restarts_left} restarts in place left unused, and the scheduler's"
 
     def num_nodes_waiting(self) -> int:
         if self._hang_watch is not None and self._hang_watch.stuck_elsewhere() is not None:
@@ -196,13 +218,17 @@ class WatchedRendezvousHandler(RendezvousHandler):  # type: ignore[misc]  # torc
         try:
             return bool(self._inner.shutdown())
         finally:
+            if self._stopping is not None and self._ended_watch is not None:
+                self._ended_watch.wait_until_every_node_saw_the_stop()  # before this node's store goes
             self._stop_watching()
             if hang_watch is not None:  # as the watches' threads: none left in a store call
                 hang_watch.join(THREADS_END_S)
 
     def _on_loss(self, loss: Loss) -> None:
         if loss.of_store:
-            self._on_store_loss(loss)
+            # A node that stops restarting with the job, whose store's host left first, stops as stuck.
+            self._on_store_loss(loss if self._stopping is None else dataclasses.replace(
+                loss, line=self._stopping, of_stuck_job=True))
 
     def _stop_watching(self) -> None:
         """Stop this round's watch, and wait for every watch's threads to end (bounded)."""
