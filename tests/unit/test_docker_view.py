@@ -94,6 +94,19 @@ def test_inspect_json_of_a_stopped_container() -> None:
     assert (view.name, view.key, view.exit_code, view.restarts, view.max_retries) == ("app-x-r-1", "r/1", 7, 1, 2)
 
 
+def test_a_containers_role_policy_is_read_back_from_the_one_label_it_was_created_with() -> None:
+    from torchx_ext.components.dist import ddp
+    from torchx_ext.schedulers.docker.request import build_request
+
+    app = ddp(script="t.py", j="1:3x1", max_retries=2)
+    created = build_request(app, app_id="t-abcd1234", topology=None).containers[2]
+    view = ContainerView.from_inspect({"Name": f"/{created.name}", "State": {"Status": "running"},
+                                       "Config": {"Labels": created.labels_on_engine()}})
+
+    assert (view.key, view.role_replicas, view.min_replicas, view.max_retries) == ("t/2", 3, 1, 2)
+    assert [key for key in created.labels_on_engine() if "replicas" in key or "retries" in key] == []
+
+
 def _elastic(view: ContainerView, minimum: int, size: int) -> ContainerView:
     return replace(view, min_replicas=minimum, role_replicas=size)
 

@@ -134,3 +134,23 @@ def test_no_backend_imports_another_and_what_they_share_imports_none() -> None:
                       if owner(module) != owner(target) and owner(target) in backends
                       and owner(module) is not None)
     assert crossing == []
+
+
+# What reads a torchx Role's policy (common/role_policy.py); a RolePolicy's own questions do not.
+ROLE_POLICY_READERS = {"policy_of", "policies_of", "has_spares", "min_replicas_of", "retry_policy_of"}
+
+
+def test_each_backend_reads_its_roles_policies_once_in_its_request_builder_and_hands_them_on() -> None:
+    # One place per backend decides what a role's retry policy and replica counts mean; the
+    # builders, the view and the step programs get the RolePolicy it made (or read it back from
+    # the job's record, label or annotation), never the torchx Role's fields again.
+    calls: dict[str, int] = {}
+    for backend in BACKENDS:
+        for path in sorted((PACKAGE_ROOT / "schedulers" / backend.package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.Call):
+                    name = getattr(node.func, "id", getattr(node.func, "attr", ""))
+                    if name in ROLE_POLICY_READERS:
+                        where = str(path.relative_to(PACKAGE_ROOT / "schedulers"))
+                        calls[where] = calls.get(where, 0) + 1
+    assert calls == {f"{backend.package}/request.py": 1 for backend in BACKENDS}

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from torchx_ext.schedulers.common.role_policy import RolePolicy
 from torchx_ext.schedulers.common.states import JobEnd, State
 from torchx_ext.schedulers.kubernetes.view import end_annotation, end_due, read_job
 
@@ -235,3 +236,14 @@ def test_a_running_pod_that_our_spare_probe_calls_not_ready_is_a_hot_spare() -> 
     view = read_job(APP, [job([], replicas=3)], [training, spare, unprobed])
 
     assert view.spares == [("train", 1)]
+
+
+# The role's policy as its Job carries it, and a Job submitted before that carried its minimum alone.
+@pytest.mark.parametrize("annotations", [{"torchx-ext/policy": RolePolicy(num_replicas=3, min_replicas=1).to_text()},
+                                         {"torchx-ext/min-replicas": "1"}], ids=["policy", "before-the-policy"])
+def test_an_elastic_role_says_how_many_of_its_min_to_max_replicas_run(annotations: dict[str, str]) -> None:
+    view = read_job(APP, [job(replicas=3, ready=2, annotations=annotations)],
+                    [pod(0, "Running"), pod(1, "Running"), pod(2, "Failed", exit_code=1)])
+    assert view.elastic_summary == "role train runs 2 of 1..3 replicas", view
+    fixed = read_job(APP, [job(replicas=3, ready=3)], [pod(0, "Running"), pod(1, "Running"), pod(2, "Running")])
+    assert fixed.elastic_summary == ""

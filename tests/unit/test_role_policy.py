@@ -6,7 +6,7 @@ import pytest
 from torchx import specs
 
 from torchx_ext.components.dist import ddp
-from torchx_ext.schedulers.common.role_policy import policy_of, restarts_whole_app
+from torchx_ext.schedulers.common.role_policy import RolePolicy, app_replicas, policy_of, policies_of
 
 POLICIES = [policy for policy in ("REPLICA", "APPLICATION", "HOT_SPARE", "ROLE") if policy in specs.RetryPolicy.__members__]
 
@@ -33,11 +33,22 @@ def test_a_min_below_num_is_elastic_unless_the_extra_replicas_are_hot_spares() -
 
 
 def test_application_restarts_the_whole_app_only_with_retries_and_more_than_one_replica() -> None:
-    def app(*roles: specs.Role) -> specs.AppDef:
-        return specs.AppDef(name="a", roles=list(roles))
+    def whole(*roles: specs.Role) -> bool:
+        app = specs.AppDef(name="a", roles=list(roles))
+        return policy_of(roles[-1]).restarts_whole_app(app_replicas(app))
 
-    assert restarts_whole_app(app(_role()), _role())
-    assert not restarts_whole_app(app(_role(replicas=1)), _role(replicas=1))
-    assert restarts_whole_app(app(_role(replicas=1), _role(replicas=1)), _role(replicas=1))
-    assert not restarts_whole_app(app(_role(retries=0)), _role(retries=0))
-    assert not restarts_whole_app(app(_role("REPLICA")), _role("REPLICA"))
+    assert whole(_role())
+    assert not whole(_role(replicas=1))
+    assert whole(_role(replicas=1), _role(replicas=1))
+    assert not whole(_role(retries=0))
+    assert not whole(_role("REPLICA"))
+
+
+@pytest.mark.parametrize("name", POLICIES)
+def test_a_policy_written_as_one_label_reads_back_the_same_and_anything_else_reads_as_none(name: str) -> None:
+    app = ddp(script="t.py", j="1:3x1")
+    for policy in [policy_of(_role(name, least=1)), *policies_of(app).values()]:
+        text = policy.to_text()
+        assert RolePolicy.from_text(text) == policy, text
+    for other in ["", "2", "{}", '{"retry_policy": "REPLICA"}', "[1]", "not json"]:
+        assert RolePolicy.from_text(other) is None, other

@@ -7,15 +7,19 @@ on torchx 0.7.0, ``ROLE`` on torchx-nightly) next to ``max_retries``, ``num_repl
 torchx-nightly has no ``HOT_SPARE``. Backends ask the questions below and never compare a
 policy's name themselves: the way torch elastic asks ``WorkerState.is_running``.
 
-A request carries a role's answers once, as a ``RolePolicy`` (plain data, kept in a job's
-records): the local supervisor and slurm's step program read it back, and they import only the
-standard library, so this module does too (a torchx ``Role`` is read by its attributes).
+Each backend's ``build_request`` reads a role's policy once (``policy_of``, ``policies_of``) and
+hands the ``RolePolicy`` (plain data) to everything it builds; the job keeps it: in local_cwd's and
+slurm's records, which the local supervisor and slurm's step program read back, and as one label
+(local_docker) or annotation (kubernetes) holding ``to_text``, which their views read back. The
+supervisor and the step program import only the standard library, so this module does too (a torchx
+``Role`` is read by its attributes).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any, Protocol
 
 from torchx_ext.errors import InvalidArgumentError
@@ -85,6 +89,40 @@ class RolePolicy:
         an elastic role, or one with hot spares."""
         return self.min_replicas < self.num_replicas
 
+    def restarts_whole_app(self, app_replicas: int) -> bool:
+        """Whether the role's retries restart every replica of its app (``app_replicas`` in all):
+        APPLICATION with retries, in an app of more than one replica (with one, restarting the
+        replica is the same)."""
+        return self.restarts_app and self.max_retries > 0 and app_replicas > 1
+
+    def to_text(self) -> str:
+        """The policy as one label or annotation value (JSON), read back by ``from_text``."""
+        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+
+    @staticmethod
+    def from_text(text: str) -> RolePolicy | None:
+        """What ``to_text`` wrote; None for anything else (a job written before the policy was kept whole)."""
+        try:
+            data = json.loads(text)
+            known = {field.name for field in fields(RolePolicy)}
+            if isinstance(data, dict) and set(data) == known:
+                return RolePolicy(retry_policy=str(data["retry_policy"]), max_retries=int(data["max_retries"]),
+                                  num_replicas=int(data["num_replicas"]), min_replicas=int(data["min_replicas"]),
+                                  has_spares=bool(data["has_spares"]))
+        except (ValueError, TypeError):
+            pass
+        return None
+
+
+def policies_of(app: AppLike) -> dict[str, RolePolicy]:
+    """Each role's policy, by role name: what a backend's ``build_request`` decides once and hands
+    to the builders it calls."""
+    return {role.name: policy_of(role) for role in app.roles}
+
+
+def app_replicas(app: AppLike) -> int:
+    return sum(int(role.num_replicas) for role in app.roles)
+
 
 def retry_policy_of(role: RoleLike) -> str:
     """``REPLICA``, ``APPLICATION``, ``HOT_SPARE`` or ``ROLE``, whether the role holds the enum or its name."""
@@ -111,13 +149,6 @@ def policy_of(role: RoleLike) -> RolePolicy:
     return RolePolicy(retry_policy=retry_policy_of(role), max_retries=int(role.max_retries),
                       num_replicas=int(role.num_replicas), min_replicas=min_replicas_of(role),
                       has_spares=has_spares(role))
-
-
-def restarts_whole_app(app: AppLike, role: RoleLike) -> bool:
-    """Whether ``role``'s retries restart every replica of ``app``: APPLICATION with retries, in an
-    app of more than one replica (with one, restarting the replica is the same)."""
-    policy = policy_of(role)
-    return policy.restarts_app and policy.max_retries > 0 and sum(each.num_replicas for each in app.roles) > 1
 
 
 def format_1_role(role: Mapping[str, Any]) -> dict[str, Any]:

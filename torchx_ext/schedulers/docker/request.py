@@ -21,7 +21,7 @@ from torchx_ext.numa.topology import Topology
 from torchx_ext.liveness import probe_command, runs_our_launcher
 from torchx_ext.replica_env import ERROR_FILE_ENV, LIVENESS_FILE_ENV, RANK0_HOST_ENV, RDZV_HOST_ENV, REPLICA_ENV
 from torchx_ext.schedulers.common.checks import shm_mb
-from torchx_ext.schedulers.common.role_policy import RolePolicy, policy_of, restarts_whole_app
+from torchx_ext.schedulers.common.role_policy import RolePolicy, app_replicas, policies_of
 from torchx_ext.schedulers.placement import ReplicaSlice, slice_host
 
 SCHEDULER = "local_docker"
@@ -43,9 +43,12 @@ LABEL_APP_ID = "torchx_ext.app_id"
 LABEL_APP_NAME = "torchx_ext.app_name"
 LABEL_ROLE = "torchx_ext.role"
 LABEL_REPLICA = "torchx_ext.replica_id"
+LABEL_POLICY = "torchx_ext.policy"
+"""The role's policy, whole (``RolePolicy.to_text``)."""
 LABEL_ROLE_REPLICAS = "torchx_ext.role_replicas"
 LABEL_MIN_REPLICAS = "torchx_ext.min_replicas"
 LABEL_MAX_RETRIES = "torchx_ext.max_retries"
+"""What containers created before ``LABEL_POLICY`` carry instead (read, no longer written)."""
 LABEL_WHOLE_APP = "torchx_ext.restarts_whole_app"
 """On a replica of a role of retry_policy APPLICATION (torchx's default) in an app of several
 replicas: its failure starts every container of the app again (``snapshot.restart_app_if_failed``)."""
@@ -85,7 +88,7 @@ class ContainerRequest:
     """Only when not pinned to a cpuset: pinning is the CPU policy then."""
     mounts: tuple[Mount, ...]
     policy: RolePolicy
-    """Its role's (``common/role_policy.py``): kept on the container as labels (``labels_on_engine``)."""
+    """Its role's (``common/role_policy.py``): kept on the container as one label (``labels_on_engine``)."""
     privileged: bool = False
     whole_app: bool = False
     """Retried with the whole app (``LABEL_WHOLE_APP``): the engine restarts it on its own never."""
@@ -96,13 +99,7 @@ class ContainerRequest:
     def labels_on_engine(self) -> dict[str, str]:
         """Its labels and its role's policy as labels: what describe, the watcher and a restart
         read back from the engine (``view.ContainerView``)."""
-        return {
-            **self.labels,
-            LABEL_ROLE_REPLICAS: str(self.policy.num_replicas),
-            LABEL_MIN_REPLICAS: str(self.policy.min_replicas),
-            LABEL_MAX_RETRIES: str(self.policy.max_retries),
-            **({LABEL_WHOLE_APP: "1"} if self.whole_app else {}),
-        }
+        return {**self.labels, LABEL_POLICY: self.policy.to_text(), **({LABEL_WHOLE_APP: "1"} if self.whole_app else {})}
 
 
 @dataclass(frozen=True)
@@ -143,9 +140,11 @@ def build_request(
     slices = slice_host(topology, total, gpu_vendor) if topology is not None else []
     vendor = _vendor(topology, gpu_vendor)
     names = _container_names(app, app_id)
+    policies = policies_of(app)
     containers = []
     position = 0
     for role in app.roles:
+        policy = policies[role.name]
         memory_mb = role.resource.memMB if role.resource.memMB > 0 else None
         shm = shm_mb(shm_size, memory_mb, parse_size_mb, "the replica's")
         for replica_id in range(role.num_replicas):
@@ -187,9 +186,9 @@ def build_request(
                     shm_mb=shm,
                     nano_cpus=int(role.resource.cpu * 1e9) if piece is None and role.resource.cpu > 0 else None,
                     mounts=tuple(_mount(mount, role.name) for mount in role.mounts) + device_mounts(role),
-                    policy=policy_of(role),
+                    policy=policy,
                     privileged=privileged,
-                    whole_app=restarts_whole_app(app, role),
+                    whole_app=policy.restarts_whole_app(app_replicas(app)),
                     health_probe=tuple(probe_command(LIVENESS_FILE, python=resolved.entrypoint))
                     if runs_our_launcher(resolved.entrypoint, resolved.args) else (),
                 )

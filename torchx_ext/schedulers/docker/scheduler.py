@@ -34,7 +34,6 @@ from torchx_ext.schedulers.docker.view import read_job
 from torchx_ext.schedulers.docker.request import (
     LABEL_APP_ID,
     LABEL_IMAGE,
-    LABEL_ROLE_REPLICAS,
     DockerJobRequest,
     build_request,
     describe_request,
@@ -207,7 +206,7 @@ def _response(current: Snapshot) -> DescribeAppResponse:
                                                                                    pair[0].replica_id)):
         labels = container.attrs.get("Config", {}).get("Labels", {})
         roles[container_view.role] = Role(name=container_view.role, image=labels.get(LABEL_IMAGE, ""),
-                                          num_replicas=int(labels.get(LABEL_ROLE_REPLICAS, "1")))
+                                          num_replicas=container_view.role_replicas)
         replicas.append(ReplicaReport(container_view.role, container_view.replica_id,
                                       view.replicas[(container_view.role, container_view.replica_id)],
                                       container_view.name, error if failing is container_view else None))

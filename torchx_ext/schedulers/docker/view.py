@@ -16,8 +16,9 @@ from typing import Any
 
 from torchx_ext.liveness import SPARE_WORD
 from torchx_ext.schedulers.common.states import JobEnd, State
+from torchx_ext.schedulers.common.role_policy import RolePolicy
 from torchx_ext.schedulers.docker.request import (
-    LABEL_MAX_RETRIES, LABEL_MIN_REPLICAS, LABEL_WHOLE_APP, LABEL_REPLICA, LABEL_ROLE, LABEL_ROLE_REPLICAS,
+    LABEL_MAX_RETRIES, LABEL_MIN_REPLICAS, LABEL_POLICY, LABEL_WHOLE_APP, LABEL_REPLICA, LABEL_ROLE, LABEL_ROLE_REPLICAS,
 )
 
 LABEL_END_STATE = "torchx_ext.end_state"
@@ -67,6 +68,7 @@ class ContainerView:
         labels = (attrs.get("Config") or {}).get("Labels") or {}
         finished = engine_time(state.get("FinishedAt"))
         status = str(state.get("Status", "unknown"))
+        policy = _policy(labels)
         return ContainerView(
             name=str(attrs.get("Name", "")).lstrip("/"),
             role=labels.get(LABEL_ROLE, ""),
@@ -76,15 +78,25 @@ class ContainerView:
             started_at=engine_time(state.get("StartedAt")),
             finished_at=finished,
             restarts=int(attrs.get("RestartCount") or 0),
-            max_retries=int(labels.get(LABEL_MAX_RETRIES, "0")),
+            max_retries=policy.max_retries,
             oom_killed=bool(state.get("OOMKilled")),
             engine_error=str(state.get("Error") or ""),
-            role_replicas=int(labels.get(LABEL_ROLE_REPLICAS, "1")),
-            min_replicas=int(labels.get(LABEL_MIN_REPLICAS) or labels.get(LABEL_ROLE_REPLICAS, "1")),
+            role_replicas=policy.num_replicas,
+            min_replicas=policy.min_replicas,
             health=str((state.get("Health") or {}).get("Status") or ""),
             spare=_last_probe_says_spare(state.get("Health") or {}),
             whole_app=labels.get(LABEL_WHOLE_APP) == "1",
         )
+
+
+def _policy(labels: Mapping[str, str]) -> RolePolicy:
+    """The container's role policy: its label, or the labels a container created before it carries."""
+    whole = RolePolicy.from_text(labels.get(LABEL_POLICY, ""))
+    if whole is not None:
+        return whole
+    replicas = int(labels.get(LABEL_ROLE_REPLICAS, "1"))
+    return RolePolicy(max_retries=int(labels.get(LABEL_MAX_RETRIES, "0")), num_replicas=replicas,
+                      min_replicas=int(labels.get(LABEL_MIN_REPLICAS) or replicas))
 
 
 def _last_probe_says_spare(health: Mapping[str, Any]) -> bool:

@@ -18,7 +18,7 @@ from torchx import specs
 
 from torchx_ext.exit_codes import STUCK
 from torchx_ext.liveness import runs_our_launcher
-from torchx_ext.schedulers.common.role_policy import policy_of
+from torchx_ext.schedulers.common.role_policy import RolePolicy
 from torchx_ext.schedulers.kubernetes import names
 from torchx_ext.schedulers.kubernetes.options import ManifestOptions
 from torchx_ext.schedulers.kubernetes.pods import PodAddressing, pod_template
@@ -26,13 +26,14 @@ from torchx_ext.schedulers.kubernetes.pods import PodAddressing, pod_template
 JOB_INDEX_REFERENCE = "$(JOB_COMPLETION_INDEX)"
 
 
-def job_objects(app: specs.AppDef, app_id: str, options: ManifestOptions) -> tuple[dict[str, Any], ...]:
+def job_objects(app: specs.AppDef, policies: dict[str, RolePolicy], app_id: str,
+                options: ManifestOptions) -> tuple[dict[str, Any], ...]:
     """The Service, then each role's Indexed Job."""
     job_names = names.job_names(app_id, [(role.name, role.num_replicas) for role in app.roles])
     # torchx's rank 0, for every role: the first role's replica 0.
     rank0_host = f"{names.pod_hostname(job_names[app.roles[0].name], 0)}.{app_id}"
     jobs = tuple(
-        indexed_job(app, role, job_names[role.name], app_id, options,
+        indexed_job(app, role, policies[role.name], job_names[role.name], app_id, options,
                     PodAddressing(rank0_host, JOB_INDEX_REFERENCE, app_id,
                                   f"{names.pod_hostname(job_names[role.name], 0)}.{app_id}"))
         for role in app.roles
@@ -55,12 +56,11 @@ def headless_service(app: specs.AppDef, app_id: str, namespace: str) -> dict[str
     }
 
 
-def indexed_job(app: specs.AppDef, role: specs.Role, job_name: str, app_id: str, options: ManifestOptions,
-                addressing: PodAddressing, *, gang: bool = False) -> dict[str, Any]:
+def indexed_job(app: specs.AppDef, role: specs.Role, policy: RolePolicy, job_name: str, app_id: str,
+                options: ManifestOptions, addressing: PodAddressing, *, gang: bool = False) -> dict[str, Any]:
     """A role's Indexed Job. ``gang``: inside a JobSet, whose ``failurePolicy`` restarts every
     Job when one fails: a fixed role of retry_policy APPLICATION (torchx's default) then
     fails its Job at its first failed pod; a REPLICA one keeps the Job's own per-pod retries."""
-    policy = policy_of(role)
     replicas, least = policy.num_replicas, policy.min_replicas
     short = policy.carries_on_short
     labels = names.role_labels(app, role, app_id)
@@ -83,7 +83,7 @@ def indexed_job(app: specs.AppDef, role: specs.Role, job_name: str, app_id: str,
         spec["successPolicy"] = {"rules": [{"succeededIndexes": "0"}]}
     if options.queue and not gang:
         spec["suspend"] = True
-    spec["template"] = pod_template(app, role, app_id, addressing, options, labels)
+    spec["template"] = pod_template(app, role, policy, app_id, addressing, options, labels)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -91,7 +91,7 @@ def indexed_job(app: specs.AppDef, role: specs.Role, job_name: str, app_id: str,
             "name": job_name,
             "namespace": options.namespace,
             "labels": job_labels,
-            "annotations": names.role_annotations(app, role, options.image_pull_timeout_s),
+            "annotations": names.role_annotations(app, role, policy, options.image_pull_timeout_s),
         },
         "spec": spec,
     }

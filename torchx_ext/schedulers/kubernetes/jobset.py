@@ -21,7 +21,7 @@ from typing import Any
 
 from torchx import specs
 
-from torchx_ext.schedulers.common.role_policy import policy_of
+from torchx_ext.schedulers.common.role_policy import RolePolicy
 from torchx_ext.schedulers.common.states import State
 from torchx_ext.schedulers.kubernetes import names
 from torchx_ext.schedulers.kubernetes.view import KubernetesJobView, failure_message, read_job
@@ -43,7 +43,7 @@ def child_job_name(app_id: str, replicated_job: str) -> str:
     return f"{app_id}-{replicated_job}-0"
 
 
-def jobset(app: specs.AppDef, app_id: str, options: ManifestOptions) -> dict[str, Any]:
+def jobset(app: specs.AppDef, policies: dict[str, RolePolicy], app_id: str, options: ManifestOptions) -> dict[str, Any]:
     roles = [(role.name, role.num_replicas) for role in app.roles]
     # The Job name gets "-0" after the replicated job's name, and JobSet's webhook wants even its
     # pods' names ({job}-{index}-{5 random}) to be DNS labels: eight characters kept for those.
@@ -55,7 +55,7 @@ def jobset(app: specs.AppDef, app_id: str, options: ManifestOptions) -> dict[str
         job_name = child_job_name(app_id, replicated[role.name])
         addressing = PodAddressing(f"{names.pod_hostname(rank0_job, 0)}.{app_id}", JOB_INDEX_REFERENCE,
                                    rdzv_host=f"{names.pod_hostname(job_name, 0)}.{app_id}")
-        job = indexed_job(app, role, job_name, app_id, options, addressing, gang=True)
+        job = indexed_job(app, role, policies[role.name], job_name, app_id, options, addressing, gang=True)
         replicated_jobs.append({
             "name": replicated[role.name],
             "replicas": 1,
@@ -69,8 +69,8 @@ def jobset(app: specs.AppDef, app_id: str, options: ManifestOptions) -> dict[str
     spec: dict[str, Any] = {
         "network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
         "successPolicy": {"operator": "All", "targetReplicatedJobs": [replicated[app.roles[0].name]]},
-        "failurePolicy": {"maxRestarts": min((role.max_retries for role in app.roles
-                                              if policy_of(role).restarts_app), default=0),
+        "failurePolicy": {"maxRestarts": min((policy.max_retries for policy in policies.values()
+                                              if policy.restarts_app), default=0),
                           "rules": [CANCEL_RULE, STUCK_RULE]},
         "replicatedJobs": replicated_jobs,
     }

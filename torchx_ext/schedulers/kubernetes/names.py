@@ -14,7 +14,7 @@ import re
 from torchx import specs
 
 from torchx_ext.errors import InvalidArgumentError
-from torchx_ext.schedulers.common.role_policy import min_replicas_of
+from torchx_ext.schedulers.common.role_policy import RolePolicy
 
 NAME_MAX = 63
 DNS_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
@@ -26,7 +26,10 @@ LABEL_APP_NAME = PREFIX + "app-name"
 LABEL_ROLE = PREFIX + "role"
 ANNOTATION_APP_NAME = PREFIX + "app-name"
 ANNOTATION_ROLE_NAME = PREFIX + "role-name"
+ANNOTATION_POLICY = PREFIX + "policy"
+"""The role's policy, whole (``RolePolicy.to_text``), on its Job (or Volcano task's pods)."""
 ANNOTATION_MIN_REPLICAS = PREFIX + "min-replicas"
+"""What jobs submitted before ``ANNOTATION_POLICY`` carry instead (read, no longer written)."""
 ANNOTATION_PULL_TIMEOUT = PREFIX + "image-pull-timeout"
 ANNOTATION_END = PREFIX + "end"
 """Set on every Job of an app that was cancelled, or ended by us (an image that never pulls)."""
@@ -114,10 +117,10 @@ def role_labels(app: specs.AppDef, role: specs.Role, app_id: str) -> dict[str, s
     }
 
 
-def role_annotations(app: specs.AppDef, role: specs.Role, pull_timeout_s: int) -> dict[str, str]:
+def role_annotations(app: specs.AppDef, role: specs.Role, policy: RolePolicy, pull_timeout_s: int) -> dict[str, str]:
     return {
         ANNOTATION_APP_NAME: app.name,
         ANNOTATION_ROLE_NAME: role.name,
-        ANNOTATION_MIN_REPLICAS: str(min_replicas_of(role)),
+        ANNOTATION_POLICY: policy.to_text(),
         ANNOTATION_PULL_TIMEOUT: str(pull_timeout_s),
     }

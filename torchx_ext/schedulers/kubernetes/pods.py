@@ -21,7 +21,7 @@ from torchx_ext.resources import GPU_VENDOR, K8S_INSTANCE_TYPE, NUMA_NODES
 from torchx_ext.liveness import probe_command, runs_our_launcher, training_probe_command
 from torchx_ext.replica_env import ERROR_FILE_ENV, LIVENESS_FILE_ENV, RANK0_HOST_ENV, RDZV_HOST_ENV
 from torchx_ext.schedulers.common.checks import shm_mb
-from torchx_ext.schedulers.common.role_policy import has_spares
+from torchx_ext.schedulers.common.role_policy import RolePolicy
 from torchx_ext.schedulers.kubernetes import names
 from torchx_ext.schedulers.kubernetes.options import ManifestOptions, parse_quantity_mb, parse_toleration
 from torchx_ext.schedulers.kubernetes.overlay import apply_pod_overlay
@@ -64,20 +64,20 @@ class PodAddressing:
     """The role's own replica 0, which hosts its rendezvous (``rank0_host`` when empty)."""
 
 
-def pod_template(app: specs.AppDef, role: specs.Role, app_id: str, addressing: PodAddressing,
+def pod_template(app: specs.AppDef, role: specs.Role, policy: RolePolicy, app_id: str, addressing: PodAddressing,
                  options: ManifestOptions, labels: dict[str, str]) -> dict[str, Any]:
     """``{"metadata": ..., "spec": ...}`` of the role's pods; InvalidArgumentError names bad input."""
     # An injected istio sidecar never exits, so a Job's pod would never complete (torchx's reason too).
     template = {
         "metadata": {"labels": labels, "annotations": {names.ANNOTATION_ROLE_NAME: role.name,
                                                        names.ANNOTATION_ISTIO_SIDECAR: "false"}},
-        "spec": _pod_spec(app, role, app_id, addressing, options),
+        "spec": _pod_spec(app, role, policy, app_id, addressing, options),
     }
     apply_pod_overlay(template, role)
     return template
 
 
-def _pod_spec(app: specs.AppDef, role: specs.Role, app_id: str, addressing: PodAddressing,
+def _pod_spec(app: specs.AppDef, role: specs.Role, policy: RolePolicy, app_id: str, addressing: PodAddressing,
               options: ManifestOptions) -> dict[str, Any]:
     values = specs.macros.Values(img_root="", app_id=app_id, replica_id=_INDEX_MARK, rank0_env=RANK0_HOST_ENV)
     resolved = values.apply(role)
@@ -124,7 +124,7 @@ def _pod_spec(app: specs.AppDef, role: specs.Role, app_id: str, addressing: PodA
         # Never) fails and is replaced as a lost replica is.
         container["livenessProbe"] = {"exec": {"command": probe_command(LIVENESS_FILE, python=resolved.entrypoint)},
                                       **LIVENESS_PROBE}
-        if has_spares(role):
+        if policy.has_spares:
             # A hot spare's pod runs and is not ready (the Service publishes not-ready pods anyway).
             container["readinessProbe"] = {
                 "exec": {"command": training_probe_command(LIVENESS_FILE, python=resolved.entrypoint)}, **SPARE_PROBE}

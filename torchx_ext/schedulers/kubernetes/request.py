@@ -16,7 +16,7 @@ from typing import Any
 from torchx import specs
 
 from torchx_ext.errors import InvalidArgumentError
-from torchx_ext.schedulers.common.role_policy import check_replica_counts, has_spares, restarts_whole_app
+from torchx_ext.schedulers.common.role_policy import RolePolicy, app_replicas, check_replica_counts, policies_of
 from torchx_ext.schedulers.common.checks import check_image
 from torchx_ext.schedulers.kubernetes import names
 from torchx_ext.schedulers.kubernetes.indexed_job import job_objects
@@ -61,41 +61,42 @@ def build_request(app: specs.AppDef, *, app_id: str, options: ManifestOptions,
     options.check()
     for role in app.roles:
         check_role(role)
+    policies = policies_of(app)  # decided once here, for every builder below
     if options.backend == "job":
-        check_job_backend_retries(app)
+        check_job_backend_retries(app, policies)
     else:
-        check_no_spares(app, options.backend)
+        check_no_spares(policies, options.backend)
     if options.backend == "jobset":
-        objects: tuple[dict[str, Any], ...] = (jobset(app, app_id, options),)
+        objects: tuple[dict[str, Any], ...] = (jobset(app, policies, app_id, options),)
     elif options.backend == "volcano":
-        objects = (volcano_job(app, app_id, options),)
+        objects = (volcano_job(app, policies, app_id, options),)
     else:
-        objects = job_objects(app, app_id, options)
+        objects = job_objects(app, policies, app_id, options)
     if wants_network_policy(options):  # first: no pod of the app runs before it is in place
         objects = (network_policy(app, app_id, options), *objects)
     return KubernetesJobRequest(app_id, options.namespace, options.backend, objects, pushes, options.validate_spec,
                         options.queue)
 
 
-def check_job_backend_retries(app: specs.AppDef) -> None:
+def check_job_backend_retries(app: specs.AppDef, policies: dict[str, RolePolicy]) -> None:
     """Indexed Jobs start a failed pod again, alone: a role whose retries must restart the whole
     app (torchx's APPLICATION, its default) needs a backend that restarts it. With one replica in
     all, the two are the same."""
     for role in app.roles:
-        if restarts_whole_app(app, role):
+        if policies[role.name].restarts_whole_app(app_replicas(app)):
             raise InvalidArgumentError(
                 f"role {role.name!r}: retry_policy APPLICATION (torchx's default) with max_retries {role.max_retries} "
                 "restarts the whole app, and the job backend starts a failed replica again alone: give -cfg "
                 "backend=jobset or backend=volcano, or the role retry_policy REPLICA")
 
 
-def check_no_spares(app: specs.AppDef, backend: str) -> None:
+def check_no_spares(policies: dict[str, RolePolicy], backend: str) -> None:
     """JobSet and Volcano restart every pod when one fails: a spare would be restarted with the
     rest, never take the lost one's place."""
-    for role in app.roles:
-        if has_spares(role):
+    for name, policy in policies.items():
+        if policy.has_spares:
             raise InvalidArgumentError(
-                f"role {role.name!r}: retry_policy HOT_SPARE (hot spares, e.g. dist.ddp --spares) needs a failed "
+                f"role {name!r}: retry_policy HOT_SPARE (hot spares, e.g. dist.ddp --spares) needs a failed "
                 f"replica started again alone, and backend={backend} restarts every pod: give -cfg backend=job")
 
 

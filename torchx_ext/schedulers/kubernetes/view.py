@@ -18,6 +18,7 @@ from typing import Any
 
 from torchx_ext.error_file import parse_error_report
 from torchx_ext.liveness import TRAINING_FLAG
+from torchx_ext.schedulers.common.role_policy import RolePolicy
 from torchx_ext.schedulers.common.states import JobEnd, State
 from torchx_ext.schedulers.kubernetes import names
 
@@ -250,14 +251,15 @@ def _role(job: dict[str, Any], state: State) -> RoleView:
     annotations = _annotations(job)
     spec = job.get("spec") or {}
     replicas = int(spec.get("completions") or spec.get("parallelism") or 1)
-    min_text = annotations.get(names.ANNOTATION_MIN_REPLICAS, "")
+    policy = RolePolicy.from_text(annotations.get(names.ANNOTATION_POLICY, ""))
+    min_text = annotations.get(names.ANNOTATION_MIN_REPLICAS, "")  # a job submitted before the policy annotation
     containers = ((spec.get("template") or {}).get("spec") or {}).get("containers") or [{}]
     return RoleView(
         name=annotations.get(names.ANNOTATION_ROLE_NAME) or job["metadata"]["name"],
         job=job["metadata"]["name"],
         image=str(containers[0].get("image", "")),
         replicas=replicas,
-        min_replicas=int(min_text) if min_text.isdigit() else replicas,
+        min_replicas=policy.min_replicas if policy else int(min_text) if min_text.isdigit() else replicas,
         # FAILED and SUCCEEDED come from the Job's (target) conditions only: its controller ends it.
         ended=state in (State.FAILED, State.SUCCEEDED),
         marked=names.ANNOTATION_END in annotations,

@@ -31,7 +31,7 @@ from torchx import specs
 
 from torchx_ext.exit_codes import STUCK
 from torchx_ext.liveness import runs_our_launcher
-from torchx_ext.schedulers.common.role_policy import RolePolicy, min_replicas_of, policy_of
+from torchx_ext.schedulers.common.role_policy import RolePolicy
 from torchx_ext.schedulers.common.states import State
 from torchx_ext.schedulers.kubernetes import names
 from torchx_ext.schedulers.kubernetes.view import KubernetesJobView, failure_message, read_job
@@ -48,11 +48,10 @@ def task_names(app: specs.AppDef, app_id: str) -> dict[str, str]:
     return {role: job[len(app_id) + 1:] for role, job in jobs.items()}
 
 
-def _policies(role: specs.Role) -> list[dict[str, Any]]:
+def _policies(role: specs.Role, policy: RolePolicy) -> list[dict[str, Any]]:
     # A restart deletes every pod, the failed one and its log with it; ending a job instead
     # (TerminateJob) keeps the pods that ended, so a job with no retries left says why it failed.
     # Volcano reports a pod deleted by anyone but itself (a lost node, kubectl delete) as evicted.
-    policy = policy_of(role)
     if policy.carries_on_short:
         return []  # its rendezvous goes on without a failed pod; a deleted one Volcano recreates
     action = _restart_action(policy) if role.max_retries else "TerminateJob"
@@ -71,33 +70,36 @@ def _restart_action(policy: RolePolicy) -> str:
     return "RestartJob" if policy.restarts_app else "RestartTask" if policy.restarts_role else "RestartPod"
 
 
-def _max_retry(app: specs.AppDef) -> int:
-    fixed = [policy_of(role) for role in app.roles if not policy_of(role).carries_on_short]
+def _max_retry(policies: dict[str, RolePolicy]) -> int:
+    fixed = [policy for policy in policies.values() if not policy.carries_on_short]
     if fixed and all(policy.restarts_in_place for policy in fixed if policy.max_retries):
         return sum(policy.max_retries * policy.num_replicas for policy in fixed) + 1
-    return min(int(role.max_retries) for role in app.roles) + 1
+    return min(policy.max_retries for policy in policies.values()) + 1
 
 
-def volcano_job(app: specs.AppDef, app_id: str, options: ManifestOptions) -> dict[str, Any]:
+def volcano_job(app: specs.AppDef, policies: dict[str, RolePolicy], app_id: str,
+                options: ManifestOptions) -> dict[str, Any]:
     tasks = []
     task_of = task_names(app, app_id)
     rank0_host = f"{app_id}-{task_of[app.roles[0].name]}-0.{app_id}"
     for role in app.roles:
         addressing = PodAddressing(rank0_host, INDEX_REFERENCE, rdzv_host=f"{app_id}-{task_of[role.name]}-0.{app_id}")
-        template = pod_template(app, role, app_id, addressing, options, names.role_labels(app, role, app_id))
-        template["metadata"]["annotations"].update(names.role_annotations(app, role, options.image_pull_timeout_s))
+        policy = policies[role.name]
+        template = pod_template(app, role, policy, app_id, addressing, options, names.role_labels(app, role, app_id))
+        template["metadata"]["annotations"].update(names.role_annotations(app, role, policy,
+                                                                          options.image_pull_timeout_s))
         tasks.append({
             "name": task_of[role.name],
             "replicas": role.num_replicas,
-            "minAvailable": min_replicas_of(role),
-            "policies": _policies(role),
+            "minAvailable": policy.min_replicas,
+            "policies": _policies(role, policy),
             "template": template,
         })
     spec: dict[str, Any] = {
         "schedulerName": "volcano",
         "queue": options.queue or DEFAULT_VOLCANO_QUEUE,
-        "minAvailable": sum(min_replicas_of(role) for role in app.roles),
-        "maxRetry": _max_retry(app),
+        "minAvailable": sum(policy.min_replicas for policy in policies.values()),
+        "maxRetry": _max_retry(policies),
         # The svc plugin's Service publishes the pods' names before they are ready: ranks look
         # up rank 0 while it starts.
         "plugins": {"svc": ["--publish-not-ready-addresses"], "env": []},
