@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from torchx_ext.schedulers.common.role_policy import RolePolicy
 from torchx_ext.schedulers.local.records import LocalJobRequest
 from torchx_ext.schedulers.slurm.records import SlurmJobRequest
@@ -27,9 +29,13 @@ def test_a_local_request_of_format_1_reads_as_the_same_policy_and_is_written_bac
     assert again == request and '"format": 2' in request.to_json()
 
 
-def test_a_slurm_request_of_format_1_reads_as_the_same_policy_and_is_written_back_as_format_2() -> None:
-    request = SlurmJobRequest.from_json((RECORDS / "slurm_request_format_1.json").read_text())
+@pytest.mark.parametrize("format_", [1, 2])
+def test_a_slurm_request_of_format_1_or_2_reads_as_the_same_policy_and_is_written_back_as_format_3(
+        format_: int) -> None:
+    # Format 2's file: what commit c44f365 wrote for the same app (before the driver: its batch
+    # script, slurm_batch_format_2.sh, runs its own retry loop; test_slurm_driver.py runs it).
+    request = SlurmJobRequest.from_json((RECORDS / f"slurm_request_format_{format_}.json").read_text())
 
     assert request.roles[0].policy == SPARES_POLICY and request.roles[0].num_replicas == 3
     again = SlurmJobRequest.from_json(request.to_json())
-    assert again == request and '"format": 2' in request.to_json()
+    assert again == request and '"format": 3' in request.to_json()

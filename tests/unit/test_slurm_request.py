@@ -25,9 +25,10 @@ from torchx_ext.schedulers.slurm.view import (
     replica_state,
     slurm_job,
 )
-from torchx_ext.schedulers.slurm.options import gpu_type_of, partition_of, sbatch_options
-from torchx_ext.schedulers.slurm.records import SlurmJobDir
-from torchx_ext.schedulers.slurm.request import build_request
+from torchx_ext.schedulers.slurm.options import gpu_type_of, partition_of, sbatch_options, with_whole_nodes
+from torchx_ext.schedulers.slurm.driver_core import StepShape, is_retried, reruns, srun_argv
+from torchx_ext.schedulers.slurm.records import SlurmJobDir, SlurmJobRequest
+from torchx_ext.schedulers.slurm.request import build_request, requeues
 from torchx_ext.schedulers.slurm.step import record_app_requeue, record_first_of_incident, record_requeue
 
 EVERY_STATE = {
@@ -39,9 +40,28 @@ EVERY_STATE = {
 }
 
 
-def request_for(app: specs.AppDef, **cfg: object) -> str:
+def built(app: specs.AppDef, **cfg: object) -> SlurmJobRequest:
     return build_request(app, job_dir="/shared/jobs/train-x", cwd="/home/me", interpreter="/venv/bin/python",
-                         options=sbatch_options(cfg), exclusive=bool(cfg.get("exclusive"))).script
+                         options=sbatch_options(cfg), exclusive=bool(cfg.get("exclusive")))
+
+
+def request_for(app: specs.AppDef, **cfg: object) -> str:
+    return built(app, **cfg).script
+
+
+# What Slurm sets in a batch job of 3 nodes of 32 CPUs (a heterogeneous one: per component).
+BATCH_ENV = {"SLURM_JOB_NUM_NODES": "3", "SLURM_CPUS_ON_NODE": "32", **{
+    f"SLURM_{name}_HET_GROUP_{i}": value for i in range(2)
+    for name, value in (("JOB_NUM_NODES", str(3 - i)), ("CPUS_ON_NODE", "32"))}}
+
+
+def step_of(request: SlurmJobRequest, position: int = 0, env: dict[str, str] = BATCH_ENV) -> str:
+    """The role's step as the driver runs it (one argv; joined here to look for its words)."""
+    role = request.roles[position]
+    shape = StepShape(position, role.name, role.num_replicas, role.cpus_per_task, role.resources,
+                      role.policy.carries_on_short)
+    return " ".join(srun_argv(shape, job_path=request.job_dir, interpreter=request.interpreter, env=env,
+                              heterogeneous=request.heterogeneous, exclusive=request.exclusive))
 
 
 @pytest.mark.parametrize("slurm_state, state", EVERY_STATE.items())
@@ -80,23 +100,26 @@ def test_a_forgotten_job_ends_as_its_exit_records_say() -> None:
 
 
 def test_one_role_is_one_plain_job_with_one_step_told_its_resources_again() -> None:
-    script = request_for(ddp(script="train.py", j="2:4x8", cpu=16, gpu=8, memMB=4096), partition="gpu", time="1:00:00")
+    request = built(ddp(script="train.py", j="2:4x8", cpu=16, gpu=8, memMB=4096), partition="gpu", time="1:00:00")
+    script = request.script
 
     assert "#SBATCH --nodes=2-4" in script and "hetjob" not in script
     assert "#SBATCH --partition=gpu" in script and "#SBATCH --time=1:00:00" in script
-    step = next(line.strip() for line in script.splitlines() if line.strip().startswith("srun "))
-    for option in ("--nodes=${SLURM_JOB_NUM_NODES}", "--ntasks-per-node=1", "--cpus-per-task=16", "--mem=4096M",
+    # The script's last line runs the driver; its steps are the driver's (no shell in between).
+    assert script.splitlines()[-1] == "exec /venv/bin/python -m torchx_ext.schedulers.slurm.driver /shared/jobs/train-x"
+    assert "srun" not in script.split("#SBATCH")[-1]
+    step = step_of(request)
+    for option in ("--nodes=3", "--ntasks=3", "--ntasks-per-node=1", "--cpus-per-task=16", "--mem=4096M",
                    "--gpus-per-node=8", "--output=/shared/jobs/train-x/train-%t.out"):
-        assert option in step
+        assert f" {option} " in step
     assert step.endswith("-m torchx_ext.schedulers.slurm.step /shared/jobs/train-x train")
 
 
 def test_hot_spares_get_nodes_of_their_own_and_a_step_that_outlives_a_lost_replica() -> None:
-    script = request_for(ddp(script="train.py", j="2x1", spares=1))
+    request = built(ddp(script="train.py", j="2x1", spares=1))
 
-    assert "#SBATCH --nodes=3" in script
-    step = next(line.strip() for line in script.splitlines() if line.strip().startswith("srun "))
-    assert "--kill-on-bad-exit=0" in step
+    assert "#SBATCH --nodes=3" in request.script
+    assert "--kill-on-bad-exit=0" in step_of(request)
 
 
 def test_min_replicas_above_num_replicas_is_refused_in_one_line_before_sbatch() -> None:
@@ -107,41 +130,41 @@ def test_min_replicas_above_num_replicas_is_refused_in_one_line_before_sbatch() 
 
 
 def test_a_fixed_role_without_retries_is_one_step_that_ends_with_its_first_failed_task() -> None:
-    script = request_for(ddp(script="train.py", j="2x1"))
+    request = built(ddp(script="train.py", j="2x1"))
 
-    step = next(line for line in script.splitlines() if line.startswith("srun "))
-    assert "--kill-on-bad-exit=1" in step and step.endswith(" train &") and "attempt" not in script
+    assert "--kill-on-bad-exit=1" in step_of(request) and not is_retried(request.roles[0].policy)
 
 
-@pytest.mark.parametrize("j, max_retries, policy, kill_on_bad_exit, limit", [
+@pytest.mark.parametrize("j, max_retries, policy, kill_on_bad_exit, step_reruns", [
     # torchx's default: a lost node ends the step, and every node starts again
-    ("2x1", 2, specs.RetryPolicy.APPLICATION, "1", '[ "$attempt" -ge 2 ]'),
+    ("2x1", 2, specs.RetryPolicy.APPLICATION, "1", 2),
     # dist.ddp's: the step program starts its replica again in place; the step runs again only
     # after Slurm requeued the job
-    ("2x1", 2, specs.RetryPolicy.REPLICA, "1", '[ "$attempt" -ge 0 ]'),
+    ("2x1", 2, specs.RetryPolicy.REPLICA, "1", 0),
     # the survivors carry on; enough of them done is success
-    ("1:2x1", 0, specs.RetryPolicy.REPLICA, "0", '[ "$attempt" -ge 0 ]'),
+    ("1:2x1", 0, specs.RetryPolicy.REPLICA, "0", 0),
 ])
 def test_a_role_with_retries_or_elastic_runs_its_step_again_after_a_failure(
-    j: str, max_retries: int, policy: specs.RetryPolicy, kill_on_bad_exit: str, limit: str
+    j: str, max_retries: int, policy: specs.RetryPolicy, kill_on_bad_exit: str, step_reruns: int
 ) -> None:
     app = ddp(script="train.py", j=j, max_retries=max_retries)
     app.roles[0].retry_policy = policy
-    script = request_for(app)
+    request = built(app)
+    role = request.roles[0]
 
-    assert f"--kill-on-bad-exit={kill_on_bad_exit}" in script and limit in script
-    assert "rm -f /shared/jobs/train-x/train.rdzv-port" in script
-    assert ("--enough-succeeded /shared/jobs/train-x train && exit 0" in script) == (kill_on_bad_exit == "0")
+    assert f"--kill-on-bad-exit={kill_on_bad_exit}" in step_of(request)
+    assert is_retried(role.policy) and reruns(role.policy) == step_reruns
+    assert role.policy.carries_on_short == (kill_on_bad_exit == "0") and request.app_restarts is None
 
 
 def test_several_roles_are_one_heterogeneous_component_each() -> None:
     app = specs.AppDef("two", roles=[specs.Role("trainer", "img", entrypoint="python", num_replicas=3),
                                      specs.Role("reader", "img", entrypoint="python", num_replicas=1)])
-    script = request_for(app)
+    request = built(app)
 
-    assert script.count("#SBATCH hetjob") == 1
-    assert "--het-group=0" in script and "--het-group=1" in script
-    assert "${SLURM_JOB_NUM_NODES_HET_GROUP_1}" in script
+    assert request.script.count("#SBATCH hetjob") == 1 and request.heterogeneous
+    assert " --het-group=0 " in step_of(request, 0) and " --het-group=1 " in step_of(request, 1)
+    assert " --nodes=2 " in step_of(request, 1)  # its component's nodes (SLURM_JOB_NUM_NODES_HET_GROUP_1)
 
 
 def two_roles(policy: specs.RetryPolicy, trainer_retries: int, reader_retries: int) -> specs.AppDef:
@@ -153,17 +176,15 @@ def two_roles(policy: specs.RetryPolicy, trainer_retries: int, reader_retries: i
 
 
 def test_an_app_of_several_roles_asking_application_starts_again_as_a_whole(tmp_path: Path) -> None:
-    script = request_for(two_roles(specs.RetryPolicy.APPLICATION, 3, 2))
+    request = built(two_roles(specs.RetryPolicy.APPLICATION, 3, 2))
 
-    # Every role's step is srun itself (which cancels its step on SIGTERM), started together and
-    # stopped together; the least max_retries of the roles, as torchx's Volcano and JobSet count.
-    assert script.count("( exec srun ") == 2 and "kill -TERM" in script
-    assert '[ "$attempt" -ge 2 ]' in script and "--record-restart /shared/jobs/train-x" in script
-    assert "--requeued-app /shared/jobs/train-x 2" in script
-    (tmp_path / "batch.sh").write_text(script)
+    # Every role's step started together and stopped together (driver.py), the least max_retries
+    # of the roles, as torchx's Volcano and JobSet count.
+    assert request.app_restarts == 2
+    (tmp_path / "batch.sh").write_text(request.script)
     assert subprocess.run(["bash", "-n", str(tmp_path / "batch.sh")]).returncode == 0
     # REPLICA: each role's own step, started again alone (by the step program, in place).
-    assert "exec srun" not in request_for(two_roles(specs.RetryPolicy.REPLICA, 3, 2))
+    assert built(two_roles(specs.RetryPolicy.REPLICA, 3, 2)).app_restarts is None
 
 
 def test_a_requeued_app_is_one_more_restart_of_the_whole_app(tmp_path: Path) -> None:
@@ -206,8 +227,8 @@ def test_user_arguments_never_reach_the_script() -> None:
 
 
 def test_exclusive_plans_the_whole_node() -> None:
-    script = request_for(ddp(script="train.py", j="2x2"), exclusive=True)
-    assert "#SBATCH --exclusive" in script and "--cpus-per-task=${SLURM_CPUS_ON_NODE}" in script
+    request = built(ddp(script="train.py", j="2x2"), exclusive=True)
+    assert "#SBATCH --exclusive" in request.script and " --cpus-per-task=32 " in step_of(request)
 
 
 @pytest.mark.parametrize("cfg, named", [
@@ -260,16 +281,20 @@ def test_a_task_plans_inside_the_cpus_and_gpus_slurm_gave_it(machine_root: Machi
     ("1:2x1", 0, "--no-requeue"),
 ])
 def test_slurm_requeues_a_job_whose_node_failed_only_with_restarts_left(j: str, max_retries: int, requeue: str) -> None:
-    script = request_for(ddp(script="train.py", j=j, max_retries=max_retries))
+    request = built(ddp(script="train.py", j=j, max_retries=max_retries))
+    script = request.script
 
     assert f"#SBATCH {requeue}\n" in script
     assert script.index(f"#SBATCH {requeue}") < script.index("#SBATCH --nodes=")
-    assert ('"${SLURM_RESTART_COUNT:-0}" -gt 0' in script) == (j != "2x1" or max_retries > 0)
+    assert requeues(request) == (requeue == "--requeue")
+    # The driver counts a requeued run as a restart of a role it watches.
+    assert is_retried(request.roles[0].policy) == (j != "2x1" or max_retries > 0)
 
 
 def test_a_users_own_requeue_option_comes_after_ours_and_wins() -> None:
-    script = request_for(ddp(script="train.py", j="2x1", max_retries=1), sbatch_args=["--no-requeue"])
-    assert script.index("#SBATCH --requeue") < script.index("#SBATCH --no-requeue")
+    request = built(ddp(script="train.py", j="2x1", max_retries=1), sbatch_args=["--no-requeue"])
+    assert request.script.index("#SBATCH --requeue") < request.script.index("#SBATCH --no-requeue")
+    assert not requeues(request)
 
 
 def test_a_requeued_run_is_one_more_restart_within_max_retries(tmp_path: Path) -> None:
@@ -300,9 +325,8 @@ def test_gpus_are_asked_per_node_with_the_gres_type_when_there_is_one(h: str | N
     request = build_request(app, job_dir="/shared/jobs/train-x", cwd="/home/me", interpreter="/venv/bin/python",
                             options=sbatch_options(cfg),
                             gpu_types=[gpu_type_of(cfg.get("gpu_type"), role.resource) for role in app.roles])
-    step = next(line for line in request.script.splitlines() if line.startswith("srun "))
-
-    assert f"#SBATCH {asked}\n" in request.script and f" {asked} " in step
+    assert f"#SBATCH {asked}\n" in request.script and f" {asked} " in step_of(request)
+    assert request.gpus_asked() == [asked]  # on sbatch's command line too
     assert "--gpus-per-task" not in request.script  # every rank sees its node's GPUs (NVLink peers too)
 
 
@@ -326,7 +350,8 @@ def test_the_partition_is_the_one_sbatch_will_use(options: list[str], env: dict[
 
 
 def test_whole_nodes_come_before_a_users_sbatch_args() -> None:
-    options = sbatch_options({"sbatch_args": ["--oversubscribe"]}, whole_nodes=True)
+    cfg = {"sbatch_args": ["--oversubscribe"]}
+    options = with_whole_nodes(sbatch_options(cfg), cfg)
     assert options == ["--exclusive", "--oversubscribe"]
 
 

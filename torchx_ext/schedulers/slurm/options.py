@@ -108,9 +108,9 @@ def run_opts(default_job_dir: str) -> runopts:
     return opts
 
 
-def sbatch_options(cfg: Mapping[str, Any], whole_nodes: bool = False) -> list[str]:
+def sbatch_options(cfg: Mapping[str, Any]) -> list[str]:
     """The ``#SBATCH`` options ``cfg`` asks for (besides those of the job's shape), checked;
-    ``--exclusive`` also for ``whole_nodes``, before ``sbatch_args`` (which may say otherwise)."""
+    ``sbatch_args`` last (they may say otherwise)."""
     options = []
     for key, option in SBATCH_OPTION_OF.items():
         value = _given(cfg, key)
@@ -125,7 +125,7 @@ def sbatch_options(cfg: Mapping[str, Any], whole_nodes: bool = False) -> list[st
                 raise InvalidArgumentError(f"invalid mail-type {text!r} ({', '.join(unknown)}): expected a list of "
                                            f"{', '.join(MAIL_TYPES)}")
         options.append(f"{option}={sbatch_word(text)}")
-    if cfg.get("exclusive") or whole_nodes:
+    if cfg.get("exclusive"):
         options.append("--exclusive")
     for extra in cfg.get("sbatch_args") or []:
         text = _one_line("sbatch_args", extra)
@@ -138,6 +138,16 @@ def sbatch_options(cfg: Mapping[str, Any], whole_nodes: bool = False) -> list[st
                 "change those instead")
         options.append(text)
     return options
+
+
+def with_whole_nodes(options: list[str], cfg: Mapping[str, Any]) -> list[str]:
+    """``sbatch_options(cfg)`` for a job that takes whole nodes: ``--exclusive`` too, before the
+    user's ``sbatch_args`` (which may say otherwise)."""
+    if cfg.get("exclusive"):
+        return options
+    users = len(cfg.get("sbatch_args") or [])
+    at = len(options) - users
+    return [*options[:at], "--exclusive", *options[at:]]
 
 
 def check_workspace_type(cfg: Mapping[str, Any]) -> None:

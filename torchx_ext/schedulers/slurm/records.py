@@ -28,8 +28,10 @@ from torchx_ext.schedulers.common.role_policy import RolePolicy, format_1_role
 from torchx_ext.schedulers.common.states import how_it_ended
 
 STATE_ROOT_ENV = "TORCHX_EXT_SLURM_STATE"
-FORMAT_VERSION = 2
-"""Each role's policy kept once (``policy``); requests of format 1 are read too."""
+FORMAT_VERSION = 3
+"""Format 3: what the driver (``driver.py``) needs to run the steps (each role's step shape, the
+interpreter, the app's restarts); 2: each role's policy kept once (``policy``). Requests of formats
+1 and 2 are read too: their batch scripts run their own retry loops (``step.py``'s subcommands)."""
 APP_ID = re.compile(r"(\d+)(-[A-Za-z0-9][A-Za-z0-9_.-]*)?")
 """A Slurm job id; a job in an allocation: the allocation's, then its directory's name."""
 
@@ -47,6 +49,10 @@ class SlurmRoleRequest:
     cwd: str
     spec: dict[str, Any]
     """The role as submitted, for describe."""
+    cpus_per_task: int = 1
+    """Its step's CPUs per node (a whole node's in an ``exclusive`` job: the driver asks Slurm then)."""
+    resources: list[str] = field(default_factory=list)
+    """Its step's ``--mem`` and ``--gpus-per-node``, as ``srun`` and ``sbatch`` take them."""
 
     @property
     def num_replicas(self) -> int:
@@ -75,6 +81,25 @@ class SlurmJobRequest:
     warm_step: list[str] = field(default_factory=list)
     """In an allocation with ``-cfg warm=true``: the srun of the allocation's warm interpreters,
     which fork the replicas' launchers (``warm_step.py``); empty: launchers start anew."""
+    allocation_cpus_per_node: int = 0
+    """The fewest CPUs the allocation holds on one of its nodes (an ``exclusive`` job's steps take them)."""
+    interpreter: str = ""
+    """The submitter's Python, which runs the driver and each node's step program."""
+    exclusive: bool = False
+    """Whole nodes: each step takes every CPU Slurm gave the job on a node."""
+    app_restarts: int | None = None
+    """How many times an app of several roles starts again as a whole (torchx's APPLICATION);
+    None: each role's step runs again alone, if at all (``driver_core.whole_app_restarts``)."""
+
+    @property
+    def heterogeneous(self) -> bool:
+        """A job of several roles queued by sbatch: one component per role, one step each."""
+        return len(self.roles) > 1 and not self.allocation
+
+    def gpus_asked(self) -> list[str]:
+        """Each role's ``--gpus-per-node``, for sbatch's command line (a GRES type the cluster
+        lacks is refused only as "Requested node configuration is not available" otherwise)."""
+        return [option for role in self.roles for option in role.resources if option.startswith("--gpus-")]
 
     def to_json(self) -> str:
         return json.dumps({"format": FORMAT_VERSION, **asdict(self)}, indent=1)
@@ -83,10 +108,10 @@ class SlurmJobRequest:
     def from_json(text: str) -> "SlurmJobRequest":
         data = json.loads(text)
         version = data.pop("format", None)
-        if version not in (1, FORMAT_VERSION):
-            raise JobRecordError(f"not a slurm job request of format 1 or {FORMAT_VERSION}")
-        # A format 1 request: a job queued (or requeued) across an upgrade still runs.
-        roles = [SlurmRoleRequest(**{**role, "policy": RolePolicy(**role["policy"])}) if version == FORMAT_VERSION
+        if version not in (1, 2, FORMAT_VERSION):
+            raise JobRecordError(f"not a slurm job request of format 1, 2 or {FORMAT_VERSION}")
+        # A format 1 or 2 request: a job queued (or requeued) across an upgrade still runs.
+        roles = [SlurmRoleRequest(**{**role, "policy": RolePolicy(**role["policy"])}) if version != 1
                  else SlurmRoleRequest(**format_1_role(role)) for role in data.pop("roles")]
         return SlurmJobRequest(roles=roles, **data)
 
@@ -147,7 +172,7 @@ class SlurmJobDir(JobDirectory):
         return self.path / f"{role}-{replica_id}.exit"
 
     def restarts(self, role: str) -> Path:
-        """How many times the batch script started the role's step again (absent: none)."""
+        """How many times the driver started the role's step again (absent: none)."""
         return self.path / f"{role}.restarts"
 
     def read_restarts(self, role: str) -> int:
@@ -173,7 +198,7 @@ class SlurmJobDir(JobDirectory):
         return self.path / f"{role}-{replica_id}.spare"
 
     def last_failure(self, role: str) -> Path:
-        """What made the batch script run the role's step again last (absent: nothing yet)."""
+        """What made the driver run the role's step again last (absent: nothing yet)."""
         return self.path / f"{role}.last_failure"
 
     def read_last_failure(self, role: str) -> str:

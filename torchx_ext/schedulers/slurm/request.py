@@ -6,8 +6,8 @@ per node, told its CPUs, memory and GPUs again (``srun`` of Slurm 22.05 no longe
 ``--cpus-per-task`` from ``sbatch``), whose task runs ``python -m torchx_ext.schedulers.slurm.step``:
 that program reads the role's command and environment from ``request.json``, so no argument
 or env value of the user's ever passes through a shell. The only values in the script are
-Slurm options, checked to be single lines, and paths, quoted. A role with ``max_retries`` (or an
-elastic one) runs its step in a loop that starts it again after a failure.
+Slurm options, checked to be single lines, and paths, quoted. The script then execs the driver
+(``driver.py``), which runs each role's step and starts it again as the role's retry policy says.
 """
 
 from __future__ import annotations
@@ -22,11 +22,12 @@ from torchx_ext.errors import InvalidArgumentError
 from torchx_ext.schedulers.common.role_policy import check_replica_counts, policy_of
 from torchx_ext.schedulers.common.role_spec import role_spec
 from torchx_ext.schedulers.slurm.allocation import Allocation
+from torchx_ext.schedulers.slurm.driver_core import STEP_MODULE, output_pattern, whole_app_restarts
 from torchx_ext.schedulers.slurm.options import gpu_type_of
 from torchx_ext.schedulers.slurm.records import SlurmJobDir, SlurmJobRequest, SlurmRoleRequest
 from torchx_ext.schedulers.slurm.warm_step import warm_step_command
 
-STEP_MODULE = "torchx_ext.schedulers.slurm.step"
+DRIVER_MODULE = "torchx_ext.schedulers.slurm.driver"
 _ROLE_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 _JOB_NAME_INVALID = re.compile(r"[^A-Za-z0-9_.-]+")
 
@@ -55,200 +56,49 @@ def build_request(
     for path, what in ((job_dir, "job_dir"), (cwd, "the current directory")):
         if "\n" in path or "\r" in path:
             raise InvalidArgumentError(f"{what} {path!r} holds a line break, which an #SBATCH line cannot: use another")
-    roles = [_role_request(role, cwd, interpreter) for role in app.roles]
-    job_name = _JOB_NAME_INVALID.sub("-", app.name).strip("-") or "torchx"
     if gpu_types is None:
         gpu_types = [gpu_type_of(None, role.resource) for role in app.roles]
-    script = batch_script(job_name, SlurmJobDir(Path(job_dir)), cwd, roles, app.roles, options, interpreter, exclusive,
-                          gpu_types, allocation)
+    roles = [_role_request(role, cwd, interpreter, gpu_type) for role, gpu_type in zip(app.roles, gpu_types)]
+    job_name = _JOB_NAME_INVALID.sub("-", app.name).strip("-") or "torchx"
+    script = batch_script(job_name, SlurmJobDir(Path(job_dir)), cwd, roles, options, interpreter, allocation)
     return SlurmJobRequest(app_name=app.name, job_dir=job_dir, roles=roles, script=script,
                            options=options, workspace=workspace, allocation=allocation.job_id if allocation else "",
                            allocation_nodes=allocation.nodes if allocation else 0,
                            allocation_gpus_per_node=allocation.gpus_per_node if allocation else 0,
                            warm_step=warm_step_command(allocation, interpreter, Path(job_dir).parent)
-                           if allocation and warm else [])
+                           if allocation and warm else [],
+                           allocation_cpus_per_node=allocation.cpus_per_node if allocation else 0,
+                           interpreter=interpreter, exclusive=exclusive,
+                           app_restarts=whole_app_restarts([role.policy for role in roles]))
 
 
-def batch_script(
-    job_name: str,
-    job: SlurmJobDir,
-    cwd: str,
-    roles: list[SlurmRoleRequest],
-    specs_of_roles: list[specs.Role],
-    options: list[str],
-    interpreter: str,
-    exclusive: bool,
-    gpu_types: list[str] | None = None,
-    allocation: Allocation | None = None,
-) -> str:
+def batch_script(job_name: str, job: SlurmJobDir, cwd: str, roles: list[SlurmRoleRequest], options: list[str],
+                 interpreter: str, allocation: Allocation | None = None) -> str:
+    """The script sbatch queues (or, in an allocation, the driver's host runs): Slurm's options, then
+    the driver, which runs the steps and their retries from ``request.json``."""
     lines = [
         "#!/bin/bash",
-        "# Written by torchx_ext's slurm scheduler: one srun step per role, one task per node; each",
-        f"# task runs {STEP_MODULE}, which reads its command from request.json beside this script.",
+        "# Written by torchx_ext's slurm scheduler: the driver runs one srun step per role and their",
+        f"# retries ({DRIVER_MODULE}); each node's task runs {STEP_MODULE}; both read request.json here.",
     ]
-    heterogeneous = len(roles) > 1 and allocation is None
-    types = gpu_types or [""] * len(roles)
     if allocation is None:
         lines += [
             f"#SBATCH --job-name={job_name}",
             f"#SBATCH --chdir={cwd}",
-            f"#SBATCH --output={_pattern(str(job.path))}/slurm-%j.out",
+            f"#SBATCH --output={output_pattern(str(job.path))}/slurm-%j.out",
             "#SBATCH --open-mode=append",
         ]
-        for position, (role, spec) in enumerate(zip(roles, specs_of_roles)):
+        for position, role in enumerate(roles):
             if position:
                 lines.append("#SBATCH hetjob")
             if not position:
-                lines.append(f"#SBATCH {_requeue(specs_of_roles)}")
-            lines += [f"#SBATCH {option}" for option in _shape(role, spec.resource, types[position])]
+                lines.append(f"#SBATCH {_requeue(roles)}")
+            lines += [f"#SBATCH {option}" for option in _shape(role)]
             lines += [f"#SBATCH {option}" for option in options]
-        lines += ["", "set -u"]
     else:
-        exit_record = shlex.quote(str(job.driver_exit))
-        lines += [
-            f"# Run by the driver on the submitting host, as steps of allocation {allocation.job_id} (no sbatch).",
-            "",
-            "set -u",
-            # The end, for describe: the driver is no Slurm job that accounting would remember.
-            f'record_exit() {{ code=$?; echo "$code" > {shlex.quote(str(job.driver_exit) + ".tmp")} && '
-            f'mv -f {shlex.quote(str(job.driver_exit) + ".tmp")} {exit_record}; }}',
-            "trap record_exit EXIT",
-            "trap 'exit 143' TERM",
-        ]
-    sruns = [_srun(position, role, spec, job, types[position], interpreter, exclusive, heterogeneous, allocation)
-             for position, (role, spec) in enumerate(zip(roles, specs_of_roles))]
-    budget = _whole_app_restarts(roles, specs_of_roles)
-    if budget is not None:
-        lines += _whole_app(sruns, job, roles, budget, interpreter)
-    else:
-        lines.append("steps=()")
-        for role, spec, srun in zip(roles, specs_of_roles, sruns):
-            # REPLICA and HOT_SPARE roles: each node's step program starts its replica again in
-            # place (step.py), a task cannot be started again inside a step; the step runs again
-            # only for a short end, or after Slurm requeued the job.
-            reruns = 0 if role.policy.restarts_in_place else spec.max_retries
-            if spec.max_retries > 0 or role.policy.carries_on_short:
-                lines += _retried(srun, job, role.name, spec.max_retries, role.policy.carries_on_short, interpreter,
-                                  reruns)
-            else:
-                lines.append(f"{srun} &")
-            lines.append("steps+=($!)")
-        lines += [
-            "status=0",
-            'for step in "${steps[@]}"; do wait "$step" || status=$?; done',
-            'exit "$status"',
-        ]
+        lines.append(f"# Run on the submitting host, as steps of allocation {allocation.job_id} (no sbatch).")
+    lines.append(f"exec {shlex.join([interpreter, '-m', DRIVER_MODULE, str(job.path)])}")
     return "\n".join([*lines, ""])
-
-
-def _srun(position: int, role: SlurmRoleRequest, spec: specs.Role, job: SlurmJobDir, gpu_type: str, interpreter: str,
-          exclusive: bool, heterogeneous: bool, allocation: Allocation | None = None) -> str:
-    """The role's step: one task per node, each running the step program."""
-    group = f"_HET_GROUP_{position}" if heterogeneous else ""
-    nodes = f"${{SLURM_JOB_NUM_NODES{group}}}"
-    cpus = f"${{SLURM_CPUS_ON_NODE{group}}}" if exclusive else str(max(1, int(spec.resource.cpu)))
-    in_allocation: list[str] = []
-    if allocation is not None:
-        # The allocation may hold more nodes than the role asks, and other jobs' steps: its
-        # replicas are counted, and the steps named for the job, which cancel finds them by.
-        nodes = str(role.num_replicas)
-        cpus = str(allocation.cpus_per_node) if exclusive else cpus
-        in_allocation = [f"--jobid={allocation.job_id}", f"--job-name={job.path.name}"]
-    # Expanded by the shell: Slurm's own variables, no user input.
-    shaped = [*in_allocation, f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1", f"--cpus-per-task={cpus}"]
-    prefix = f"{_pattern(str(job.path))}/{_pattern(role.name)}"
-    # A fixed role's step ends with its first failed task (the others could not go on); the
-    # survivors of a role that carries on short (elastic, or with spares) go on without it.
-    quoted = [*([f"--het-group={position}"] if heterogeneous else []), *_resources(spec.resource, gpu_type),
-              f"--kill-on-bad-exit={0 if role.policy.carries_on_short else 1}", "--open-mode=append", f"--output={prefix}-%t.out",
-              f"--error={prefix}-%t.err", interpreter, "-m", STEP_MODULE, str(job.path), role.name]
-    return " ".join(["srun", *shaped, *map(shlex.quote, quoted)])
-
-
-def _retried(srun: str, job: SlurmJobDir, role: str, max_retries: int, carries_on_short: bool, interpreter: str,
-             reruns: int) -> list[str]:
-    """The role's step, run again from the start (every node resumes from the checkpoint) up to
-    ``reruns`` times after it fails, and after Slurm requeued the job up to ``max_retries`` times;
-    a short step (``carries_on_short``) that ended with enough of its replicas done is not a failure."""
-    check = shlex.join([interpreter, "-m", STEP_MODULE, "--enough-succeeded", str(job.path), role])
-    record = shlex.join([interpreter, "-m", STEP_MODULE, "--record-failure", str(job.path), role])
-    requeued = shlex.join([interpreter, "-m", STEP_MODULE, "--requeued", str(job.path), role, str(int(max_retries))])
-    restarts = shlex.quote(str(job.restarts(role)))
-    return [
-        "(",
-        "  attempt=0",
-        # Slurm's count of requeues: one more restart, within the same max_retries.
-        f'  if [ "${{SLURM_RESTART_COUNT:-0}}" -gt 0 ]; then attempt=$({requeued}) || exit 1; fi',
-        "  while :; do",
-        f"    rm -f {shlex.quote(str(job.rendezvous_port(role)))}",  # node rank 0 picks a new store port
-        f"    {srun}",
-        "    code=$?",
-        '    [ "$code" -eq 0 ] && exit 0',
-        *([f"    {check} && exit 0"] if carries_on_short else []),
-        f'    [ "$attempt" -ge {int(reruns)} ] && exit "$code"',
-        f'    [ -e {shlex.quote(str(job.cancelled))} ] && exit "$code"',  # cancelled in an allocation: its steps alone
-        f"    {record} || true",  # what failed it, for describe while the rerun runs
-        "    attempt=$((attempt + 1))",
-        f'    echo "$attempt" > {restarts}',
-        "  done",
-        ") &",
-    ]
-
-
-def _whole_app_restarts(roles: list[SlurmRoleRequest], specs_of_roles: list[specs.Role]) -> int | None:
-    """How many times an app of several roles starts again as a whole: the least ``max_retries``
-    of its fixed APPLICATION roles, as a JobSet's ``maxRestarts`` (None: no role asks for it, and
-    each role's step runs again alone, if at all)."""
-    whole = [spec.max_retries for role, spec in zip(roles, specs_of_roles)
-             if role.policy.restarts_app and not role.policy.carries_on_short]
-    return min(whole) if len(roles) > 1 and whole and max(whole) > 0 else None
-
-
-def _whole_app(sruns: list[str], job: SlurmJobDir, roles: list[SlurmRoleRequest], budget: int, interpreter: str) -> list[str]:
-    """Every role's step started together; the first to fail (an elastic one that ended with
-    enough replicas done has not) stops the others and, up to ``budget`` times, they all start
-    again, every node resuming from the checkpoint: torchx's APPLICATION. A REPLICA role's
-    replicas still start again in place first (step.py)."""
-    step = [interpreter, "-m", STEP_MODULE]
-    quoted = " ".join(shlex.quote(role.name) for role in roles)
-    lines = [
-        f"roles=({quoted})",
-        f"elastic=({' '.join('1' if role.policy.carries_on_short else '0' for role in roles)})",
-        "attempt=0",
-        # Slurm's count of requeues: one more restart of the app, within the same budget.
-        f'if [ "${{SLURM_RESTART_COUNT:-0}}" -gt 0 ]; then attempt=$({shlex.join([*step, "--requeued-app", str(job.path), str(budget)])}) || exit 1; fi',
-        "while :; do",
-        f"  rm -f {shlex.quote(str(job.rank0_address))}",  # the first role's node rank 0 publishes it again
-        "  steps=()",
-    ]
-    for role, srun in zip(roles, sruns):
-        lines += [f"  rm -f {shlex.quote(str(job.rendezvous_port(role.name)))}",
-                  # exec: the pid is srun's, which cancels its step on SIGTERM.
-                  f"  ( exec {srun} ) &", "  steps+=($!)"]
-    lines += [
-        "  failed=-1",
-        '  while [ "$failed" -lt 0 ]; do',
-        "    running=0",
-        '    for i in "${!steps[@]}"; do',
-        '      [ -n "${steps[$i]}" ] || continue',
-        '      if kill -0 "${steps[$i]}" 2>/dev/null; then running=1; continue; fi',
-        '      wait "${steps[$i]}"; code=$?; steps[$i]=""',
-        '      [ "$code" -eq 0 ] && continue',
-        f'      [ "${{elastic[$i]}}" = 1 ] && {shlex.join([*step, "--enough-succeeded", str(job.path)])} "${{roles[$i]}}" && continue',
-        "      failed=$i; break",
-        "    done",
-        '    [ "$running" -eq 0 ] && [ "$failed" -lt 0 ] && exit 0',
-        '    [ "$failed" -lt 0 ] && sleep 0.5',
-        "  done",
-        '  for pid in "${steps[@]}"; do [ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null; done',
-        "  wait",
-        f'  [ "$attempt" -ge {int(budget)} ] && exit "$code"',
-        f'  [ -e {shlex.quote(str(job.cancelled))} ] && exit "$code"',
-        f'  {shlex.join([*step, "--record-restart", str(job.path)])} "${{roles[$failed]}}" || true',
-        "  attempt=$((attempt + 1))",
-        "done",
-    ]
-    return lines
 
 
 def describe_request(request: SlurmJobRequest) -> str:
@@ -267,20 +117,29 @@ def describe_request(request: SlurmJobRequest) -> str:
     return "\n".join(lines) + "\n--- batch.sh\n" + request.script
 
 
-def _requeue(specs_of_roles: list[specs.Role]) -> str:
+def requeues(request: SlurmJobRequest) -> bool:
+    """Whether the job was submitted to be requeued (after a node failure or a preemption): ours,
+    unless the user's sbatch_args, which come after it, said otherwise."""
+    said = [_requeue(request.roles), *(option for option in request.options if option in REQUEUE_OPTIONS)]
+    return said[-1] == "--requeue"
+
+
+REQUEUE_OPTIONS = ("--requeue", "--no-requeue")
+
+
+def _requeue(roles: list[SlurmRoleRequest]) -> str:
     """Slurm requeues a batch job whose node failed (went DOWN: cut off, powered off) when the
     cluster's JobRequeue allows (its default): the job starts again on other nodes. A job whose
     every role has restarts left lets it, whatever the cluster's default; otherwise it fails."""
-    return "--requeue" if all(spec.max_retries > 0 for spec in specs_of_roles) else "--no-requeue"
+    return "--requeue" if all(role.policy.max_retries > 0 for role in roles) else "--no-requeue"
 
 
-def _shape(role: SlurmRoleRequest, resource: specs.Resource, gpu_type: str) -> list[str]:
+def _shape(role: SlurmRoleRequest) -> list[str]:
     # Hot spares need nodes of their own from the start: a HOT_SPARE role's MIN is its quorum, not an allocation.
     nodes = f"{role.policy.min_replicas}-{role.num_replicas}" if role.policy.is_elastic else str(role.num_replicas)
     # No --ntasks-per-node here: with it Slurm 22.05 gives a MIN-MAX job MIN nodes even when MAX
     # are idle (measured on the test cluster); the step asks for one task per node itself.
-    return [f"--nodes={nodes}", f"--cpus-per-task={max(1, int(resource.cpu))}",
-            *_resources(resource, gpu_type)]
+    return [f"--nodes={nodes}", f"--cpus-per-task={role.cpus_per_task}", *role.resources]
 
 
 def _resources(resource: specs.Resource, gpu_type: str) -> list[str]:
@@ -294,7 +153,7 @@ def _resources(resource: specs.Resource, gpu_type: str) -> list[str]:
     return options
 
 
-def _role_request(role: specs.Role, cwd: str, interpreter: str) -> SlurmRoleRequest:
+def _role_request(role: specs.Role, cwd: str, interpreter: str, gpu_type: str) -> SlurmRoleRequest:
     if not _ROLE_NAME.fullmatch(role.name):
         raise InvalidArgumentError(
             f"role name {role.name!r} names the job's log files: use letters, digits, '_', '.' and '-'")
@@ -307,9 +166,6 @@ def _role_request(role: specs.Role, cwd: str, interpreter: str) -> SlurmRoleRequ
         env=dict(role.env),
         cwd=cwd,
         spec=role_spec(role),
+        cpus_per_task=max(1, int(role.resource.cpu)),
+        resources=_resources(role.resource, gpu_type),
     )
-
-
-def _pattern(text: str) -> str:
-    # srun and sbatch read % in --output as a pattern.
-    return text.replace("%", "%%")

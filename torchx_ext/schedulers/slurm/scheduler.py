@@ -43,7 +43,7 @@ from torchx_ext.schedulers.slurm.client import (JobStates, allocation_state, can
 from torchx_ext.stack_request import REQUEST_SIGNAL
 from torchx_ext.schedulers.slurm.view import SlurmJob, forgotten_job_state, replica_state
 from torchx_ext.schedulers.slurm.options import (SlurmOpts, check_workspace_type, gpu_type_of, partition_of,
-                                                 sbatch_options, run_opts)
+                                                 sbatch_options, run_opts, with_whole_nodes)
 from torchx_ext.schedulers.slurm.records import (
     JOBS,
     SlurmJobDir,
@@ -51,7 +51,7 @@ from torchx_ext.schedulers.slurm.records import (
     first_failure as records_first_failure,
     step_ended,
 )
-from torchx_ext.schedulers.slurm.request import build_request, describe_request
+from torchx_ext.schedulers.slurm.request import build_request, describe_request, requeues
 from torchx_ext.schedulers.slurm.warm_step import start_warm_step
 from torchx_ext.schedulers.slurm.workspace import copy_workspace, workspace_of
 from torchx_ext.schedulers.common.workspace_files import workspace_path
@@ -136,7 +136,7 @@ class SlurmScheduler(WorkspaceMixin[None], SchedulerShell[SlurmOpts]):
         workspace = workspace_of(app.roles, self._workspaces)
         for role in app.roles:
             self._workspaces.pop(id(role), None)
-        options = sbatch_options(cfg)
+        options = sbatch_options(cfg)  # once: whole nodes add --exclusive to it (with_whole_nodes)
         parent = Path(cfg.get("job_dir") or default_job_dirs()).absolute()
         name = new_app_id(app.name, FILE_NAME_IDS)
         allocation_id = allocation_of(cfg, os.environ)
@@ -151,7 +151,7 @@ class SlurmScheduler(WorkspaceMixin[None], SchedulerShell[SlurmOpts]):
         else:
             gpu_types, whole_nodes = gpu_requests(app, cfg, partition_of(options))
             if whole_nodes:
-                options = sbatch_options(cfg, whole_nodes=True)
+                options = with_whole_nodes(options, cfg)
         exclusive = bool(cfg.get("exclusive")) or whole_nodes
         request = build_request(
             app,
@@ -193,8 +193,7 @@ class SlurmScheduler(WorkspaceMixin[None], SchedulerShell[SlurmOpts]):
         try:
             # The GPUs asked for are named too: a GRES type the cluster lacks is refused only as
             # "Requested node configuration is not available".
-            gpus = [line.split(" ", 1)[1] for line in request.script.splitlines() if line.startswith("#SBATCH --gpus-")]
-            job_id = sbatch(job.script, [*request.options, *gpus])
+            job_id = sbatch(job.script, [*request.options, *request.gpus_asked()])
         except BaseException:
             shutil.rmtree(job.path, ignore_errors=True)
             raise
@@ -460,12 +459,9 @@ def _replicas_done(job: SlurmJobDir) -> bool:
 def _requeues(job: SlurmJobDir) -> bool:
     """Whether the job was submitted to be requeued (after a node failure or a preemption)."""
     try:
-        lines = job.script.read_text().splitlines()
-    except OSError:
+        return requeues(job.read_request())
+    except (OSError, ValueError, KeyError, TypeError):
         return False
-    options = [line.split(" ", 1)[1].strip() for line in lines if line.startswith("#SBATCH ")]
-    return next((option == "--requeue" for option in reversed(options) if option in ("--requeue", "--no-requeue")),
-                False)
 
 
 def _submitted_at(job: SlurmJobDir) -> float:

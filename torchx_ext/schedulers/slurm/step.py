@@ -1,6 +1,6 @@
 """The program each slurm task runs: one replica of a role, on the node Slurm gave it.
 
-``python -m torchx_ext.schedulers.slurm.step JOB_DIR ROLE`` (written into the batch script):
+``python -m torchx_ext.schedulers.slurm.step JOB_DIR ROLE`` (the srun step the driver runs):
 
 - reads the role from ``request.json`` and applies torchx's macros with what only the task
   knows: the app id (``SLURM_JOB_ID``) and the replica id (``SLURM_PROCID``: one task per node);
@@ -15,7 +15,11 @@
   the controller has forgotten the job and accounting is off;
 - kills the replica when its launcher stops touching its liveness file (frozen or hung: Slurm
   notices nothing while slurmd answers), so the task ends, ``--kill-on-bad-exit`` ends the step and
-  the batch script runs it again within ``max_retries``, as for a lost replica.
+  the driver runs it again within ``max_retries``, as for a lost replica.
+
+Its ``--enough-succeeded``, ``--record-*`` and ``--requeued*`` subcommands are what batch scripts
+written before the driver (format 1 and 2 requests: a bash retry loop) call; the driver calls the
+same functions directly.
 """
 
 from __future__ import annotations
