@@ -18,7 +18,8 @@ from torchx.schedulers import get_scheduler_factories
 
 from torchx_ext.errors import InvalidArgumentError
 from torchx_ext.schedulers.common.role_policy import RolePolicy
-from torchx_ext.schedulers.slurm.records import SlurmJobDir, SlurmRoleRequest
+from torchx_ext.schedulers.slurm.records import SlurmJobDir
+from torchx_ext.schedulers.slurm.request import SlurmRoleRequest
 from torchx_ext.schedulers.slurm.step import replica_command
 
 REPO = Path(__file__).resolve().parents[2]

@@ -10,8 +10,8 @@ from torchx import specs
 from torchx_ext.components.dist import ddp
 from torchx_ext.errors import InvalidArgumentError
 from torchx_ext.numa.topology import Topology
-from torchx_ext.schedulers.local.records import LocalJobRequest
-from torchx_ext.schedulers.local.request import build_request, describe_request
+from torchx_ext.schedulers.local.request import LocalJobRequest
+from torchx_ext.schedulers.local.build import build_request, describe_request
 
 TopologyOf = Callable[[str], Topology]
 

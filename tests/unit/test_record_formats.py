@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from torchx_ext.schedulers.common.role_policy import RolePolicy
-from torchx_ext.schedulers.local.records import LocalJobRequest
-from torchx_ext.schedulers.slurm.records import SlurmJobRequest
+from torchx_ext.schedulers.local.request import LocalJobRequest
+from torchx_ext.schedulers.slurm.request import SlurmJobRequest
 
 RECORDS = Path(__file__).resolve().parents[1] / "fixtures" / "records"
 SPARES_POLICY = RolePolicy(retry_policy="HOT_SPARE", max_retries=2, num_replicas=3, min_replicas=2, has_spares=True)

@@ -22,7 +22,7 @@ from torchx_ext.schedulers.slurm.driver_core import (
     DONE, GIVE_UP, RERUN, after_app_attempt, after_step, exit_code, first_failed, job_status, whole_app_restarts,
 )
 from torchx_ext.schedulers.slurm.records import SlurmJobDir
-from torchx_ext.schedulers.slurm.request import build_request
+from torchx_ext.schedulers.slurm.build import build_request
 
 RECORDS = Path(__file__).resolve().parents[1] / "fixtures" / "records"
 

@@ -27,8 +27,10 @@ from torchx_ext.schedulers.slurm.view import (
 )
 from torchx_ext.schedulers.slurm.options import gpu_type_of, partition_of, sbatch_options, with_whole_nodes
 from torchx_ext.schedulers.slurm.driver_core import StepShape, is_retried, reruns, srun_argv
-from torchx_ext.schedulers.slurm.records import SlurmJobDir, SlurmJobRequest
-from torchx_ext.schedulers.slurm.request import build_request, requeues
+from torchx_ext.schedulers.slurm.records import SlurmJobDir
+from torchx_ext.schedulers.slurm.request import SlurmJobRequest
+from torchx_ext.schedulers.slurm.build import build_request
+from torchx_ext.schedulers.slurm.request import requeues
 from torchx_ext.schedulers.slurm.step import record_app_requeue, record_first_of_incident, record_requeue
 
 EVERY_STATE = {

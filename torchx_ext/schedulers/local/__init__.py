@@ -1,6 +1,7 @@
 """local_cwd: a job's replicas as processes on this host, each on its own slice of it.
 
-The modules every backend has: ``options.py`` (-cfg), ``request.py`` (the pure dry-run),
+The modules every backend has: ``options.py`` (-cfg), ``request.py`` (the request, which the supervisor reads back), ``build.py``
+(the pure dry-run: AppDef -> the request),
 ``scheduler.py`` (the backend on the shared shell, ``common/scheduler.py``). local_cwd has no
 system to be a client of: ``supervisor.py`` is the process that runs a job, ``processes.py``
 finds, checks and stops a job's processes through /proc, ``records.py`` keeps what a later

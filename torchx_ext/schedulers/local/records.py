@@ -1,4 +1,5 @@
-"""local_cwd's records on disk: the request, the job's state, and where to find a job.
+"""local_cwd's records on disk: the job's state, where its request is kept (``request.py``), and
+where to find a job.
 
 Everything a later ``torchx status/log/cancel/list`` needs lives in the job's directory
 (``{log_dir}/{app_id}``): ``request.json`` (what to run), ``state.json`` (written only by the
@@ -14,84 +15,26 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
-from dataclasses import MISSING, asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from torchx_ext.errors import JobRecordError
 from torchx_ext.schedulers.common.app_ids import FILE_NAME_IDS
 from torchx_ext.schedulers.common.files import DIR_MODE, write_atomically
 from torchx_ext.schedulers.common.job_dir import JobDirectory, JobRegistry
-from torchx_ext.schedulers.common.role_policy import RolePolicy, format_1_role
+from torchx_ext.schedulers.common.record_json import FORMAT_KEY, fields_of, list_of, versioned
+from torchx_ext.schedulers.local.request import LocalJobRequest
 from torchx_ext.schedulers.common.states import State
 from torchx_ext.schedulers.local.processes import boot_id, process_start_ticks
 
 STATE_ROOT_ENV = "TORCHX_EXT_LOCAL_STATE"
 # Written into every record; a record of another format is reported, not guessed at.
 FORMAT_VERSION = 1
-REQUEST_FORMAT = 2
-"""The request's: each role's policy kept once (``policy``). Format 1 requests are read too."""
 ERROR_FILE_NAME = "error.json"
 """A replica's torchelastic error file, in its log directory."""
 LIVENESS_FILE_NAME = "liveness"
 """In a replica's log directory: its launcher's sign of life (``launcher/liveness.py``), touched or saying ``spare``."""
-FORMAT_KEY = "format"
-
-
-@dataclass(frozen=True)
-class ReplicaRequest:
-    role: str
-    replica_id: int
-    argv: list[str]
-    env: dict[str, str]
-    """Added to (and overriding) the environment of the process that submitted the job."""
-    cwd: str
-    cpus: list[int] | None
-    """The replica's CPU affinity; None: the submitter's."""
-    log_dir: str
-
-    def log_path(self, stream: str) -> Path:
-        return Path(self.log_dir) / f"{stream}.log"
-
-
-@dataclass(frozen=True)
-class LocalRoleRequest:
-    name: str
-    replicas: list[ReplicaRequest]
-    spec: dict[str, Any]
-    """The role as submitted (before macros), for describe."""
-    policy: RolePolicy
-    """What a failure restarts, and how many replicas the role needs (``common/role_policy.py``)."""
-
-    @property
-    def needed(self) -> int:
-        """An elastic role carries on while this many of its replicas have not failed for good."""
-        return min(self.policy.min_replicas, len(self.replicas))
-
-
-@dataclass(frozen=True)
-class LocalJobRequest:
-    app_id: str
-    app_dir: str
-    roles: list[LocalRoleRequest]
-    slices: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    cancel_grace_s: float = 10.0
-    warm: bool = False
-    """Whether its processes are forked by the warm interpreter (``torchx_ext/warm``)."""
-
-    def replicas(self) -> list[ReplicaRequest]:
-        return [replica for role in self.roles for replica in role.replicas]
-
-    def to_json(self) -> str:
-        return json.dumps({FORMAT_KEY: REQUEST_FORMAT, **asdict(self)}, indent=1)
-
-    @staticmethod
-    def from_json(text: str) -> "LocalJobRequest":
-        version, data = _versioned(text, (1, REQUEST_FORMAT))
-        roles = [_role(role if version == REQUEST_FORMAT else _format_1_role(role))
-                 for role in _list(data.pop("roles", None))]
-        return LocalJobRequest(**{**_fields(LocalJobRequest, {**data, "roles": []}), "roles": roles})
 
 
 @dataclass
@@ -126,9 +69,9 @@ class JobState:
 
     @staticmethod
     def from_json(text: str) -> "JobState":
-        _, data = _versioned(text, (FORMAT_VERSION,))
-        replicas = [ReplicaState(**_fields(ReplicaState, replica)) for replica in _list(data.pop("replicas", None))]
-        state = JobState(**{**_fields(JobState, {**data, "replicas": []}), "replicas": replicas})
+        _, data = versioned(text, (FORMAT_VERSION,))
+        replicas = [ReplicaState(**fields_of(ReplicaState, replica)) for replica in list_of(data.pop("replicas", None))]
+        state = JobState(**{**fields_of(JobState, {**data, "replicas": []}), "replicas": replicas})
         state.state = _state(state.state)
         for replica in replicas:
             replica.state = _state(replica.state)
@@ -136,61 +79,6 @@ class JobState:
 
 
 _Record = TypeVar("_Record")
-
-
-def _role(role: object) -> LocalRoleRequest:
-    data = _fields(LocalRoleRequest, role)
-    policy = data["policy"]
-    return LocalRoleRequest(**{
-        **data,
-        "replicas": [ReplicaRequest(**_fields(ReplicaRequest, replica)) for replica in _list(data["replicas"])],
-        "policy": policy if isinstance(policy, RolePolicy) else RolePolicy(**_fields(RolePolicy, policy)),
-    })
-
-
-def _format_1_role(role: object) -> dict[str, Any]:
-    if not isinstance(role, dict):
-        raise JobRecordError(f"expected an object for a role, found {type(role).__name__}")
-    return format_1_role(role)
-
-
-def _versioned(text: str, versions: tuple[int, ...]) -> tuple[int, dict[str, Any]]:
-    try:
-        data = json.loads(text)
-    except ValueError as error:
-        raise JobRecordError(f"not JSON ({error})") from None
-    if not isinstance(data, dict):
-        raise JobRecordError(f"expected a JSON object, found {type(data).__name__}")
-    version = data.pop(FORMAT_KEY, None)
-    if version not in versions:
-        raise JobRecordError(
-            f"record format {version!r}, this torchx_ext reads format {' or '.join(map(str, versions))} "
-            "(written by another version of torchx_ext: use that version, or remove the job)"
-        )
-    return version, data
-
-
-def _fields(cls: type[_Record], data: object) -> dict[str, Any]:
-    """``data`` as keyword arguments for dataclass ``cls``, refusing unknown and missing keys."""
-    if not isinstance(data, dict):
-        raise JobRecordError(f"expected an object for {cls.__name__}, found {type(data).__name__}")
-    known = {name for name in cls.__dataclass_fields__}  # type: ignore[attr-defined]
-    required = {
-        name for name, spec in cls.__dataclass_fields__.items()  # type: ignore[attr-defined]
-        if spec.default is MISSING and spec.default_factory is MISSING
-    }
-    unknown, missing = sorted(set(data) - known), sorted(required - set(data))
-    if unknown or missing:
-        problems = [f"unknown key(s) {', '.join(unknown)}"] if unknown else []
-        problems += [f"missing key(s) {', '.join(missing)}"] if missing else []
-        raise JobRecordError(f"{cls.__name__}: {'; '.join(problems)}")
-    return data
-
-
-def _list(value: object) -> list[Any]:
-    if not isinstance(value, list):
-        raise JobRecordError(f"expected a list, found {type(value).__name__}")
-    return value
 
 
 def _state(value: object) -> State:

@@ -35,18 +35,11 @@ from torchx_ext.liveness import is_spare
 from torchx_ext.schedulers.common.watch import RecordWatch, file_signature
 from torchx_ext.stack_request import REQUEST_SIGNAL
 from torchx_ext.schedulers.local.processes import marked_processes, signal_process, stop_processes
-from torchx_ext.schedulers.local.records import (
-    JOBS,
-    LIVENESS_FILE_NAME,
-    JobState,
-    LocalJobDir,
-    ReplicaState,
-    SupervisorRecord,
-)
+from torchx_ext.schedulers.local.records import JOBS, LIVENESS_FILE_NAME, JobState, LocalJobDir, ReplicaState, SupervisorRecord
 from torchx_ext.schedulers.common.role_spec import role_from_spec
 from torchx_ext.schedulers.local.options import LocalOpts, run_opts
 from torchx_ext.schedulers.local.targets import check_targets
-from torchx_ext.schedulers.local.request import build_request, describe_request
+from torchx_ext.schedulers.local.build import build_request, describe_request
 from torchx_ext.numa.topology import DEFAULT_SYSFS_ROOT, Topology
 from torchx_ext.schedulers.placement import gpu_count, host_topology
 

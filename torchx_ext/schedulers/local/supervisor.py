@@ -38,8 +38,8 @@ from torchx_ext.replica_env import LAUNCHER_MODULE, LIVENESS_FILE_ENV, RDZV_IS_H
 from torchx_ext.schedulers.common.states import State, how_it_ended, job_move, replica_move
 from torchx_ext.schedulers.local.processes import (JOB_MARKER_ENV, marked_processes, signal_process as _signal,
                                                    stop_processes)
-from torchx_ext.schedulers.local.records import (ERROR_FILE_NAME, LIVENESS_FILE_NAME, LocalJobDir, JobState, LocalJobRequest,
-                                                 ReplicaRequest, ReplicaState, LocalRoleRequest)
+from torchx_ext.schedulers.local.records import ERROR_FILE_NAME, LIVENESS_FILE_NAME, LocalJobDir, JobState, ReplicaState
+from torchx_ext.schedulers.local.request import LocalJobRequest, ReplicaRequest, LocalRoleRequest
 from torchx_ext.schedulers.common.log_files import ReplicaLogWriter
 from torchx_ext.warm import fork
 from torchx_ext.warm.fork import ForkedProcess

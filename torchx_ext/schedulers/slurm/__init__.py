@@ -1,10 +1,12 @@
 """slurm: a job's replicas as one Slurm job, one task per node, bound inside what Slurm gave.
 
 The modules every backend has: ``options.py`` (-cfg into ``#SBATCH`` options), ``request.py``
-(the pure dry-run: the batch script), ``view.py`` (Slurm's states read purely into ours),
+(the request, read back on every node), ``build.py`` (the pure dry-run: AppDef -> the request
+and its batch script), ``view.py`` (Slurm's states read purely into ours),
 ``client.py`` (the thin layer over Slurm's commands: sbatch, scancel, sacct, squeue) and
 ``scheduler.py`` (the backend on the shared shell, ``common/scheduler.py``). Its own:
-``step.py`` (the program each task runs), ``records.py`` (the job directory and registry) and
+``driver.py`` (what the batch script execs: the steps and their retries, decided in
+``driver_core.py``), ``step.py`` (the program each task runs), ``records.py`` (the job directory and registry) and
 ``workspace.py`` (the workspace copied into the job's directory). The whole map: docs/layout.md.
 """
 

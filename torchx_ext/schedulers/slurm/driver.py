@@ -28,7 +28,8 @@ from torchx_ext.schedulers.slurm.driver_core import (
     DONE, GIVE_UP, StepShape, after_app_attempt, after_step, exit_code, first_failed, is_retried, job_status, reruns,
     srun_argv,
 )
-from torchx_ext.schedulers.slurm.records import SlurmJobDir, SlurmJobRequest, SlurmRoleRequest
+from torchx_ext.schedulers.slurm.records import SlurmJobDir
+from torchx_ext.schedulers.slurm.request import SlurmJobRequest, SlurmRoleRequest
 from torchx_ext.schedulers.slurm.step import (
     enough_succeeded, record_app_requeue, record_app_restart, record_failure, record_requeue,
 )

@@ -18,105 +18,17 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from torchx_ext.errors import JobRecordError
 from torchx_ext.schedulers.common.job_dir import JobDirectory, JobRegistry
-from torchx_ext.schedulers.common.role_policy import RolePolicy, format_1_role
+from torchx_ext.schedulers.slurm.request import SlurmJobRequest
 from torchx_ext.schedulers.common.states import how_it_ended
 
 STATE_ROOT_ENV = "TORCHX_EXT_SLURM_STATE"
-FORMAT_VERSION = 3
-"""Format 3: what the driver (``driver.py``) needs to run the steps (each role's step shape, the
-interpreter, the app's restarts); 2: each role's policy kept once (``policy``). Requests of formats
-1 and 2 are read too: their batch scripts run their own retry loops (``step.py``'s subcommands)."""
 APP_ID = re.compile(r"(\d+)(-[A-Za-z0-9][A-Za-z0-9_.-]*)?")
 """A Slurm job id; a job in an allocation: the allocation's, then its directory's name."""
-
-
-@dataclass(frozen=True)
-class SlurmRoleRequest:
-    name: str
-    policy: RolePolicy
-    """What a failure restarts, and how many nodes the role needs (``common/role_policy.py``)."""
-    entrypoint: str
-    """Resolved on the submitting host: ``python`` is the submitter's interpreter."""
-    args: list[str]
-    """As the role gave them: macros are applied by the step program, where their values are known."""
-    env: dict[str, str]
-    cwd: str
-    spec: dict[str, Any]
-    """The role as submitted, for describe."""
-    cpus_per_task: int = 1
-    """Its step's CPUs per node (a whole node's in an ``exclusive`` job: the driver asks Slurm then)."""
-    resources: list[str] = field(default_factory=list)
-    """Its step's ``--mem`` and ``--gpus-per-node``, as ``srun`` and ``sbatch`` take them."""
-
-    @property
-    def num_replicas(self) -> int:
-        return self.policy.num_replicas
-
-
-@dataclass(frozen=True)
-class SlurmJobRequest:
-    app_name: str
-    job_dir: str
-    roles: list[SlurmRoleRequest]
-    script: str
-    """The batch script."""
-    options: list[str] = field(default_factory=list)
-    """The ``#SBATCH`` options from ``-cfg`` (named when sbatch refuses the job)."""
-    workspace: str = ""
-    """The workspace copied into the job's ``workspace/`` at submission, where its steps run ("": none;
-    they run in the submit directory)."""
-    allocation: str = ""
-    """The allocation whose steps the job runs as, started by a driver on the submitting host
-    ("": a job of its own, queued by sbatch)."""
-    allocation_nodes: int = 0
-    """How many nodes that allocation held at submission."""
-    allocation_gpus_per_node: int = 0
-    """The fewest GPUs it holds on one of its nodes."""
-    warm_step: list[str] = field(default_factory=list)
-    """In an allocation with ``-cfg warm=true``: the srun of the allocation's warm interpreters,
-    which fork the replicas' launchers (``warm_step.py``); empty: launchers start anew."""
-    allocation_cpus_per_node: int = 0
-    """The fewest CPUs the allocation holds on one of its nodes (an ``exclusive`` job's steps take them)."""
-    interpreter: str = ""
-    """The submitter's Python, which runs the driver and each node's step program."""
-    exclusive: bool = False
-    """Whole nodes: each step takes every CPU Slurm gave the job on a node."""
-    app_restarts: int | None = None
-    """How many times an app of several roles starts again as a whole (torchx's APPLICATION);
-    None: each role's step runs again alone, if at all (``driver_core.whole_app_restarts``)."""
-
-    @property
-    def heterogeneous(self) -> bool:
-        """A job of several roles queued by sbatch: one component per role, one step each."""
-        return len(self.roles) > 1 and not self.allocation
-
-    def gpus_asked(self) -> list[str]:
-        """Each role's ``--gpus-per-node``, for sbatch's command line (a GRES type the cluster
-        lacks is refused only as "Requested node configuration is not available" otherwise)."""
-        return [option for role in self.roles for option in role.resources if option.startswith("--gpus-")]
-
-    def to_json(self) -> str:
-        return json.dumps({"format": FORMAT_VERSION, **asdict(self)}, indent=1)
-
-    @staticmethod
-    def from_json(text: str) -> "SlurmJobRequest":
-        data = json.loads(text)
-        version = data.pop("format", None)
-        if version not in (1, 2, FORMAT_VERSION):
-            raise JobRecordError(f"not a slurm job request of format 1, 2 or {FORMAT_VERSION}")
-        # A format 1 or 2 request: a job queued (or requeued) across an upgrade still runs.
-        roles = [SlurmRoleRequest(**{**role, "policy": RolePolicy(**role["policy"])}) if version != 1
-                 else SlurmRoleRequest(**format_1_role(role)) for role in data.pop("roles")]
-        return SlurmJobRequest(roles=roles, **data)
-
-    def role(self, name: str) -> SlurmRoleRequest | None:
-        return next((role for role in self.roles if role.name == name), None)
 
 
 @dataclass(frozen=True)

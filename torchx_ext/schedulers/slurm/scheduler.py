@@ -44,14 +44,9 @@ from torchx_ext.stack_request import REQUEST_SIGNAL
 from torchx_ext.schedulers.slurm.view import SlurmJob, forgotten_job_state, replica_state
 from torchx_ext.schedulers.slurm.options import (SlurmOpts, check_workspace_type, gpu_type_of, partition_of,
                                                  sbatch_options, run_opts, with_whole_nodes)
-from torchx_ext.schedulers.slurm.records import (
-    JOBS,
-    SlurmJobDir,
-    StepEnd,
-    first_failure as records_first_failure,
-    step_ended,
-)
-from torchx_ext.schedulers.slurm.request import build_request, describe_request, requeues
+from torchx_ext.schedulers.slurm.records import JOBS, SlurmJobDir, StepEnd, first_failure as records_first_failure, step_ended
+from torchx_ext.schedulers.slurm.build import build_request, describe_request
+from torchx_ext.schedulers.slurm.request import requeues
 from torchx_ext.schedulers.slurm.warm_step import start_warm_step
 from torchx_ext.schedulers.slurm.workspace import copy_workspace, workspace_of
 from torchx_ext.schedulers.common.workspace_files import workspace_path

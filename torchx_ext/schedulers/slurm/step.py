@@ -49,7 +49,8 @@ from torchx_ext.schedulers.common.files import write_atomically
 from torchx_ext.schedulers.common.log_files import IndexedLog
 from torchx_ext.schedulers.common.proc import kill_tree
 from torchx_ext.schedulers.slurm.allocation import ALLOCATION_ENV, APP_ID_ENV
-from torchx_ext.schedulers.slurm.records import SlurmJobDir, SlurmRoleRequest, StepEnd, first_failure, step_ended
+from torchx_ext.schedulers.slurm.records import SlurmJobDir, StepEnd, first_failure, step_ended
+from torchx_ext.schedulers.slurm.request import SlurmRoleRequest
 
 if TYPE_CHECKING:
     from torchx_ext.warm.attach import AttachedProcess
