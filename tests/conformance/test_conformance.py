@@ -17,7 +17,7 @@ from tests.conformance.cases import EVERY_BACKEND
 from tests.conformance.conftest import JOBS, SchedulerUnderTest
 from tests.conformance.test_faults import _history, _training, _wait_for_step
 from tests.helpers import TORCHX
-from tests.conformance.jobs_api import wait, wait_for_line
+from tests.conformance.jobs_api import status_until, wait, wait_for_line
 from torchx_ext.components.dist import ddp
 
 LINES_PER_RANK = 100_000
@@ -182,3 +182,20 @@ def test_torchx_stacks_prints_every_running_ranks_stack_and_the_job_goes_on(
     runner.cancel(handle)
     assert wait(runner, handle) == AppState.CANCELLED
     assert scheduler.leftovers(job_id) == []
+
+
+def test_status_of_a_running_elastic_job_reads_the_same_on_every_scheduler(
+    runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path
+) -> None:
+    # Each backend fills one job view (common/scheduler.py's JobView) and the shell words it: the
+    # same app, running, gives the same status everywhere but for host names and the app id.
+    handle, app, _ = _training(runner, scheduler, tmp_path, "1:2x1", max_retries=0, steps=400)
+    status = status_until(runner, handle, lambda status: "runs 2 of" in status.msg, timeout_s=90)
+    role = status.roles[0].role
+    seen = (status.state, status.num_restarts, status.msg,
+            [(each.role, [(replica.id, replica.state) for replica in each.replicas]) for each in status.roles])
+    assert seen == (AppState.RUNNING, 0, f"role {role} runs 2 of 1..2 replicas",
+                    [(role, [(0, AppState.RUNNING), (1, AppState.RUNNING)])]), status
+    runner.cancel(handle)
+    assert wait(runner, handle, timeout_s=60) == AppState.CANCELLED
+    assert not scheduler.leftovers(app)

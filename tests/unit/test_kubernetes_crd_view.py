@@ -10,6 +10,7 @@ import pytest
 
 from torchx_ext.components.dist import ddp
 from torchx_ext.schedulers.common.states import JobEnd, State
+from torchx_ext.schedulers.kubernetes.scheduler import job_response
 from torchx_ext.schedulers.kubernetes.jobset import read_jobset
 from torchx_ext.schedulers.kubernetes.request import build_request
 from torchx_ext.schedulers.kubernetes.options import ManifestOptions
@@ -156,7 +157,7 @@ def test_describe_of_an_elastic_role_says_how_many_replicas_run_now() -> None:
     jobset = built("jobset", j="1:2x1")
     view = read_jobset(APP, jobset, [child(jobset)], [jobset_pod(0, "Running")])
     assert view.state is State.RUNNING
-    assert view.elastic_summary == "role train runs 1 of 1..2 replicas"
+    assert job_response(APP, view).msg == "role train runs 1 of 1..2 replicas"
 
 
 def test_our_end_on_a_jobset_is_applied_again_to_a_job_it_did_not_stop() -> None:

@@ -9,6 +9,7 @@ import pytest
 
 from torchx_ext.schedulers.common.role_policy import RolePolicy
 from torchx_ext.schedulers.common.states import JobEnd, State
+from torchx_ext.schedulers.kubernetes.scheduler import job_response
 from torchx_ext.schedulers.kubernetes.view import end_annotation, end_due, read_job
 
 APP = "train-abc12345"
@@ -244,6 +245,6 @@ def test_a_running_pod_that_our_spare_probe_calls_not_ready_is_a_hot_spare() -> 
 def test_an_elastic_role_says_how_many_of_its_min_to_max_replicas_run(annotations: dict[str, str]) -> None:
     view = read_job(APP, [job(replicas=3, ready=2, annotations=annotations)],
                     [pod(0, "Running"), pod(1, "Running"), pod(2, "Failed", exit_code=1)])
-    assert view.elastic_summary == "role train runs 2 of 1..3 replicas", view
+    assert job_response(APP, view).msg == "role train runs 2 of 1..3 replicas", view
     fixed = read_job(APP, [job(replicas=3, ready=3)], [pod(0, "Running"), pod(1, "Running"), pod(2, "Running")])
-    assert fixed.elastic_summary == ""
+    assert job_response(APP, fixed).msg == ""

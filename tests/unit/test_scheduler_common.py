@@ -160,16 +160,16 @@ def test_a_cut_report_still_gives_its_message() -> None:
 def test_describe_response_groups_replicas_by_role_and_gives_every_backend_one_no_error_placeholder() -> None:
     from torchx.specs import AppState, Role
 
-    from torchx_ext.schedulers.common.scheduler import NO_ERROR, ReplicaReport, describe_response
+    from torchx_ext.schedulers.common.scheduler import NO_ERROR, JobView, ReplicaReport, describe_response
 
     failure = ErrorReport(message="replica reader/0 exited with code 7", error_code=7, timestamp=5)
-    response = describe_response(
+    response = describe_response(JobView(
         "app-1", State.FAILED,
         roles=[Role(name="trainer", image="img", num_replicas=2), Role(name="reader", image="img", num_replicas=1)],
         replicas=[ReplicaReport("trainer", 1, State.CANCELLED, "h1"),
                   ReplicaReport("reader", 0, State.FAILED, "h2", failure),
                   ReplicaReport("trainer", 0, None, "h0")],
-        error=failure, num_restarts=2, msg="failed")
+        error=failure, num_restarts=2, message="failed"))
 
     assert response.state is AppState.FAILED and response.num_restarts == 2
     assert [(role.role, [(replica.id, replica.state) for replica in role.replicas])
@@ -178,3 +178,23 @@ def test_describe_response_groups_replicas_by_role_and_gives_every_backend_one_n
     assert [replica.structured_error_msg for role in response.roles_statuses for replica in role.replicas] == [
         NO_ERROR, NO_ERROR, failure.to_json()]
     assert parse_error_report(response.structured_error_msg) == failure
+
+
+def test_every_backends_message_is_its_own_word_or_the_restarts_then_while_running_elastic_roles_and_spares() -> None:
+    from torchx.specs import Role
+
+    from torchx_ext.schedulers.common.scheduler import JobView, ReplicaReport
+
+    roles = [Role(name="trainer", image="img", num_replicas=3, min_replicas=1),
+             Role(name="spared", image="img", num_replicas=3, min_replicas=2)]
+    replicas = [ReplicaReport("trainer", 0, State.RUNNING, "h"), ReplicaReport("trainer", 1, State.RUNNING, "h"),
+                ReplicaReport("trainer", 2, State.FAILED, "h"), *(ReplicaReport("spared", k, State.RUNNING, "h")
+                                                                  for k in range(3))]
+    running = JobView("a", State.RUNNING, roles, replicas, num_restarts=1, last_failure="replica trainer/2 exited "
+                      "with code 1", spares=[("spared", 2)], elastic={"trainer": 1})
+    assert running.summary() == ("1 restart, the last after replica trainer/2 exited with code 1; role trainer runs 2 "
+                                 "of 1..3 replicas; 1 hot spare waiting: spared[2]")
+    ended = JobView("a", State.FAILED, roles, replicas, num_restarts=1, message="replica trainer/0 exited with code 9",
+                    spares=[("spared", 2)], elastic={"trainer": 1})
+    assert ended.summary() == "replica trainer/0 exited with code 9"
+    assert JobView("a", State.RUNNING, roles, replicas).summary() == ""

@@ -13,8 +13,9 @@ on every backend of ours, so a backend writes only what really differs (submissi
 - ``wait_for_change``: what ``torchx run --wait`` blocks on between two reads of the job's state
   (a backend watches what its system offers; this default only pauses briefly).
 
-``describe_response`` builds torchx's ``DescribeAppResponse`` from what a backend read, with
-one placeholder for "no error".
+``describe_response`` builds torchx's ``DescribeAppResponse`` from the ``JobView`` each backend
+fills (state, roles, replicas, restarts, spares, elastic roles, its own message), with one
+placeholder for "no error": ``torchx status`` reads the same on every scheduler.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import abc
 import datetime
 import time
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Optional, TypedDict, TypeVar
 
 from torchx.schedulers.api import DescribeAppResponse, Scheduler, Stream
@@ -35,7 +36,7 @@ from torchx_ext.errors import InvalidArgumentError
 from torchx_ext.schedulers.common.checks import check_image
 from torchx_ext.schedulers.common.job_dir import Job, JobRegistry
 from torchx_ext.schedulers.common.logs import LogQuery
-from torchx_ext.schedulers.common.states import State, app_state
+from torchx_ext.schedulers.common.states import State, app_state, joined_message, restarts_message, spares_message
 
 NO_ERROR = NONE
 """A replica's ``structured_error_msg`` when it has no error (torchx's placeholder)."""
@@ -84,30 +85,64 @@ class ReplicaReport:
     error: ErrorReport | None = None
 
 
-def describe_response(
-    app_id: str,
-    state: State,
-    *,
-    roles: Sequence[Role],
-    replicas: Iterable[ReplicaReport],
-    error: ErrorReport | None = None,
-    num_restarts: int = 0,
-    msg: str = "",
-    ui_url: str | None = None,
-) -> DescribeAppResponse:
-    """torchx's answer to ``describe``: the replicas grouped under ``roles`` (in that order, each
-    by id), every replica's error report as torchx parses it (torchelastic's error-file JSON)
-    or the no-error placeholder, and ``error``, the one that ended the app, for the app."""
-    by_role: dict[str, list[ReplicaReport]] = {role.name: [] for role in roles}
+@dataclass(frozen=True)
+class JobView:
+    """A job as every backend reads it, whatever its system: what ``describe`` (``torchx status``)
+    says of it is made from this alone (``describe_response``), so it reads the same on each."""
+
+    app_id: str
+    state: State
+    roles: Sequence[Role]
+    """torchx's roles, in the app's order (a backend that keeps the spec gives it whole)."""
+    replicas: Sequence[ReplicaReport]
+    num_restarts: int = 0
+    """Every replica's restarts, summed (an app restarted as a whole: once per restart)."""
+    error: ErrorReport | None = None
+    """The report of the replica that ended the app."""
+    message: str = ""
+    """The backend's own word on the job (how it ended, why it waits); "": the summary below."""
+    last_failure: str = ""
+    """What made the last restart."""
+    spares: Sequence[tuple[str, int]] = ()
+    """Running replicas that wait as hot spares, as (role, replica id)."""
+    elastic: Mapping[str, int] = field(default_factory=dict)
+    """The elastic roles (``-j MIN:MAX``), each with its MIN."""
+    ui_url: str | None = None
+
+    def summary(self) -> str:
+        """The message: the backend's own word, or the restarts and what made the last; then, while
+        the job runs, how many replicas each elastic role runs and which wait as spares."""
+        running = self.state is State.RUNNING
+        return joined_message(self.message or restarts_message(self.num_restarts, self.last_failure),
+                              elastic_summary(self.roles, self.replicas, self.elastic) if running else "",
+                              spares_message(self.spares) if running else "")
+
+
+def elastic_summary(roles: Sequence[Role], replicas: Iterable[ReplicaReport], elastic: Mapping[str, int]) -> str:
+    """How many replicas each elastic role runs now, of its ``MIN..MAX``."""
+    running: dict[str, int] = {}
     for replica in replicas:
+        if replica.state is State.RUNNING:
+            running[replica.role] = running.get(replica.role, 0) + 1
+    return "; ".join(f"role {role.name} runs {running.get(role.name, 0)} of {elastic[role.name]}..{role.num_replicas} "
+                     "replicas" for role in roles if role.name in elastic)
+
+
+def describe_response(view: JobView) -> DescribeAppResponse:
+    """torchx's answer to ``describe``: the replicas grouped under the roles (in that order, each
+    by id), every replica's error report as torchx parses it (torchelastic's error-file JSON)
+    or the no-error placeholder, and the one that ended the app, for the app; the message is
+    ``view.summary()``."""
+    by_role: dict[str, list[ReplicaReport]] = {role.name: [] for role in view.roles}
+    for replica in view.replicas:
         by_role.setdefault(replica.role, []).append(replica)
     response = DescribeAppResponse(
-        app_id=app_id,
-        state=app_state(state),
-        num_restarts=num_restarts,
-        msg=msg,
-        ui_url=ui_url,
-        roles=list(roles),
+        app_id=view.app_id,
+        state=app_state(view.state),
+        num_restarts=view.num_restarts,
+        msg=view.summary(),
+        ui_url=view.ui_url,
+        roles=list(view.roles),
         roles_statuses=[
             RoleStatus(name, [
                 ReplicaStatus(
@@ -122,8 +157,8 @@ def describe_response(
             for name, found in by_role.items()
         ],
     )
-    if error is not None:
-        response.structured_error_msg = error.to_json()
+    if view.error is not None:
+        response.structured_error_msg = view.error.to_json()
     return response
 
 

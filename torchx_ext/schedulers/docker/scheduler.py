@@ -26,8 +26,8 @@ from torchx_ext.schedulers.common.app_ids import CONTAINER_NAME_IDS, new_app_id
 from torchx_ext.schedulers.common.checks import seconds_option
 from torchx_ext.stack_request import REQUEST_SIGNAL
 from torchx_ext.schedulers.common.logs import LogQuery
-from torchx_ext.schedulers.common.scheduler import ReplicaReport, ReplicaKeys, SchedulerShell, describe_response
-from torchx_ext.schedulers.common.states import JobEnd, State, app_state, joined_message, restarts_message, spares_message
+from torchx_ext.schedulers.common.scheduler import JobView, ReplicaReport, ReplicaKeys, SchedulerShell, describe_response
+from torchx_ext.schedulers.common.states import JobEnd, State, app_state
 from torchx_ext.schedulers.docker.options import DockerOpts, run_opts, workspace_opts
 from torchx_ext.schedulers.docker.client import Engine, connect
 from torchx_ext.schedulers.docker.view import read_job
@@ -206,7 +206,8 @@ def _response(current: Snapshot) -> DescribeAppResponse:
                                                                                    pair[0].replica_id)):
         labels = container.attrs.get("Config", {}).get("Labels", {})
         roles[container_view.role] = Role(name=container_view.role, image=labels.get(LABEL_IMAGE, ""),
-                                          num_replicas=container_view.role_replicas)
+                                          num_replicas=container_view.role_replicas,
+                                          min_replicas=container_view.min_replicas)
         replicas.append(ReplicaReport(container_view.role, container_view.replica_id,
                                       view.replicas[(container_view.role, container_view.replica_id)],
                                       container_view.name, error if failing is container_view else None))
@@ -214,16 +215,10 @@ def _response(current: Snapshot) -> DescribeAppResponse:
     restarts = current.app_restarts + sum(view.restarts for view, _ in current.containers if not view.whole_app)
     spares = sorted((replica.role, replica.replica_id) for replica, _ in current.containers
                     if replica.spare and view.replicas[(replica.role, replica.replica_id)] is State.RUNNING)
-    return describe_response(
-        current.app_id,
-        view.state,
-        roles=list(roles.values()),
-        replicas=replicas,
-        error=error,
-        num_restarts=restarts,
-        msg=end.message if end else joined_message(restarts_message(restarts, current.last_restart_cause),
-                                                   spares_message(spares)),
-    )
+    elastic = {view.role: view.min_replicas for view, _ in current.containers if view.elastic}
+    return describe_response(JobView(
+        current.app_id, view.state, list(roles.values()), replicas, num_restarts=restarts, error=error,
+        message=end.message if end else "", last_failure=current.last_restart_cause, spares=spares, elastic=elastic))
 
 
 def _start_watcher(app_id: str) -> None:

@@ -56,6 +56,8 @@ class ContainerView:
     """Its last probe found the launcher waiting as a hot spare (``launcher/spare.py``)."""
     whole_app: bool = False
     """Retried with the whole app (APPLICATION): ``restarts`` are the app's."""
+    elastic: bool = False
+    """Its role is elastic (``-j MIN:MAX``; not hot spares, whose role also runs more than its minimum)."""
 
     @property
     def key(self) -> str:
@@ -86,6 +88,7 @@ class ContainerView:
             health=str((state.get("Health") or {}).get("Status") or ""),
             spare=_last_probe_says_spare(state.get("Health") or {}),
             whole_app=labels.get(LABEL_WHOLE_APP) == "1",
+            elastic=policy.is_elastic,
         )
 
 

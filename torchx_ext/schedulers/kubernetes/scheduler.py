@@ -25,11 +25,10 @@ from torchx_ext.errors import InvalidArgumentError, KubernetesError
 from torchx_ext.schedulers.common.app_ids import DNS_LABEL_IDS, new_app_id
 from torchx_ext.schedulers.common.checks import seconds_option
 from torchx_ext.schedulers.common.logs import LogQuery
-from torchx_ext.schedulers.common.scheduler import ReplicaKeys, ReplicaReport, SchedulerShell, describe_response
+from torchx_ext.schedulers.common.scheduler import JobView, ReplicaKeys, ReplicaReport, SchedulerShell, describe_response
 from torchx_ext.liveness import runs_our_launcher
 from torchx_ext.stack_request import REQUEST_SIGNAL
-from torchx_ext.schedulers.common.states import (JobEnd, State, app_state, joined_message, restarts_message,
-                                                 spares_message)
+from torchx_ext.schedulers.common.states import JobEnd, State, app_state
 from torchx_ext.schedulers.common.watch import EndingWindow
 from torchx_ext.schedulers.kubernetes.workloads import WORKLOAD_OF_BACKEND, Workload, app_selector
 from torchx_ext.schedulers.kubernetes.client import Cluster, WatchLost, connect
@@ -117,7 +116,7 @@ class KubernetesScheduler(WorkspaceMixin[None], SchedulerShell[KubernetesOpts]):
         if end is not None:
             backend.end(self.cluster, namespace, view, end)
             view = backend.view(self.cluster, namespace, name)
-        return _response(app_id, view)
+        return job_response(app_id, view)
 
     def wait_for_change(self, app_id: str, timeout_s: float) -> bool:
         """Until one of the app's pods changes (a watch, each change once). Once every pod has
@@ -314,25 +313,23 @@ def _context_namespace() -> str:
         return "default"
 
 
-def _response(app_id: str, view: KubernetesJobView) -> DescribeAppResponse:
+def job_response(app_id: str, view: KubernetesJobView) -> DescribeAppResponse:
+    """What describe answers for the app ``view`` read (torchx status's words)."""
     assert view.state is not None  # an app with no objects is not described
     failing = view.failing
     error = None
     if failing is not None and view.state is State.FAILED:
         error = ErrorReport(message=failing.root_cause or failing.reason or view.message,
                             error_code=failing.exit_code, timestamp=int(failing.finished_at or time.time()))
-    return describe_response(
-        app_id,
-        view.state,
-        roles=[Role(name=role.name, image=role.image, num_replicas=role.replicas) for role in view.roles],
+    return describe_response(JobView(
+        app_id, view.state,
+        roles=[Role(name=role.name, image=role.image, num_replicas=role.replicas, min_replicas=role.min_replicas)
+               for role in view.roles],
         replicas=[ReplicaReport(replica.role, replica.replica_id, replica.state, f"{replica.hostname}.{view.app_id}",
                                 error if replica is failing else None)
                   for replica in view.replicas],
-        error=error,
-        num_restarts=view.restarts,
-        msg=joined_message(view.message or restarts_message(view.restarts, view.last_failure), view.elastic_summary,
-                           spares_message(view.spares if view.state is State.RUNNING else [])),
-    )
+        num_restarts=view.restarts, error=error, message=view.message, last_failure=view.last_failure,
+        spares=view.spares, elastic={role.name: role.min_replicas for role in view.roles if role.elastic}))
 
 
 def _app_id(namespace: str, backend: str, name: str) -> str:

@@ -89,6 +89,8 @@ class RoleView:
     """The Job carries our end (written with what stops it, in one patch)."""
     queue: str = ""
     """The Kueue LocalQueue that admits the Job, if any."""
+    elastic: bool = False
+    """The role is elastic (``-j MIN:MAX``), not one whose extra replicas are hot spares."""
 
 
 @dataclass(frozen=True)
@@ -121,19 +123,6 @@ class KubernetesJobView:
     @property
     def spares(self) -> list[tuple[str, int]]:
         return [(replica.role, replica.replica_id) for replica in self.replicas if replica.spare]
-
-    @property
-    def elastic_summary(self) -> str:
-        """How many replicas each elastic role (``-j MIN:MAX``) runs now, while the app runs."""
-        if self.state is not State.RUNNING:
-            return ""
-        parts = []
-        for role in self.roles:
-            if role.min_replicas < role.replicas:
-                running = sum(1 for replica in self.replicas
-                              if replica.role == role.name and replica.state is State.RUNNING)
-                parts.append(f"role {role.name} runs {running} of {role.min_replicas}..{role.replicas} replicas")
-        return "; ".join(parts)
 
 
 def job_pod_place(pod: dict[str, Any]) -> tuple[str, str]:
@@ -260,6 +249,8 @@ def _role(job: dict[str, Any], state: State) -> RoleView:
         image=str(containers[0].get("image", "")),
         replicas=replicas,
         min_replicas=policy.min_replicas if policy else int(min_text) if min_text.isdigit() else replicas,
+        # A Job submitted before the policy annotation: its spares (job backend) read as elastic.
+        elastic=policy.is_elastic if policy else min_text.isdigit() and int(min_text) < replicas,
         # FAILED and SUCCEEDED come from the Job's (target) conditions only: its controller ends it.
         ended=state in (State.FAILED, State.SUCCEEDED),
         marked=names.ANNOTATION_END in annotations,

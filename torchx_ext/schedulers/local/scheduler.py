@@ -29,8 +29,8 @@ from torchx_ext.schedulers.common.app_ids import FILE_NAME_IDS, new_app_id
 from torchx_ext.schedulers.common.checks import seconds_option
 from torchx_ext.schedulers.common.job_dir import submitted_request
 from torchx_ext.schedulers.common.logs import LogQuery
-from torchx_ext.schedulers.common.scheduler import ReplicaReport, ReplicaKeys, SchedulerShell, describe_response
-from torchx_ext.schedulers.common.states import State, app_state, joined_message, restarts_message, spares_message
+from torchx_ext.schedulers.common.scheduler import JobView, ReplicaReport, ReplicaKeys, SchedulerShell, describe_response
+from torchx_ext.schedulers.common.states import State, app_state
 from torchx_ext.liveness import is_spare
 from torchx_ext.schedulers.common.watch import RecordWatch, file_signature
 from torchx_ext.stack_request import REQUEST_SIGNAL
@@ -144,7 +144,7 @@ class LocalScheduler(SchedulerShell[LocalOpts]):
         spares = [(replica.role, replica.replica_id) for replica in request.replicas()
                   if states.get((replica.role, replica.replica_id)) is State.RUNNING
                   and is_spare(str(Path(replica.log_dir, LIVENESS_FILE_NAME)))]
-        return describe_response(
+        return describe_response(JobView(
             app_id,
             state.state,
             roles=[role_from_spec(role.spec, role.policy) for role in request.roles],
@@ -155,10 +155,12 @@ class LocalScheduler(SchedulerShell[LocalOpts]):
             ],
             error=errors[(failed.role, failed.replica_id)] if failed is not None else None,
             num_restarts=state.num_restarts,
-            msg=state.msg or joined_message(restarts_message(state.num_restarts, state.last_failure),
-                                            spares_message(spares)),
+            message=state.msg,
+            last_failure=state.last_failure,
+            spares=spares,
+            elastic={role.name: role.policy.min_replicas for role in request.roles if role.policy.is_elastic},
             ui_url=f"file://{job.path}",
-        )
+        ))
 
     def wait_for_change(self, app_id: str, timeout_s: float) -> bool:
         """Until the supervisor writes the job's state again (a replica started, restarted or

@@ -33,8 +33,8 @@ from torchx_ext.schedulers.common.job_dir import submitted_request
 from torchx_ext.schedulers.common.logs import LogQuery
 from torchx_ext.schedulers.common.proc import process_start_ticks
 from torchx_ext.schedulers.common.role_spec import role_from_spec
-from torchx_ext.schedulers.common.scheduler import ReplicaReport, ReplicaKeys, SchedulerShell, describe_response
-from torchx_ext.schedulers.common.states import State, app_state, joined_message, restarts_message, spares_message
+from torchx_ext.schedulers.common.scheduler import JobView, ReplicaReport, ReplicaKeys, SchedulerShell, describe_response
+from torchx_ext.schedulers.common.states import State, app_state
 from torchx_ext.schedulers.common.watch import EndingWindow, RecordWatch, directory_names
 from torchx_ext.schedulers.slurm.allocation import DriverFacts, allocation_of, check_fits, driver_environment
 from torchx_ext.schedulers.slurm.allocation import job_state as driver_job_state
@@ -265,17 +265,19 @@ class SlurmScheduler(WorkspaceMixin[None], SchedulerShell[SlurmOpts]):
         if first_failure is not None and error is not None:
             role, k = first_failure
             msg = f"replica {role}/{k} ({job.started_on(role, k)}) {error.message}" + (f"; {msg}" if msg else "")
-        return describe_response(
+        return describe_response(JobView(
             app_id,
             slurm.state,
             roles=[role_from_spec(role.spec, role.policy) for role in request.roles],
             replicas=replicas,
             error=error,
             num_restarts=num_restarts,
-            msg=msg or joined_message(restarts_message(num_restarts, "; ".join(
-                text for role in request.roles if (text := job.read_last_failure(role.name)))), spares_message(spares)),
+            message=msg,
+            last_failure="; ".join(text for role in request.roles if (text := job.read_last_failure(role.name))),
+            spares=spares,
+            elastic={role.name: role.policy.min_replicas for role in request.roles if role.policy.is_elastic},
             ui_url=f"file://{job.path}",
-        )
+        ))
 
     def wait_for_change(self, app_id: str, timeout_s: float) -> bool:
         """Until a record appears in the job's directory (a replica started or ended on its node,
