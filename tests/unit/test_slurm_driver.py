@@ -212,3 +212,13 @@ def test_a_batch_script_of_before_the_driver_still_runs_its_own_loop(tmp_path: P
                           text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert job.read_restarts("train") == 1 and len(slurm.calls()) == 1
+
+
+def test_a_step_that_cannot_start_fails_the_job_in_one_line(tmp_path: Path) -> None:
+    slurm = FakeSlurm(tmp_path, _retried(1))
+    (slurm.bin / "srun").unlink()  # no Slurm on this host
+    env = slurm.env()
+    env["PATH"] = str(slurm.bin)
+    done = subprocess.run([sys.executable, "-m", "torchx_ext.schedulers.slurm.driver", str(slurm.job.path)], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "slurm driver: [Errno 2] No such file or directory: 'srun'" in done.stderr

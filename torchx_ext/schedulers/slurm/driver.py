@@ -69,7 +69,11 @@ class Driver:
         codes = [0] * len(works)
 
         def into(index: int, work: Callable[[], int]) -> None:
-            codes[index] = work()
+            codes[index] = 1  # until it says otherwise: a thread that dies is no success
+            try:
+                codes[index] = work()
+            except Exception as error:  # srun missing, a record that cannot be written: this role fails
+                print(f"slurm driver: {error}", file=sys.stderr, flush=True)
 
         threads = [threading.Thread(target=into, args=(index, work), name=f"torchx_ext: steps {index}", daemon=True)
                    for index, work in enumerate(works)]
