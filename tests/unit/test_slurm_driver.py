@@ -191,6 +191,7 @@ def test_a_driver_told_to_stop_stops_its_steps_and_ends_143(tmp_path: Path) -> N
     while not (slurm.bin / "train.hanging").exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     driver.send_signal(signal.SIGTERM)  # scancel's: the driver is the batch script (exec)
+    driver.send_signal(signal.SIGTERM)  # said twice: still one clean end
 
     assert driver.wait(timeout=30) == 143
     assert len(slurm.calls()) == 1  # not started again

@@ -28,6 +28,7 @@ from torchx_ext.schedulers.slurm.driver_core import (
     DONE, GIVE_UP, StepShape, after_app_attempt, after_step, exit_code, first_failed, is_retried, job_status, reruns,
     srun_argv,
 )
+from torchx_ext.schedulers.slurm.allocation import ALLOCATION_ENV
 from torchx_ext.schedulers.slurm.records import SlurmJobDir
 from torchx_ext.schedulers.slurm.request import SlurmJobRequest, SlurmRoleRequest
 from torchx_ext.schedulers.slurm.step import (
@@ -46,7 +47,7 @@ class Driver:
         self._job = job
         self._request = request
         self._env = env
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # the signal handler takes it in the main thread, maybe twice
         self._running: list[subprocess.Popen[bytes]] = []
         self._stopping = False
         self._argv: dict[str, list[str]] = {}
@@ -85,7 +86,8 @@ class Driver:
 
     def stop(self, _signum: int = signal.SIGTERM, _frame: object = None) -> None:
         """Told to stop: no step starts again, and each running one gets SIGTERM (srun then
-        cancels its step)."""
+        cancels its step). Once: a second SIGTERM is ignored while the driver ends."""
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         with self._lock:
             self._stopping = True
             running = list(self._running)
@@ -108,7 +110,7 @@ class Driver:
         while True:
             self._job.rendezvous_port(role.name).unlink(missing_ok=True)  # node rank 0 picks a new store port
             code = self._step(role.name)
-            enough = code != 0 and role.policy.carries_on_short and enough_succeeded(self._job, role.name)
+            enough = code != 0 and role.policy.carries_on_short and self._enough_succeeded(role.name)
             decided = after_step(code, attempt=attempt, reruns=reruns(role.policy), enough_succeeded=enough,
                                  cancelled=self._job.cancelled.exists())
             if decided == DONE:
@@ -117,7 +119,7 @@ class Driver:
                 return code
             _best_effort(lambda: record_failure(self._job, role.name))  # for describe while the rerun runs
             attempt += 1
-            write_atomically(self._job.restarts(role.name), str(attempt))
+            _best_effort(lambda: write_atomically(self._job.restarts(role.name), str(attempt)))
 
     def _whole_app(self, budget: int) -> int:
         """Every role's step started together; the first to fail stops the others and, up to
@@ -132,32 +134,30 @@ class Driver:
                 return 1
         while True:
             self._job.rank0_address.unlink(missing_ok=True)  # the first role's node rank 0 publishes it again
-            steps = []
-            for role in roles:
-                self._job.rendezvous_port(role.name).unlink(missing_ok=True)
-                steps.append(self._start(role.name))
-            codes: list[int | None] = [None if step is not None else STOPPED for step in steps]
-            enough = [False] * len(roles)
-            failed = None
-            while True:
-                for i, step in enumerate(steps):
-                    if codes[i] is None and step is not None and step.poll() is not None:
-                        codes[i] = code = exit_code(step.returncode)
-                        enough[i] = code != 0 and roles[i].policy.carries_on_short and enough_succeeded(
-                            self._job, roles[i].name)
-                failed = first_failed(codes, enough)
-                if failed is not None or all(code is not None for code in codes):
-                    break
-                time.sleep(POLL_S)
+            steps: list[subprocess.Popen[bytes] | None] = []
+            try:
+                for role in roles:
+                    self._job.rendezvous_port(role.name).unlink(missing_ok=True)
+                    steps.append(self._start(role.name))
+                codes: list[int | None] = [None if step is not None else STOPPED for step in steps]
+                enough = [False] * len(roles)
+                while (failed := first_failed(codes, enough)) is None and None in codes:
+                    time.sleep(POLL_S)
+                    for i, step in enumerate(steps):
+                        if codes[i] is None and step is not None and step.poll() is not None:
+                            codes[i] = code = exit_code(step.returncode)
+                            enough[i] = code != 0 and roles[i].policy.carries_on_short and self._enough_succeeded(
+                                roles[i].name)
+            finally:  # the others stop with the first to fail (or with an error here: none is left behind)
+                for step in steps:
+                    if step is not None and step.poll() is None:
+                        step.send_signal(signal.SIGTERM)
+                for step in steps:
+                    if step is not None:
+                        step.wait()
             if failed is None:
                 return 0
             code = codes[failed] or 1
-            for step in steps:
-                if step is not None and step.poll() is None:
-                    step.send_signal(signal.SIGTERM)
-            for step in steps:
-                if step is not None:
-                    step.wait()
             if after_app_attempt(attempt, budget, self._job.cancelled.exists()) == GIVE_UP or self._stopped():
                 return code
             _best_effort(lambda: record_app_restart(self._job, roles[failed].name))
@@ -180,6 +180,14 @@ class Driver:
             process = subprocess.Popen(self._argv[role], stdin=subprocess.DEVNULL)
             self._running = [running for running in self._running if running.poll() is None] + [process]
         return process
+
+    def _enough_succeeded(self, role: str) -> bool:
+        """Whether enough of a short role's replicas ended with 0; a record that cannot be read says no."""
+        try:
+            return enough_succeeded(self._job, role)
+        except Exception as error:
+            print(f"slurm driver: could not read role {role}'s ends: {error}", file=sys.stderr, flush=True)
+            return False
 
     def _stopped(self) -> bool:
         with self._lock:
@@ -204,19 +212,20 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m torchx_ext.schedulers.slurm.driver JOB_DIR", file=sys.stderr)
         return 2
     job = SlurmJobDir(Path(argv[0]))
-    request = job.read_request()
-    driver = Driver(job, request, os.environ)
     code = 1
     try:
+        driver = Driver(job, job.read_request(), os.environ)
         signal.signal(signal.SIGTERM, driver.stop)
         code = driver.run()
     except SystemExit as stopped:
         code = stopped.code if isinstance(stopped.code, int) else 1
         if not isinstance(stopped.code, int):
             print(stopped.code, file=sys.stderr, flush=True)
+    except Exception as error:  # request.json unreadable: said, and recorded as the end
+        print(f"slurm driver: {error}", file=sys.stderr, flush=True)
     finally:
-        if request.allocation:  # the end, for describe: the driver is no Slurm job that accounting would remember
-            write_atomically(job.driver_exit, f"{code}\n")
+        if os.environ.get(ALLOCATION_ENV):  # the end, for describe: the driver is no Slurm job accounting remembers
+            _best_effort(lambda: write_atomically(job.driver_exit, f"{code}\n"))
     return code
 
 

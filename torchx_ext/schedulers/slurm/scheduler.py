@@ -26,7 +26,7 @@ from torchx.specs import AppDef, AppDryRunInfo, AppState, Role, runopts
 from torchx.workspace.api import WorkspaceMixin
 
 from torchx_ext.error_file import ErrorReport, read_error_file
-from torchx_ext.errors import InvalidArgumentError
+from torchx_ext.errors import InvalidArgumentError, JobRecordError
 from torchx_ext.schedulers.common.app_ids import FILE_NAME_IDS, new_app_id
 from torchx_ext.schedulers.common.files import DIR_MODE, write_atomically
 from torchx_ext.schedulers.common.job_dir import submitted_request
@@ -457,7 +457,7 @@ def _requeues(job: SlurmJobDir) -> bool:
     """Whether the job was submitted to be requeued (after a node failure or a preemption)."""
     try:
         return requeues(job.read_request())
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, JobRecordError):
         return False
 
 
