@@ -29,7 +29,7 @@ from torchx_ext.schedulers.slurm.options import gpu_type_of, partition_of, sbatc
 from torchx_ext.schedulers.slurm.driver_core import StepShape, is_retried, reruns, srun_argv
 from torchx_ext.schedulers.slurm.records import SlurmJobDir
 from torchx_ext.schedulers.slurm.request import SlurmJobRequest
-from torchx_ext.schedulers.slurm.build import build_request
+from torchx_ext.schedulers.slurm.build import build_request, describe_request
 from torchx_ext.schedulers.slurm.request import requeues
 from torchx_ext.schedulers.slurm.step import record_app_requeue, record_first_of_incident, record_requeue
 
@@ -60,9 +60,7 @@ BATCH_ENV = {"SLURM_JOB_NUM_NODES": "3", "SLURM_CPUS_ON_NODE": "32", **{
 def step_of(request: SlurmJobRequest, position: int = 0, env: dict[str, str] = BATCH_ENV) -> str:
     """The role's step as the driver runs it (one argv; joined here to look for its words)."""
     role = request.roles[position]
-    shape = StepShape(position, role.name, role.num_replicas, role.cpus_per_task, role.resources,
-                      role.policy.carries_on_short)
-    return " ".join(srun_argv(shape, job_path=request.job_dir, interpreter=request.interpreter, env=env,
+    return " ".join(srun_argv(StepShape.of(role, position), job_path=request.job_dir, interpreter=request.interpreter, env=env,
                               heterogeneous=request.heterogeneous, exclusive=request.exclusive))
 
 
@@ -110,6 +108,8 @@ def test_one_role_is_one_plain_job_with_one_step_told_its_resources_again() -> N
     # The script's last line runs the driver; its steps are the driver's (no shell in between).
     assert script.splitlines()[-1] == "exec /venv/bin/python -m torchx_ext.schedulers.slurm.driver /shared/jobs/train-x"
     assert "srun" not in script.split("#SBATCH")[-1]
+    # The dry-run says the step as the driver will run it, Slurm's values by their names.
+    assert "srun --nodes=${SLURM_JOB_NUM_NODES} --ntasks=${SLURM_JOB_NUM_NODES} " in describe_request(request)
     step = step_of(request)
     for option in ("--nodes=3", "--ntasks=3", "--ntasks-per-node=1", "--cpus-per-task=16", "--mem=4096M",
                    "--gpus-per-node=8", "--output=/shared/jobs/train-x/train-%t.out"):

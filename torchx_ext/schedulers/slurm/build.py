@@ -22,7 +22,7 @@ from torchx_ext.errors import InvalidArgumentError
 from torchx_ext.schedulers.common.role_policy import check_replica_counts, policy_of
 from torchx_ext.schedulers.common.role_spec import role_spec
 from torchx_ext.schedulers.slurm.allocation import Allocation
-from torchx_ext.schedulers.slurm.driver_core import STEP_MODULE, output_pattern, whole_app_restarts
+from torchx_ext.schedulers.slurm.driver_core import STEP_MODULE, StepShape, output_pattern, srun_argv, whole_app_restarts
 from torchx_ext.schedulers.slurm.options import gpu_type_of
 from torchx_ext.schedulers.slurm.records import SlurmJobDir
 from torchx_ext.schedulers.slurm.request import SlurmJobRequest, SlurmRoleRequest, requeue_option
@@ -108,14 +108,25 @@ def describe_request(request: SlurmJobRequest) -> str:
     if request.workspace:
         lines.append(f"workspace: {request.workspace}, copied into {SlurmJobDir(Path(request.job_dir)).workspace} at "
                      "submission (without what .torchxignore excludes); the steps run in the copy")
-    for role in request.roles:
+    for position, role in enumerate(request.roles):
         lines.append(f"{role.name}: {role.policy.min_replicas}..{role.num_replicas} nodes, cwd={role.cwd}")
         lines.append(f"  argv: {[role.entrypoint, *role.args]!r}")
         lines += [f"  env {key}={value!r}" for key, value in sorted(role.env.items())]
+        step = srun_argv(StepShape.of(role, position), job_path=request.job_dir, interpreter=request.interpreter,
+                         env=_SlurmSets(), heterogeneous=request.heterogeneous, exclusive=request.exclusive,
+                         allocation=request.allocation, allocation_cpus_per_node=request.allocation_cpus_per_node)
+        lines.append(f"  step (the driver runs it, an argv; Slurm's values named): {' '.join(step)}")
     if request.warm_step:
         lines.append(f"warm: the launchers forked by the allocation's warm interpreters, the step (unless one runs): "
                      f"{' '.join(word for word in request.warm_step if word.strip())}")
     return "\n".join(lines) + "\n--- batch.sh\n" + request.script
+
+
+class _SlurmSets(dict[str, str]):
+    """The batch job's environment as the dry-run can say it: each variable by its name."""
+
+    def __missing__(self, key: str) -> str:
+        return f"${{{key}}}"
 
 
 def _shape(role: SlurmRoleRequest) -> list[str]:

@@ -58,7 +58,7 @@ class Driver:
         request = self._request
         try:
             self._argv = {role.name: srun_argv(
-                self._shape(role, position), job_path=str(self._job.path), interpreter=request.interpreter,
+                StepShape.of(role, position), job_path=str(self._job.path), interpreter=request.interpreter,
                 env=self._env, heterogeneous=request.heterogeneous, exclusive=request.exclusive,
                 allocation=request.allocation, allocation_cpus_per_node=request.allocation_cpus_per_node)
                 for position, role in enumerate(roles)}
@@ -163,10 +163,6 @@ class Driver:
             _best_effort(lambda: record_app_restart(self._job, roles[failed].name))
             attempt += 1
 
-    @staticmethod
-    def _shape(role: SlurmRoleRequest, position: int) -> StepShape:
-        return StepShape(position, role.name, role.num_replicas, role.cpus_per_task, tuple(role.resources),
-                         role.policy.carries_on_short)
 
     def _step(self, role: str) -> int:
         process = self._start(role)

@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from torchx_ext.schedulers.common.role_policy import RolePolicy
+from torchx_ext.schedulers.slurm.request import SlurmRoleRequest
 
 STEP_MODULE = "torchx_ext.schedulers.slurm.step"
 DONE, RERUN, GIVE_UP = "done", "rerun", "give up"
@@ -89,6 +90,11 @@ class StepShape:
     cpus_per_task: int
     resources: Sequence[str]
     carries_on_short: bool
+
+    @staticmethod
+    def of(role: SlurmRoleRequest, position: int) -> StepShape:
+        return StepShape(position, role.name, role.num_replicas, role.cpus_per_task, tuple(role.resources),
+                         role.policy.carries_on_short)
 
 
 def srun_argv(shape: StepShape, *, job_path: str, interpreter: str, env: Mapping[str, str], heterogeneous: bool,
