@@ -184,6 +184,7 @@ def test_torchx_stacks_prints_every_running_ranks_stack_and_the_job_goes_on(
     assert scheduler.leftovers(job_id) == []
 
 
+@pytest.mark.parametrize("scheduler", EVERY_BACKEND, indirect=True)
 def test_status_of_a_running_elastic_job_reads_the_same_on_every_scheduler(
     runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path
 ) -> None:
