@@ -56,13 +56,14 @@ def started() -> Any:
 
 
 def _two_nodes(directory: Path, started: list[Node], job: list[str], *, max_restarts: int, hang_timeout: str,
-               late_s: float = 0.0, error_files: tuple[Path, Path] | None = None) -> tuple[Node, Node]:
+               late_s: float = 0.0, error_files: tuple[Path, Path] | None = None,
+               handler: str = "arrivals") -> tuple[Node, Node]:
     port = free_port()
 
     def node(host: bool) -> Node:
         args = ["--nnodes", "2", "--nproc-per-node", "1", "--node-rank", "0" if host else "1",
                 "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "hang",
-                "--max-restarts", str(max_restarts), "--hang-timeout", hang_timeout, *job]
+                "--max-restarts", str(max_restarts), "--hang-timeout", hang_timeout, "--c10d-handler", handler, *job]
         env = {"TORCHX_EXT_RDZV_IS_HOST": "1" if host else "0"}
         if error_files is not None:  # each replica's own, as a scheduler gives it
             env["TORCHELASTIC_ERROR_FILE"] = str(error_files[0 if host else 1])
@@ -175,8 +176,9 @@ def test_attempts_that_keep_hanging_at_the_same_point_stop_before_the_restarts_r
     assert 3 <= output.count(f"[torchx_ext.launcher] {HANG_LINE}") <= 4, output[-5000:]
 
 
-def test_a_node_one_attempt_behind_stops_with_the_node_that_stopped_restarting(tmp_path: Path,
-                                                                            started: list[Node]) -> None:
+@pytest.mark.parametrize("handler", ["arrivals", "torch"])  # ours, and torch's own c10d handler
+def test_a_node_one_attempt_behind_stops_with_the_node_that_stopped_restarting(tmp_path: Path, started: list[Node],
+                                                                            handler: str) -> None:
     # Each node counts its own attempts (kept beside its replica's error file for the next
     # launcher) and judges "the same point" by its own looks, so nodes may disagree by one attempt.
     # Here the store's host has two hung attempts behind it and the peer none: the host stops at the
@@ -186,11 +188,13 @@ def test_a_node_one_attempt_behind_stops_with_the_node_that_stopped_restarting(t
     (tmp_path / "checkpoints").mkdir()
     error_files = (tmp_path / "host.json", tmp_path / "peer.json")
     for _ in range(2):
-        host, peer = _two_nodes(tmp_path, started, job, max_restarts=0, hang_timeout="3", error_files=error_files)
+        host, peer = _two_nodes(tmp_path, started, job, max_restarts=0, hang_timeout="3", error_files=error_files,
+                                handler=handler)
         assert (host.wait(120), peer.wait(30)) == (1, 1), (host.output()[-2000:], peer.output()[-2000:])
     Path(f"{error_files[1]}.attempts").unlink()  # the peer's replica starts afresh (a new pod)
 
-    host, peer = _two_nodes(tmp_path, started, job, max_restarts=3, hang_timeout="3", error_files=error_files)
+    host, peer = _two_nodes(tmp_path, started, job, max_restarts=3, hang_timeout="3", error_files=error_files,
+                            handler=handler)
     assert host.wait(120) == 3, host.output()[-3000:]
     assert peer.wait(30) == 3, peer.output()[-3000:]
     host_line, peer_line = (node.output().strip().splitlines()[-1] for node in (host, peer))

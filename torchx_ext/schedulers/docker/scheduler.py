@@ -215,7 +215,7 @@ def _response(current: Snapshot) -> DescribeAppResponse:
     restarts = current.app_restarts + sum(view.restarts for view, _ in current.containers if not view.whole_app)
     spares = sorted((replica.role, replica.replica_id) for replica, _ in current.containers
                     if replica.spare and view.replicas[(replica.role, replica.replica_id)] is State.RUNNING)
-    elastic = {view.role: view.min_replicas for view, _ in current.containers if view.elastic}
+    elastic = {replica.role: replica.min_replicas for replica, _ in current.containers if replica.elastic}
     return describe_response(JobView(
         current.app_id, view.state, list(roles.values()), replicas, num_restarts=restarts, error=error,
         message=end.message if end else "", last_failure=current.last_restart_cause, spares=spares, elastic=elastic))

@@ -49,6 +49,7 @@ from torchx_ext.schedulers.common.files import write_atomically
 from torchx_ext.schedulers.common.log_files import IndexedLog
 from torchx_ext.schedulers.common.proc import kill_tree
 from torchx_ext.schedulers.slurm.allocation import ALLOCATION_ENV, APP_ID_ENV
+from torchx_ext.schedulers.slurm.driver_core import exit_code
 from torchx_ext.schedulers.slurm.records import SlurmJobDir, StepEnd, first_failure, step_ended
 from torchx_ext.schedulers.slurm.request import SlurmRoleRequest
 
@@ -170,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     for log in logs.values():
         log.close()
     write_atomically(job.exit(role.name, replica_id), json.dumps({"exit_code": code, "at": time.time(), "node": node}))
-    return code if code >= 0 else 128 - code
+    return exit_code(code)
 
 
 CONSEQUENCE_S, INCIDENT_S = 5.0, 30.0
