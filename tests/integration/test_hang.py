@@ -237,6 +237,22 @@ def test_attempts_that_keep_failing_at_the_same_point_stop_before_the_restarts_r
     assert output.count("fails at step 3") == 3, output[-5000:]
 
 
+def test_a_failed_rank_slow_to_exit_counts_as_failed_not_as_hung_on_every_node(tmp_path: Path,
+                                                                              started: list[Node]) -> None:
+    # Rank 1 raises at step 3 of every attempt and then takes 5 s to exit (an exit handler), longer
+    # than the hang timeout; rank 0, on the other node, waits in the step's all-reduce. The failure
+    # came first: each node counts the attempt as failed (and says so when it stops), whether or not
+    # the stillness that followed was declared a hang.
+    job = [HUNG, str(tmp_path), "10", "0.2", "1", "3", "0", "fails-slowly"]
+    host, peer = _two_nodes(tmp_path, started, job, max_restarts=8, hang_timeout="3")
+    assert host.wait(180) == 3, host.output()[-3000:]
+    assert peer.wait(30) == 3, peer.output()[-3000:]
+    for node in (host, peer):
+        last = node.output().strip().splitlines()[-1]
+        assert "stopped restarting: 3 attempts in a row failed at the same point" in last, node.output()[-3000:]
+        assert "the last: rank 1: ValueError: bad batch at step 3" in last, last
+
+
 def test_a_one_node_launcher_whose_attempt_failed_where_the_two_before_did_exits_3_and_says_so(
         tmp_path: Path) -> None:
     # A scheduler's restarts (a one-node job has none in place): each launcher reads what the one

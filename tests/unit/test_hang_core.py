@@ -57,6 +57,15 @@ def test_a_node_that_was_frozen_itself_does_not_count_its_own_freeze() -> None:
     assert judge.still_for(70.0) == pytest.approx(10.0)
 
 
+def test_a_failed_worker_gives_its_agent_another_timeout_before_the_stillness_is_a_hang() -> None:
+    judge = HangJudge(10)
+    judge.saw(3, True, 0.0)
+    judge.saw(3, True, 8.0)
+    judge.postpone(8.0)  # a worker failed at t=8: its peers wait for it until its agent ends the round
+    assert _saw(judge, 3, 17.0) is None
+    assert _saw(judge, 3, 18.0) == pytest.approx(10.0)  # a failed worker that never exits hangs after all
+
+
 def test_looks_come_at_least_every_two_seconds_and_fifteen_times_a_timeout() -> None:
     assert look_interval(30) == 2.0
     assert look_interval(DEFAULT_HANG_TIMEOUT_S) == 2.0

@@ -264,17 +264,20 @@ def run_preloaded(kind: str, target: str, *args: str) -> None:
     main_module = types.ModuleType("__main__")
     sys.modules["__main__"] = main_module
     try:
-        if kind == "module":
-            import runpy
+        # Kept here, not only around this function: the failure is told before the exit handlers
+        # run, which may take long (a checkpoint flushed, data-loader processes joined).
+        with _FailureKept():
+            if kind == "module":
+                import runpy
 
-            sys.path[0] = os.getcwd()
-            runpy.run_module(target, run_name="__main__", alter_sys=True)
-        else:
-            sys.path[0] = os.path.dirname(os.path.realpath(target))
-            main_module.__dict__.update(__file__=os.path.abspath(target), __cached__=None)
-            with open(target, "rb") as source:
-                code = compile(source.read(), target, "exec", dont_inherit=True)
-            exec(code, main_module.__dict__)
+                sys.path[0] = os.getcwd()
+                runpy.run_module(target, run_name="__main__", alter_sys=True)
+            else:
+                sys.path[0] = os.path.dirname(os.path.realpath(target))
+                main_module.__dict__.update(__file__=os.path.abspath(target), __cached__=None)
+                with open(target, "rb") as source:
+                    code = compile(source.read(), target, "exec", dont_inherit=True)
+                exec(code, main_module.__dict__)
     finally:
         atexit._run_exitfuncs()
         main_module.__dict__.clear()

@@ -61,6 +61,13 @@ class HangJudge:
         if self._moved_at is not None:
             self._moved_at = now
 
+    def postpone(self, now: float) -> None:
+        """A worker of the job failed: its node's agent ends the round. The stillness that follows is
+        that failure's, so a hang is declared only after another timeout (a failed worker that
+        never exits)."""
+        if self._moved_at is not None:
+            self._moved_at = now
+
     def still_for(self, now: float) -> float | None:
         """Seconds no rank has moved, once that is the timeout or longer."""
         if self._moved_at is None:

@@ -107,6 +107,29 @@ def take_failures(directory: str) -> list[str]:
     """The error lines this node's workers left since the last call (``worker_progress.mark_failed``),
     the first written first (the root cause: a peer's reset comes after), removed as they are read:
     the next attempt starts with none."""
+    lines = []
+    for path in _failure_files(directory):
+        try:
+            with open(path, encoding="utf-8", errors="replace") as failed:
+                lines.append(failed.read().strip())
+            os.unlink(path)
+        except OSError:
+            continue
+    return lines
+
+
+def first_failure(directory: str) -> str | None:
+    """The first error line this node's workers left in this attempt, left in place; None: none yet."""
+    for path in _failure_files(directory):
+        try:
+            with open(path, encoding="utf-8", errors="replace") as failed:
+                return failed.read().strip()
+        except OSError:
+            continue
+    return None
+
+
+def _failure_files(directory: str) -> list[str]:
     found = []
     try:
         with os.scandir(directory) as entries:
@@ -115,15 +138,7 @@ def take_failures(directory: str) -> list[str]:
                     found.append((entry.stat().st_mtime_ns, entry.path))
     except OSError:
         return []
-    lines = []
-    for _, path in sorted(found):
-        try:
-            with open(path, encoding="utf-8", errors="replace") as failed:
-                lines.append(failed.read().strip())
-            os.unlink(path)
-        except OSError:
-            continue
-    return lines
+    return [path for _, path in sorted(found)]
 
 
 _registered: list[LaunchProgress] = []
@@ -163,6 +178,10 @@ class HangWatch:
         self.ended_hung = False
         """Whether this round ended in a hang, the watchdog's or a timer's (a restart then counts
         towards ``StuckAttempts``)."""
+        self.failed_first = False
+        """Whether a worker of the job failed in this round before any hang was declared: the
+        attempt failed, whatever stillness followed (a failed worker slow to exit, a peer waiting
+        for it)."""
         self._thread = threading.Thread(target=self._look, name="torchx_ext: hang watch", daemon=True)
 
     def start(self) -> HangWatch:
@@ -288,8 +307,9 @@ class HangWatch:
                 ranks = local_ranks(self._progress.directory)
                 moved = self._progress.timed() or any(last.get(rank.pid) != rank.moves for rank in ranks)
                 last = {rank.pid: rank.moves for rank in ranks}
+                local_failure = None if self.failed_first else first_failure(self._progress.directory)
                 try:
-                    count, declared, stopped = self._exchange(moved)
+                    count, declared, stopped, failed = self._exchange(moved, local_failure or None)
                 except Exception as error:  # this look says nothing; a store that is gone, the peer watchdog tells
                     logger.debug("hang watch: store call failed: %s", error)
                     continue
@@ -299,6 +319,9 @@ class HangWatch:
                         self._judge.restart(now)  # this process was frozen: the stillness was its own
                     woke = now
                     self._judge.saw(count, bool(ranks), now)
+                    if failed and not self.failed_first and not self._answered:
+                        self.failed_first = True
+                        self._judge.postpone(now)
                     still = self._judge.still_for(now) if self._progress.timeout_s > 0 else None
                 if stopped is not None:
                     with self._lock:
@@ -316,18 +339,26 @@ class HangWatch:
         except Exception as error:  # a store that failed while declaring: the peer watchdog tells its loss
             logger.debug("hang watch: store call failed: %s", error)
 
-    def _exchange(self, moved: bool) -> tuple[int, str | None, str | None]:
-        """The job's count (after this node's move, if any), a declaration, if one was made, and
-        another node's stop, if one did."""
+    def _exchange(self, moved: bool, local_failure: str | None) -> tuple[int, str | None, str | None, bool]:
+        """The job's count (after this node's move, if any), a declaration, if one was made, another
+        node's stop, if one did, and whether a worker of the job failed in this round (this node's
+        ``local_failure`` is written for the others first)."""
         if self._store is None:
             self._local_count += int(moved)
-            return self._local_count, None, None
+            return self._local_count, None, None, local_failure is not None
         count = int(self._store.add("moves", int(moved)))
         if self._store.check([STOPPED]):
-            return count, None, self._store.get(STOPPED).decode(errors="replace")
+            return count, None, self._store.get(STOPPED).decode(errors="replace"), False
+        failed = self.failed_first
+        if not failed and not self._answered:
+            if local_failure is not None:
+                self._store.compare_set("failed", "", local_failure)
+                failed = True
+            else:
+                failed = bool(self._store.check(["failed"]))
         if not self._answered and self._store.check(["declared"]):
-            return count, self._store.get("declared").decode(), None
-        return count, None, None
+            return count, self._store.get("declared").decode(), None, failed
+        return count, None, None, failed
 
     def _declare(self, kind: str, line: str) -> None:
         if self._store is not None:

@@ -82,14 +82,19 @@ def report_progress(directory: str) -> None:
 
 def mark_failed(directory: str, error: BaseException) -> None:
     """Leave ``DIR/PID.failed``: this worker's user code ended with ``error`` (an exception, or a
-    ``SystemExit`` whose code is not 0; the bootstrap decides which)."""
+    ``SystemExit`` whose code is not 0; the bootstrap decides which), unless it left one already."""
     if isinstance(error, SystemExit):
         line = f"exited with code {error.code}"
     else:
         line = (f"{type(error).__name__}: {error}".splitlines() or [""])[0][:200]
+    path = os.path.join(directory, f"{os.getpid()}.failed")
+    if os.path.exists(path):
+        return  # the first error is the one that counts (its time orders it against the peers')
     try:
-        with open(os.path.join(directory, f"{os.getpid()}.failed"), "w", encoding="utf-8") as failed:
+        # Whole or not at all: the launcher's watch reads these files while the worker still runs.
+        with open(f"{path}.partial", "w", encoding="utf-8") as failed:
             failed.write(f"rank {os.environ.get('RANK', '?')}: {line}")
+        os.replace(f"{path}.partial", path)
     except OSError:
         pass  # a directory gone with its launcher
 

@@ -7,9 +7,11 @@ deadlock or a data loader that never returns does: alive, its launcher healthy, 
 in the step's all-reduce. With HANG_STEP -1 no rank hangs. With TIMER_S (not 0) every step runs
 inside torch's ``expires(after=TIMER_S)``, its client on ``$TORCHELASTIC_TIMER_FILE``. With
 ``always`` the rank hangs at HANG_STEP in every attempt, as a bug in the data at that step would;
-with ``fails`` it raises there instead, in every attempt.
+with ``fails`` it raises there instead, in every attempt; with ``fails-slowly`` it raises and then
+takes 5 s to exit (an exit handler that flushes a checkpoint or joins data-loader processes).
 """
 
+import atexit
 import contextlib
 import json
 import os
@@ -22,12 +24,14 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+SLOW_EXIT_S = 5.0
+
 
 def main() -> None:
     directory, steps, step_s = Path(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
     hang_rank, hang_step = int(sys.argv[4]), int(sys.argv[5])
     timer_s = float(sys.argv[6]) if len(sys.argv) > 6 else 0.0
-    always, fails = sys.argv[7:] == ["always"], sys.argv[7:] == ["fails"]
+    always, fails = sys.argv[7:] == ["always"], sys.argv[7:] in (["fails"], ["fails-slowly"])
     if timer_s:
         from torch.distributed.elastic import timer
 
@@ -46,6 +50,8 @@ def main() -> None:
             time.sleep(step_s)
             if rank == hang_rank and step == hang_step and fails:
                 print(f"rank {rank} fails at step {step}", flush=True)
+                if sys.argv[7:] == ["fails-slowly"]:
+                    atexit.register(time.sleep, SLOW_EXIT_S)
                 raise ValueError(f"bad batch at step {step}")
             if rank == hang_rank and step == hang_step and (always or not hung_at.exists()):
                 hung_at.write_text(str(time.time()))

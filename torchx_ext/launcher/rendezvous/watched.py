@@ -143,7 +143,7 @@ class WatchedRendezvousHandler(RendezvousHandler):  # type: ignore[misc]  # torc
         elsewhere = watch.stuck_elsewhere() or (None if at_shutdown else watch.read_stuck())
         how: str | None = HUNG
         failure: str | None = None
-        if not watch.ended_hung:
+        if not watch.ended_hung or watch.failed_first:  # a failure, then the stillness it caused: failed
             lost = self._watch is not None and self._watch.loss() is not None
             failure = watch.failure(ask_the_job=not (at_shutdown or lost or elsewhere))
             how = None if failure is None and elsewhere is None else FAILED
