@@ -28,6 +28,17 @@ as they have all joined."""
 LIVENESS_FILE_ENV = "TORCHX_EXT_LIVENESS_FILE"
 """Set by a scheduler that watches for frozen replicas: a file the launcher touches every second
 from its start (the contract: liveness.py), whose age tells a frozen or hung replica from a busy one."""
+SHUTDOWN_TIMEOUT_ENV = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"
+"""torch's (and our launcher's): the seconds a stopped launcher gives its workers between SIGTERM and
+SIGKILL. Set by a scheduler that takes ``-cfg cancel_grace`` (``shutdown_timeout_env``), so the
+workers get the grace the user gave, not the launcher's 5 s; a role's own value wins."""
+
+
+def shutdown_timeout_env(cancel_grace_s: float) -> dict[str, str]:
+    """The workers' share of a replica's grace: a second less, which the launcher keeps to exit."""
+    return {SHUTDOWN_TIMEOUT_ENV: str(max(0, int(cancel_grace_s) - 1))}
+
+
 REPLICA_ENV = "TORCHX_EXT_REPLICA"
 """``role/replica_id`` of the replica, set by local_cwd (its marker for finding a replica's
 processes) and local_docker: the launcher's watchdog names a lost peer by it."""

@@ -13,12 +13,13 @@ import pytest
 from torchx.runner import Runner
 from torchx.specs import AppDef, AppState, parse_app_handle
 
-from tests.conformance.cases import EVERY_BACKEND
+from tests.conformance.cases import EVERY_BACKEND, supporting
 from tests.conformance.conftest import JOBS, SchedulerUnderTest
 from tests.conformance.test_faults import _history, _training, _wait_for_step
 from tests.helpers import TORCHX
 from tests.conformance.jobs_api import status_until, wait, wait_for_line
 from torchx_ext.components.dist import ddp
+from torchx_ext.schedulers.backends import CANCEL_GRACE, ELASTIC
 
 LINES_PER_RANK = 100_000
 TRAIN = Path(__file__).parents[2] / "examples" / "train.py"
@@ -117,6 +118,31 @@ def test_cancel_of_a_running_job_is_cancelled_and_leaves_nothing_running(
     assert scheduler.leftovers(app_id(handle)) == []
 
 
+@pytest.mark.feature(CANCEL_GRACE)
+@pytest.mark.parametrize("scheduler", supporting(CANCEL_GRACE), indirect=True)
+def test_a_cancelled_jobs_workers_get_cancel_grace_seconds_to_clean_up_and_no_more(
+    runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path
+) -> None:
+    # A worker that saves its state on SIGTERM: 8 s of it fit a grace of 12 (more than the launcher's
+    # own 5 s), a minute does not fit 2.
+    outcomes: dict[int, list[str]] = {}
+    for grace, cleanup_s in ((12, "8"), (2, "60")):
+        directory = tmp_path / f"grace-{grace}"
+        directory.mkdir()
+        args = dict(scheduler.component_args)
+        args["mounts"] = [*args.get("mounts", []), *scheduler.shared_dir_mounts(directory)]
+        app = ddp(str(directory), cleanup_s, script=str(JOBS / "graceful.py"), j="1x1", **args)
+        handle: str = runner.run(app, scheduler.name, cfg={**scheduler.cfg, "cancel_grace": grace})
+        wait_for_line(runner, handle, "graceful", 0, r"running rank 0")
+
+        runner.cancel(handle)
+
+        assert wait(runner, handle, timeout_s=60) == AppState.CANCELLED
+        assert scheduler.leftovers(app_id(handle), settle_s=grace + 15) == []
+        outcomes[grace] = sorted(path.name for path in directory.iterdir())
+    assert outcomes == {12: ["cleaned.0", "sigterm.0"], 2: ["sigterm.0"]}
+
+
 def test_describe_of_an_unknown_app_is_none(runner: Runner, scheduler: SchedulerUnderTest) -> None:
     assert runner.describe(f"{scheduler.name}://torchx/no-such-app-0000") is None
     assert runner.status(f"{scheduler.name}://torchx/no-such-app-0000") is None
@@ -184,7 +210,8 @@ def test_torchx_stacks_prints_every_running_ranks_stack_and_the_job_goes_on(
     assert scheduler.leftovers(job_id) == []
 
 
-@pytest.mark.parametrize("scheduler", EVERY_BACKEND, indirect=True)
+@pytest.mark.feature(ELASTIC)
+@pytest.mark.parametrize("scheduler", supporting(ELASTIC), indirect=True)
 def test_status_of_a_running_elastic_job_reads_the_same_on_every_scheduler(
     runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path
 ) -> None:

@@ -17,7 +17,8 @@ import pytest
 from torchx.runner import Runner
 from torchx.specs import AppState, parse_app_handle
 
-from tests.conformance.cases import EVERY_BACKEND, EVERY_CASE, NO_ROOM_FOR_A_SPARE
+from tests.conformance.cases import EVERY_BACKEND, EVERY_CASE, NO_ROOM_FOR_A_SPARE, supporting
+from torchx_ext.schedulers.backends import ELASTIC, SPARES
 from tests.conformance.conftest import JOBS, SchedulerUnderTest
 from tests.conformance.jobs_api import status_until, wait, wait_for_line
 from torchx_ext.components.dist import ddp
@@ -139,6 +140,7 @@ def test_losing_the_store_hosts_replica_costs_only_that_replica_a_retry(
     assert scheduler.leftovers(app_id) == []
 
 
+@pytest.mark.feature(ELASTIC)
 @pytest.mark.parametrize("scheduler", SURVIVING, indirect=True)
 def test_an_elastic_job_without_retries_carries_on_with_the_survivor(
     runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path
@@ -238,11 +240,12 @@ def test_a_fixed_job_without_retries_fails_within_60_s_of_a_freeze(
 
 # Hot spares (dist.ddp --spares): where the scheduler starts a lost replica again on its own (not
 # the whole gang), the replacement waits as the new spare.
-SPARES = [name for name in [*EVERY_BACKEND, "local_cwd-warm"] if name not in NO_ROOM_FOR_A_SPARE]
+SPARE_CASES = [name for name in [*supporting(SPARES), "local_cwd-warm"] if name not in NO_ROOM_FOR_A_SPARE]
 SPARE_STEPS = 160
 
 
-@pytest.mark.parametrize("scheduler", SPARES, indirect=True)
+@pytest.mark.feature(SPARES)
+@pytest.mark.parametrize("scheduler", SPARE_CASES, indirect=True)
 def test_a_hot_spare_takes_a_frozen_replicas_place_and_the_replacement_waits_as_the_next_spare(
     runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path
 ) -> None:

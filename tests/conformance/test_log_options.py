@@ -7,6 +7,7 @@ docs/torchx-parity.md."""
 from __future__ import annotations
 
 import datetime
+import re
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from tests.conformance.conftest import SchedulerUnderTest
 from tests.conformance.jobs_api import wait, wait_for_line
 from torchx_ext.components.dist import ddp
 from torchx_ext.errors import InvalidArgumentError
+from torchx_ext.schedulers.backends import LOG_STREAMS, backend_named
 
 STREAMS = Path(__file__).parents[1] / "integration" / "jobs" / "streams.py"
 
@@ -28,6 +30,7 @@ def _ours(lines: list[str]) -> list[str]:
 
 
 # JobSet's and Volcano's pods log as the job backend's do: the same reader.
+@pytest.mark.feature(LOG_STREAMS)
 @pytest.mark.parametrize("scheduler", EVERY_BACKEND, indirect=True)
 def test_log_options_select_a_stream_a_time_window_and_a_regex_and_a_tail_ends_with_the_job(
     runner: Runner, scheduler: SchedulerUnderTest
@@ -43,8 +46,9 @@ def test_log_options_select_a_stream_a_time_window_and_a_regex_and_a_tail_ends_w
     for stream in ("out", "err"):
         assert [line for line in followed if f" {stream} " in line] == [
             f"{when} {stream} {index}\n" for when in ("early", "late") for index in range(3)]
-    if scheduler.name == "kubernetes":  # a pod's log is both streams in one, as torchx's kubernetes scheduler says
-        with pytest.raises(InvalidArgumentError, match="leave streams out"):
+    lacking = backend_named(scheduler.name).why_not(LOG_STREAMS)  # type: ignore[union-attr]
+    if lacking:  # kubernetes: a pod's log is both streams in one, as torchx's kubernetes scheduler says
+        with pytest.raises(InvalidArgumentError, match=re.escape(f"{lacking}; leave streams out")):
             list(runner.log_lines(handle, "streams", 0, streams=Stream.STDOUT))
     else:
         stdout = _ours(list(runner.log_lines(handle, "streams", 0, streams=Stream.STDOUT)))

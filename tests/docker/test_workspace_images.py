@@ -25,6 +25,7 @@ from torchx_ext.schedulers.images.workspace import (
     LABEL_WORKSPACE,
     ensure_workspace_image,
 )
+from torchx_ext.schedulers.backends import WORKSPACES
 
 
 @pytest.fixture
@@ -161,6 +162,7 @@ def test_a_missing_base_image_says_what_to_do(docker_client: Any, workspace: Pat
         ensure_workspace_image(docker_client, "torchx-ext-no-such:1", str(workspace))
 
 
+@pytest.mark.feature(WORKSPACES, backend="local_docker")
 def test_a_job_runs_its_workspace_and_a_second_run_builds_nothing(
     docker_client: Any, test_image: TestImage, workspace: Path
 ) -> None:

@@ -21,6 +21,7 @@ from tests.fixtures.registry import TestRegistry
 from tests.helpers import free_port, torchx
 from tests.kubernetes.apiserver import TestCluster
 from tests.kubernetes.apiserver.resources import CUSTOM, JOBS, PODS, SERVICES
+from torchx_ext.schedulers.backends import WORKSPACES
 
 STEP = re.compile(r"^torchx: Step \d+/\d+ : ", re.M)
 DIGEST_REF = re.compile(r"[\w.:/-]+@sha256:[0-9a-f]{64}")
@@ -57,6 +58,7 @@ def handle_of(stdout: str) -> str:
     return next(line for line in stdout.splitlines() if line.startswith("kubernetes://"))
 
 
+@pytest.mark.feature(WORKSPACES, backend="kubernetes")
 @pytest.mark.parametrize("backend", ["job", "jobset", "volcano"])
 def test_an_edited_script_runs_edited_and_an_unchanged_one_is_not_built_or_pushed_again(
     backend: str, workspace: Path, test_image: TestImage, registry: TestRegistry, kube_namespace: str,

@@ -22,11 +22,13 @@ from tests.fixtures.slurm_cluster import hold_allocation, job_processes, warm_up
 from tests.fixtures.slurm_netns import NODES, netns_job_run
 from tests.helpers import still_there
 from torchx_ext.components.dist import ddp
+from torchx_ext.schedulers.backends import SPARES
 
 CHECKPOINTED = str(Path(__file__).parents[1] / "conformance" / "jobs" / "checkpointed.py")
 STEPS = 160
 
 
+@pytest.mark.feature(SPARES, backend="slurm")
 @pytest.mark.parametrize("where", ["a job of its own", "an allocation", "an allocation, warm"])
 def test_a_hot_spare_takes_a_frozen_replicas_place_and_the_replica_restarts_in_place_as_the_next_spare(
     runner: Runner, slurm_cluster: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str

@@ -15,6 +15,7 @@ from torchx.specs import AppState
 from tests.conformance.jobs_api import status_until
 from tests.helpers import torchx
 from torchx_ext.schedulers.slurm.records import STATE_ROOT_ENV
+from torchx_ext.schedulers.backends import WORKSPACES
 
 
 @pytest.fixture
@@ -40,6 +41,7 @@ def log_of(handle: str, cwd: Path) -> str:
     return logged.stdout
 
 
+@pytest.mark.feature(WORKSPACES, backend="slurm")
 def test_an_edit_made_while_the_job_waits_does_not_reach_it_and_its_directory_keeps_the_code(
     project: Path, runner: Runner, tmp_path: Path
 ) -> None:

@@ -559,7 +559,7 @@ def test_hot_spares_get_a_readiness_probe_that_fails_while_they_wait_on_the_job_
     assert "readinessProbe" not in first_pod(ddp(script="train.py", j="2x1", image="registry.example/train:1"))[
         "spec"]["containers"][0]
     for backend in ("jobset", "volcano"):
-        with pytest.raises(InvalidArgumentError, match=f"HOT_SPARE .* backend={backend} restarts every pod: give -cfg backend=job"):
+        with pytest.raises(InvalidArgumentError, match=f"HOT_SPARE .* backend={backend} restarts every pod: kubernetes holds spares with -cfg backend=job"):
             build_request(app, app_id="train-abc12345", options=ManifestOptions(backend=backend))
 
 

@@ -195,4 +195,16 @@ def _check_cfg_keys(args: argparse.Namespace) -> None:
         valid = ", ".join(sorted(name for name, _ in opts))
         raise InvalidArgumentError(
             f"unknown -cfg option{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))} for scheduler "
-            f"{scheduler}: its options are {valid}")
+            f"{scheduler}{_lacked(scheduler, unknown)}: its options are {valid}")
+
+
+def _lacked(scheduler: str, keys: list[str]) -> str:
+    """Why ``scheduler`` has no option for each of ``keys`` that asks for a feature it lacks."""
+    from torchx_ext.schedulers.backends import FEATURES, backend_named
+
+    backend = backend_named(scheduler)
+    if backend is None:
+        return ""
+    whys = [f"{feature.option}: {why}" for feature in FEATURES if feature.option in keys
+            for why in [backend.why_not(feature.name)] if why]
+    return f" ({'; '.join(whys)})" if whys else ""

@@ -355,6 +355,11 @@ class BoundCallable:
                 (self.plan, self.launcher_pid, self.progress_dir, self.__name__, self.__qualname__, self.payload))
 
     def __call__(self, local_rank: str) -> Any:
+        import signal
+
+        if signal.getsignal(signal.SIGTERM) == signal.SIG_IGN:
+            # Our forkserver ignores SIGTERM (preload_server.py); a worker takes it as any process does.
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
         apply(decode_plan(self.plan)[int(local_rank)])
         die_with_launcher(self.launcher_pid)
         if self.progress_dir:

@@ -86,6 +86,11 @@ def _serve_in_fork(listener_fd: int, alive_r: int, alive_w: int) -> NoReturn:
         _reset(_server())
         close_descriptors_except({0, 1, 2, listener_fd, alive_r})
         sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__  # not the launcher's locked wrappers
+        # A cancel signals the replica's process group (torchx's local_cwd does): the server must
+        # outlive it until the launcher has stopped the workers, who are its children; else the
+        # launcher takes them for ended and leaves at once, and their grace is lost. It ends with
+        # the launcher (its clients' pipe) all the same.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         forkserver.main(listener_fd, alive_r, list(PRELOAD_MODULES))
     except SystemExit:
         code = 0  # its clients are gone

@@ -9,17 +9,53 @@ Nothing imported, not even ``dataclasses``: torchx reads the registration on eve
 from __future__ import annotations
 
 
+class Feature:
+    """Something a backend may or may not do for a job, as ``Backend.supports`` or ``lacks`` says."""
+
+    __slots__ = ("name", "option", "meaning")
+
+    def __init__(self, name: str, option: str | None, meaning: str) -> None:
+        self.name = name
+        self.option = option
+        """The ``-cfg`` option that asks for it, if one does (a backend that lacks it has no such option)."""
+        self.meaning = meaning
+
+
+ELASTIC, SPARES, CANCEL_GRACE, WORKSPACES, WARM, ALLOCATION, LOG_STREAMS = (
+    "elastic", "spares", "cancel_grace", "workspaces", "warm", "allocation", "log_streams")
+FEATURES = (
+    Feature(ELASTIC, None, "`-j MIN:MAX`: a role runs with MIN to MAX replicas, and carries on without a lost one"),
+    Feature(SPARES, None, "hot spares (`dist.ddp --spares`): a waiting replica takes a lost one's place"),
+    Feature(CANCEL_GRACE, "cancel_grace", "`-cfg cancel_grace`: the seconds a cancelled job's workers get "
+            "between SIGTERM and SIGKILL"),
+    Feature(WORKSPACES, None, "`--workspace`: the job runs your edited files, shipped with it"),
+    Feature(WARM, "warm", "`-cfg warm`: launchers forked from an interpreter that has imported torch"),
+    Feature(ALLOCATION, "allocation", "`-cfg allocation`: the job runs as steps of an allocation you hold"),
+    Feature(LOG_STREAMS, None, "`torchx log --streams stdout` (or stderr): one stream alone"),
+)
+
+
 class Backend:
-    """One backend: the torchx scheduler name it registers under, and its package."""
+    """One backend: the torchx scheduler name it registers under, its package, and what it supports."""
 
-    __slots__ = ("scheduler", "package", "torchx_builtin")
+    __slots__ = ("scheduler", "package", "torchx_builtin", "supports", "lacks")
 
-    def __init__(self, scheduler: str, package: str, torchx_builtin: str | None) -> None:
+    def __init__(self, scheduler: str, package: str, torchx_builtin: str | None, supports: dict[str, str],
+                 lacks: dict[str, str]) -> None:
         self.scheduler = scheduler
         self.package = package
         """Its subpackage of ``torchx_ext.schedulers``, whose ``create_scheduler`` torchx calls."""
         self.torchx_builtin = torchx_builtin
         """The module of the torchx builtin whose name it takes (and whose options and meanings it keeps)."""
+        self.supports = supports
+        """Each feature (``FEATURES``) it supports, with when ("": always). The conformance suite runs
+        each on it (tests/unit/test_backend_support.py checks that some test does)."""
+        self.lacks = lacks
+        """Each feature it lacks, with why: its refusal says so (an option's, a log stream's, a spare's)."""
+
+    def why_not(self, feature: str) -> str | None:
+        """Why it lacks ``feature``; None when it supports it."""
+        return self.lacks.get(feature)
 
     @property
     def module(self) -> str:
@@ -33,12 +69,30 @@ class Backend:
 
 
 BACKENDS = (  # the first is the default of `torchx run`
-    Backend("local_cwd", "local", "torchx.schedulers.local_scheduler"),
-    Backend("local_docker", "docker", "torchx.schedulers.docker_scheduler"),
-    Backend("kubernetes", "kubernetes", "torchx.schedulers.kubernetes_scheduler"),
-    Backend("slurm", "slurm", "torchx.schedulers.slurm_scheduler"),
+    Backend("local_cwd", "local", "torchx.schedulers.local_scheduler",
+            supports={ELASTIC: "", SPARES: "", CANCEL_GRACE: "", WARM: "", LOG_STREAMS: ""},
+            lacks={WORKSPACES: "a local_cwd job runs in the current directory, as torchx's does",
+                   ALLOCATION: "a local_cwd job runs on this host, in no allocation"}),
+    Backend("local_docker", "docker", "torchx.schedulers.docker_scheduler",
+            supports={ELASTIC: "", SPARES: "", CANCEL_GRACE: "", WORKSPACES: "", LOG_STREAMS: ""},
+            lacks={WARM: "each replica is a container of its own, started with its image",
+                   ALLOCATION: "a local_docker job runs on this host's engine, in no allocation"}),
+    Backend("kubernetes", "kubernetes", "torchx.schedulers.kubernetes_scheduler",
+            supports={ELASTIC: "", SPARES: "with -cfg backend=job", CANCEL_GRACE: "", WORKSPACES: ""},
+            lacks={WARM: "each replica is a pod of its own, started with its image",
+                   ALLOCATION: "Kubernetes schedules each pod: there is no allocation to run in",
+                   LOG_STREAMS: "Kubernetes keeps a pod's stdout and stderr as one log"}),
+    Backend("slurm", "slurm", "torchx.schedulers.slurm_scheduler",
+            supports={ELASTIC: "", SPARES: "", WORKSPACES: "", WARM: "in an allocation", ALLOCATION: "",
+                      LOG_STREAMS: ""},
+            lacks={CANCEL_GRACE: "Slurm's KillWait (slurm.conf) is the time between SIGTERM and SIGKILL"}),
 )
 SCHEDULERS = tuple(backend.scheduler for backend in BACKENDS)
+
+
+def backend_named(scheduler: str) -> Backend | None:
+    """The backend that registers as ``scheduler``; None: none of ours."""
+    return next((backend for backend in BACKENDS if backend.scheduler == scheduler), None)
 
 
 def entry_point_lines() -> list[str]:

@@ -6,7 +6,8 @@ on every backend of ours, so a backend writes only what really differs (submissi
 ``describe``'s reading, ``list``, ``_cancel_existing``, ``_delete_existing``) plus one hook,
 ``_replica_lines``:
 
-- ``log_iter``: torchx's eight arguments checked once (``LogQuery``), then the backend's lines
+- ``log_iter``: torchx's eight arguments checked once (``LogQuery``; a stream alone refused where the
+  backend lacks ``LOG_STREAMS``, saying why), then the backend's lines
   of one replica, filtered; an unknown app or replica is one error naming the known ones;
 - ``delete``: torchx-nightly's verb, which torchx 0.7.0 lacks (``torchx delete`` is ours there);
 - ``_validate``: every role has an image, on backends that run images (``image_hint``);
@@ -36,6 +37,7 @@ from torchx_ext.errors import InvalidArgumentError
 from torchx_ext.schedulers.common.checks import check_image
 from torchx_ext.schedulers.common.job_dir import Job, JobRegistry
 from torchx_ext.schedulers.common.logs import LogQuery
+from torchx_ext.schedulers.backends import LOG_STREAMS, backend_named
 from torchx_ext.schedulers.common.states import State, app_state, joined_message, restarts_message, spares_message
 
 NO_ERROR = NONE
@@ -190,6 +192,10 @@ class SchedulerShell(Scheduler[Opts]):  # torchx has no types: its Scheduler is 
         """The lines of replica ``k`` of ``role_name`` that the query selects, with their ``\\n``.
         Bad arguments, an unknown app or replica raise here, before any line is read."""
         query = LogQuery.of(regex=regex, since=since, until=until, streams=streams, should_tail=should_tail)
+        backend = backend_named(self.backend)
+        why = backend.why_not(LOG_STREAMS) if backend is not None else None
+        if query.stream != "combined" and why:
+            raise InvalidArgumentError(f"streams={query.stream!r}: {why}; leave streams out (combined)")
         return query.select(self._replica_lines(app_id, role_name, k, query))
 
     @abc.abstractmethod

@@ -19,7 +19,7 @@ from torchx_ext.errors import InvalidArgumentError
 from torchx_ext.numa.cpulist import format_cpulist
 from torchx_ext.numa.topology import Topology
 from torchx_ext.liveness import probe_command, runs_our_launcher
-from torchx_ext.replica_env import ERROR_FILE_ENV, LIVENESS_FILE_ENV, RANK0_HOST_ENV, RDZV_HOST_ENV, REPLICA_ENV
+from torchx_ext.replica_env import ERROR_FILE_ENV, LIVENESS_FILE_ENV, RANK0_HOST_ENV, RDZV_HOST_ENV, REPLICA_ENV, shutdown_timeout_env
 from torchx_ext.schedulers.common.checks import shm_mb
 from torchx_ext.schedulers.common.role_policy import RolePolicy, app_replicas, policies_of
 from torchx_ext.schedulers.placement import ReplicaSlice, slice_host
@@ -167,6 +167,7 @@ def build_request(
                         REPLICA_ENV: f"{role.name}/{replica_id}",
                         **({LIVENESS_FILE_ENV: LIVENESS_FILE} if runs_our_launcher(resolved.entrypoint, resolved.args) else {}),
                         **_gpu_env(role, piece, vendor),
+                        **shutdown_timeout_env(cancel_grace_s),
                         **resolved.env,
                     },
                     labels={

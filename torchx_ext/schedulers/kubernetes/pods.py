@@ -19,7 +19,7 @@ from torchx import specs
 from torchx_ext.errors import InvalidArgumentError
 from torchx_ext.resources import GPU_VENDOR, K8S_INSTANCE_TYPE, NUMA_NODES
 from torchx_ext.liveness import probe_command, runs_our_launcher, training_probe_command
-from torchx_ext.replica_env import ERROR_FILE_ENV, LIVENESS_FILE_ENV, RANK0_HOST_ENV, RDZV_HOST_ENV
+from torchx_ext.replica_env import ERROR_FILE_ENV, LIVENESS_FILE_ENV, RANK0_HOST_ENV, RDZV_HOST_ENV, shutdown_timeout_env
 from torchx_ext.schedulers.common.checks import shm_mb
 from torchx_ext.schedulers.common.role_policy import RolePolicy
 from torchx_ext.schedulers.kubernetes import names
@@ -93,6 +93,7 @@ def _pod_spec(app: specs.AppDef, role: specs.Role, policy: RolePolicy, app_id: s
         # the pod's host name names the replica.
         **({LIVENESS_FILE_ENV: LIVENESS_FILE} if ours else {}),
         TORCHX_IMAGE_ENV: role.image,
+        **shutdown_timeout_env(options.cancel_grace_s),
         **resolved.env,
     }
     for key in env:

@@ -16,6 +16,7 @@ from typing import Any
 from torchx import specs
 
 from torchx_ext.errors import InvalidArgumentError
+from torchx_ext.schedulers.backends import SPARES, backend_named
 from torchx_ext.schedulers.common.role_policy import RolePolicy, app_replicas, check_replica_counts, policies_of
 from torchx_ext.schedulers.common.checks import check_image
 from torchx_ext.schedulers.kubernetes import names
@@ -92,12 +93,15 @@ def check_job_backend_retries(app: specs.AppDef, policies: dict[str, RolePolicy]
 
 def check_no_spares(policies: dict[str, RolePolicy], backend: str) -> None:
     """JobSet and Volcano restart every pod when one fails: a spare would be restarted with the
-    rest, never take the lost one's place."""
+    rest, never take the lost one's place (kubernetes' ``Backend`` says where it holds spares)."""
+    declared = backend_named("kubernetes")
+    where = declared.supports.get(SPARES, "") if declared is not None else ""
     for name, policy in policies.items():
         if policy.has_spares:
             raise InvalidArgumentError(
                 f"role {name!r}: retry_policy HOT_SPARE (hot spares, e.g. dist.ddp --spares) needs a failed "
-                f"replica started again alone, and backend={backend} restarts every pod: give -cfg backend=job")
+                f"replica started again alone, and backend={backend} restarts every pod: kubernetes holds spares "
+                f"{where}")
 
 
 def check_role(role: specs.Role) -> None:

@@ -178,9 +178,6 @@ class KubernetesScheduler(WorkspaceMixin[None], SchedulerShell[KubernetesOpts]):
         from torchx_ext.schedulers.kubernetes.client import lines_of
         from torchx_ext.schedulers.kubernetes.logs import since_seconds, timed_lines
 
-        if query.stream != "combined":
-            raise InvalidArgumentError(f"streams={query.stream!r}: Kubernetes keeps a pod's stdout and stderr as one "
-                                       "log; leave streams out (combined)")
         namespace, backend, name = self._split(app_id)
         view = backend.view(self.cluster, namespace, name)
         if view.state is None:

@@ -17,7 +17,7 @@ from torchx import specs
 from torchx_ext.errors import InvalidArgumentError
 from torchx_ext.numa.cpulist import format_cpulist
 from torchx_ext.numa.topology import Topology
-from torchx_ext.replica_env import ERROR_FILE_ENV, RANK0_HOST_ENV, RDZV_PORT_ENV
+from torchx_ext.replica_env import ERROR_FILE_ENV, RANK0_HOST_ENV, RDZV_PORT_ENV, shutdown_timeout_env
 from torchx_ext.schedulers.local.processes import JOB_MARKER_ENV, REPLICA_MARKER_ENV
 from torchx_ext.schedulers.local.records import ERROR_FILE_NAME
 from torchx_ext.schedulers.local.request import LocalJobRequest, ReplicaRequest, LocalRoleRequest
@@ -65,6 +65,7 @@ def build_request(
                 RANK0_HOST_ENV: "localhost",
                 ERROR_FILE_ENV: os.path.join(log_dir, ERROR_FILE_NAME),
                 "PET_LOG_DIR": os.path.join(app_dir, "torchelastic", role.name),
+                **shutdown_timeout_env(cancel_grace_s),
                 **resolved.env,
                 "PATH": _path_with_cwd(resolved.env.get("PATH"), environ.get("PATH", ""), cwd, prepend_cwd),
                 JOB_MARKER_ENV: app_id,
