@@ -251,6 +251,7 @@ def test_a_failed_rank_slow_to_exit_counts_as_failed_not_as_hung_on_every_node(t
         last = node.output().strip().splitlines()[-1]
         assert "stopped restarting: 3 attempts in a row failed at the same point" in last, node.output()[-3000:]
         assert "the last: rank 1: ValueError: bad batch at step 3" in last, last
+        assert "5 restarts in place left unused" in last, last  # one per attempt, not one per failure and hang
 
 
 def test_a_one_node_launcher_whose_attempt_failed_where_the_two_before_did_exits_3_and_says_so(

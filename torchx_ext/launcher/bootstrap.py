@@ -355,10 +355,11 @@ class BoundCallable:
                 (self.plan, self.launcher_pid, self.progress_dir, self.__name__, self.__qualname__, self.payload))
 
     def __call__(self, local_rank: str) -> Any:
-        import signal
+        server = sys.modules.get("torchx_ext.launcher.preload_server")
+        if server is not None and server.ignores_sigterm:
+            import signal
 
-        if signal.getsignal(signal.SIGTERM) == signal.SIG_IGN:
-            # Our forkserver ignores SIGTERM (preload_server.py); a worker takes it as any process does.
+            # Forked by our server, which ignores SIGTERM: a worker takes it as any process does.
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
         apply(decode_plan(self.plan)[int(local_rank)])
         die_with_launcher(self.launcher_pid)

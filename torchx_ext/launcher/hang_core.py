@@ -3,7 +3,7 @@
 A job hangs when no rank of it has moved (``worker_progress.py``: its main thread's Python stack
 changed) for ``timeout_s``. Each launcher adds to one counter in the round's store whenever one
 of its ranks moved since its last look, and judges that counter on its own monotonic clock: no
-clock is compared between hosts, and a node's load is two store operations per look at any scale.
+clock is compared between hosts, and a node's load is a few store operations per look at any scale.
 A rank inside a block its worker timed with ``torch.distributed.elastic.timer.expires`` counts as
 moving: the worker's own timer decides there, never the watchdog.
 

@@ -6,7 +6,11 @@ it when the next begins), on a thread of its own that every ``look_interval``:
 - reads this node's workers' progress files (``worker_progress.py``) and adds 1 to the round's
   ``moves`` counter if any rank moved since the last look (a rank inside a block timed with
   torch's ``expires`` counts as moving), reading the job's count back in the same operation;
-- hands the count to ``HangJudge`` (``hang_core.py``), which decides on this node's own clock.
+- hands the count to ``HangJudge`` (``hang_core.py``), which decides on this node's own clock;
+- writes the first error line a worker of this node left (``worker_progress.mark_failed``) to the
+  round's store as soon as it sees one, and the round's first end (``FIRST_END``): a failure that
+  came before any hang gives its node's agent another timeout to end the round, and every node
+  counts the attempt as failed, however long the failed worker takes to exit.
 
 A node that decides writes the hang's line to the round's store first (one line for the whole job:
 the first node's) and every node, having seen it, writes its ranks' stacks into its log and adds
@@ -43,6 +47,12 @@ STOPPED = "stopped"
 """The key of a node that stopped restarting because its attempts kept hanging or failing at one
 point (every node stops with it: it never joins the next round, which they would wait for). A key
 of its own: the round's declaration is often the hang that ended the attempt."""
+FIRST_END = "first_end"
+"""The key of the round's first end: ``FAILED_FIRST`` (a worker's code failed; its node writes it as
+soon as its look sees the error) or ``HANG_FIRST`` (written before a hang is declared), whichever a
+node wrote first. Every node counts the attempt by it, so they agree on how it ended even when a
+failed worker is slow to exit and the stillness after it reaches the hang timeout."""
+FAILED_FIRST, HANG_FIRST = "failed", "hang"
 FAILURE_CALL_S = 5.0
 """How long a store call that tells a failed attempt may take (its host frozen: not told)."""
 STOP_SEEN_BOUND_S = 2 * MAX_LOOK_S + 2.0
@@ -178,10 +188,11 @@ class HangWatch:
         self.ended_hung = False
         """Whether this round ended in a hang, the watchdog's or a timer's (a restart then counts
         towards ``StuckAttempts``)."""
-        self.failed_first = False
-        """Whether a worker of the job failed in this round before any hang was declared: the
-        attempt failed, whatever stillness followed (a failed worker slow to exit, a peer waiting
-        for it)."""
+        self._first: str | None = None
+        """The round's first end (``FIRST_END``), once this node knows it."""
+        self._postponed = False
+        self.seen_failure = ""
+        """The error line of the failure that came first in this round, once this node knows it."""
         self._thread = threading.Thread(target=self._look, name="torchx_ext: hang watch", daemon=True)
 
     def start(self) -> HangWatch:
@@ -307,9 +318,9 @@ class HangWatch:
                 ranks = local_ranks(self._progress.directory)
                 moved = self._progress.timed() or any(last.get(rank.pid) != rank.moves for rank in ranks)
                 last = {rank.pid: rank.moves for rank in ranks}
-                local_failure = None if self.failed_first else first_failure(self._progress.directory)
+                local_failure = None if self._first is not None else first_failure(self._progress.directory)
                 try:
-                    count, declared, stopped, failed = self._exchange(moved, local_failure or None)
+                    count, declared, stopped = self._exchange(moved, local_failure)
                 except Exception as error:  # this look says nothing; a store that is gone, the peer watchdog tells
                     logger.debug("hang watch: store call failed: %s", error)
                     continue
@@ -319,8 +330,8 @@ class HangWatch:
                         self._judge.restart(now)  # this process was frozen: the stillness was its own
                     woke = now
                     self._judge.saw(count, bool(ranks), now)
-                    if failed and not self.failed_first and not self._answered:
-                        self.failed_first = True
+                    if self._first == FAILED_FIRST and not self._postponed:
+                        self._postponed = True
                         self._judge.postpone(now)
                     still = self._judge.still_for(now) if self._progress.timeout_s > 0 else None
                 if stopped is not None:
@@ -339,28 +350,61 @@ class HangWatch:
         except Exception as error:  # a store that failed while declaring: the peer watchdog tells its loss
             logger.debug("hang watch: store call failed: %s", error)
 
-    def _exchange(self, moved: bool, local_failure: str | None) -> tuple[int, str | None, str | None, bool]:
-        """The job's count (after this node's move, if any), a declaration, if one was made, another
-        node's stop, if one did, and whether a worker of the job failed in this round (this node's
-        ``local_failure`` is written for the others first)."""
+    def _exchange(self, moved: bool, local_failure: str | None) -> tuple[int, str | None, str | None]:
+        """The job's count (after this node's move, if any), a declaration, if one was made, and
+        another node's stop, if one did; learns the round's first end (this node's
+        ``local_failure`` is written first, as the job's first end if nothing came before it)."""
         if self._store is None:
             self._local_count += int(moved)
-            return self._local_count, None, None, local_failure is not None
+            if local_failure is not None and self._first is None:
+                self._first, self.seen_failure = FAILED_FIRST, local_failure
+            return self._local_count, None, None
         count = int(self._store.add("moves", int(moved)))
         if self._store.check([STOPPED]):
-            return count, None, self._store.get(STOPPED).decode(errors="replace"), False
-        failed = self.failed_first
-        if not failed and not self._answered:
+            return count, None, self._store.get(STOPPED).decode(errors="replace")
+        if self._first is None and not self._answered:
             if local_failure is not None:
                 self._store.compare_set("failed", "", local_failure)
-                failed = True
-            else:
-                failed = bool(self._store.check(["failed"]))
+                self._learn_first(self._store.compare_set(FIRST_END, "", FAILED_FIRST).decode())
+            elif self._store.check([FIRST_END]):
+                self._learn_first(self._store.get(FIRST_END).decode())
         if not self._answered and self._store.check(["declared"]):
-            return count, self._store.get("declared").decode(), None, failed
-        return count, None, None, failed
+            return count, self._store.get("declared").decode(), None
+        return count, None, None
+
+    def _learn_first(self, first: str) -> None:
+        self._first = first
+        if first == FAILED_FIRST:
+            self.seen_failure = self._store.get("failed").decode(errors="replace")
+
+    def failure_came_first(self, ask_the_job: bool) -> bool:
+        """Whether a worker's failure was the round's first end, after ``stop``: as the round's store
+        says (every node reads the same), if ``ask_the_job`` and this node does not know yet."""
+        if self._first is None and ask_the_job and self._store is not None:
+            try:
+                from datetime import timedelta
+
+                self._store.set_timeout(timedelta(seconds=FAILURE_CALL_S))  # a frozen store's host: bounded
+                if self._store.check([FIRST_END]):
+                    self._learn_first(self._store.get(FIRST_END).decode())
+            except Exception as error:  # the store's loss, the peer watchdog tells
+                logger.debug("hang watch: store call failed: %s", error)
+        return self._first == FAILED_FIRST
+
+    def discard_failures(self) -> None:
+        """Forget the error lines this round's workers left: a hang ended it (a peer's reset after it)."""
+        take_failures(self._progress.directory)
 
     def _declare(self, kind: str, line: str) -> None:
+        if kind == HANG and self._store is not None and self._first is None:
+            self._first = self._store.compare_set(FIRST_END, "", HANG_FIRST).decode()
+            if self._first == FAILED_FIRST:
+                self._learn_first(FAILED_FIRST)
+        if kind == HANG and self._first == FAILED_FIRST and not self._postponed:
+            with self._lock:  # a failure came first: its node's agent ends the round (see _look)
+                self._postponed = True
+                self._judge.postpone(self._clock())
+            return
         if self._store is not None:
             # The first declaration is the job's: a node that decided too answers that one.
             written = self._store.compare_set("declared", "", f"{kind} {line}").decode()

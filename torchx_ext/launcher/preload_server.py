@@ -38,6 +38,8 @@ logger = logging.getLogger("torchx_ext.launcher")
 
 # What user scripts import first and takes longest: a preloaded worker finds it imported.
 PRELOAD_MODULES = ("torch", "torch.distributed")
+ignores_sigterm = False
+"""True in the server (and so in the workers it forks, which give SIGTERM its default action back)."""
 
 
 def start_early(argv: Sequence[str]) -> bool:
@@ -89,8 +91,11 @@ def _serve_in_fork(listener_fd: int, alive_r: int, alive_w: int) -> NoReturn:
         # A cancel signals the replica's process group (torchx's local_cwd does): the server must
         # outlive it until the launcher has stopped the workers, who are its children; else the
         # launcher takes them for ended and leaves at once, and their grace is lost. It ends with
-        # the launcher (its clients' pipe) all the same.
+        # the launcher all the same: its clients' pipe, or (SIGKILLed launcher) the parent's death.
+        global ignores_sigterm
+        ignores_sigterm = True
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        _die_with_parent()
         forkserver.main(listener_fd, alive_r, list(PRELOAD_MODULES))
     except SystemExit:
         code = 0  # its clients are gone
@@ -98,6 +103,19 @@ def _serve_in_fork(listener_fd: int, alive_r: int, alive_w: int) -> NoReturn:
         traceback.print_exc()
     finally:
         os._exit(code)
+
+
+def _die_with_parent() -> None:
+    """SIGKILL this process when the thread that forked it (the launcher's main thread) ends."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    except (OSError, AttributeError):  # not Linux: the clients' pipe still ends it
+        return
+    if os.getppid() == 1:  # the launcher died before the call
+        os._exit(0)
 
 
 def is_running() -> bool:

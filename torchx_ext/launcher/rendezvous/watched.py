@@ -133,7 +133,7 @@ class WatchedRendezvousHandler(RendezvousHandler):  # type: ignore[misc]  # torc
         """Stop the round's hang watch and count how its attempt ended; refuse to go on when
         attempts keep hanging or failing at one point (or another node did in this round)."""
         watch, self._hang_watch = self._hang_watch, None
-        self._hang_taken = False
+        hang_taken, self._hang_taken = self._hang_taken, False
         if watch is None or self._progress is None:
             return
         self._ended_watch = watch
@@ -143,12 +143,15 @@ class WatchedRendezvousHandler(RendezvousHandler):  # type: ignore[misc]  # torc
         elsewhere = watch.stuck_elsewhere() or (None if at_shutdown else watch.read_stuck())
         how: str | None = HUNG
         failure: str | None = None
-        if not watch.ended_hung or watch.failed_first:  # a failure, then the stillness it caused: failed
-            lost = self._watch is not None and self._watch.loss() is not None
-            failure = watch.failure(ask_the_job=not (at_shutdown or lost or elsewhere))
-            how = None if failure is None and elsewhere is None else FAILED
-            if watch.failed_here:  # torch's agent restarts a failed node's workers on its own count
+        lost = self._watch is not None and self._watch.loss() is not None
+        ask = not (at_shutdown or lost or elsewhere)
+        if not watch.ended_hung or watch.failure_came_first(ask_the_job=ask):  # a failure, then the stillness it caused
+            failure = watch.failure(ask_the_job=ask) or watch.seen_failure or None
+            how = None if failure is None and elsewhere is None and not watch.ended_hung else FAILED
+            if watch.failed_here and not hang_taken:  # torch's agent restarts a failed node's workers on its own count
                 self._restarts_left = max(0, self._restarts_left - 1)
+        else:
+            watch.discard_failures()
         stuck = self._progress.attempt_ended(how, watch.moved_looks, failure or "")
         if elsewhere is not None and not at_shutdown:
             self._stop(f"{elsewhere}, seen by another node")

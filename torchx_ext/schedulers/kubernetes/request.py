@@ -95,7 +95,7 @@ def check_no_spares(policies: dict[str, RolePolicy], backend: str) -> None:
     """JobSet and Volcano restart every pod when one fails: a spare would be restarted with the
     rest, never take the lost one's place (kubernetes' ``Backend`` says where it holds spares)."""
     declared = backend_named("kubernetes")
-    where = declared.supports.get(SPARES, "") if declared is not None else ""
+    where = (declared.supports.get(SPARES) if declared is not None else None) or "with -cfg backend=job"
     for name, policy in policies.items():
         if policy.has_spares:
             raise InvalidArgumentError(
