@@ -65,6 +65,9 @@ setup(
     install_requires=["torch>=2.4", "setproctitle>=1.3"],
     extras_require={
         "torchx": ["torchx>=0.7.0"],
+        # dist.hsdp's torchft jobs (docs/torchft.md), pinned to the version tested. numpy: torchft's
+        # process-group checkpoint transport needs it and torchft does not declare it.
+        "ft": ["torchft==0.2.0", "numpy"],
         # Exact pins for CI live in requirements-test.txt (torch pinned there: an unpinned
         # torch pulls a multi-GB CUDA build).
         "test": ["pytest", "hypothesis", "mypy"],

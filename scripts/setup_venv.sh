@@ -33,7 +33,10 @@ case "$line" in
     constraints="$(mktemp)"
     trap 'rm -f "$constraints"' EXIT
     grep -v '^-r ' requirements-test.txt > "$constraints"
-    "${pip[@]}" -c "$constraints" -e '.[torchx]' numpy
+    # The tests install the ft extra (torchft) as its users do, and check that it broke nothing.
+    if $test_deps; then extras='[torchx,ft]'; else extras='[torchx]'; fi
+    "${pip[@]}" -c "$constraints" -e ".$extras" numpy
+    if $test_deps; then .venv/bin/python -m pip check --disable-pip-version-check; fi
     ;;
   nightly)
     [ -x .venv-nightly/bin/python ] || "$python" -m venv .venv-nightly
@@ -42,10 +45,11 @@ case "$line" in
     # A fresh build each time: setuptools would put files left in build/ from an older
     # checkout into the wheel.
     rm -rf build
-    "${pip[@]}" .
+    if $test_deps; then "${pip[@]}" '.[ft]'; else "${pip[@]}" .; fi
     rm -rf build
     if $test_deps; then
       "${pip[@]}" -r requirements-nightly-test.txt
+      .venv-nightly/bin/python -m pip check --disable-pip-version-check
     fi
     ;;
   *) echo "setup_venv.sh: unknown line '$line' (expected 0.7.0 or nightly)" >&2; exit 2 ;;

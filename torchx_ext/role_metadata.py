@@ -31,3 +31,13 @@ retry policy (its roles then ask for REPLICA, which restarts the lost replica as
 def spares_of(metadata: Mapping[str, Any]) -> int:
     given = str(metadata.get(SPARES_KEY) or "0")
     return int(given) if given.isdigit() else 0
+
+
+TORCHFT_KEY = "torchx_ext/torchft"
+"""What a role of a torchft job (``dist.hsdp``) is: ``lighthouse`` or ``group`` (a replica group).
+A scheduler refuses such a job where it cannot restart one group alone (``backends.TORCHFT``)."""
+TORCHFT_LIGHTHOUSE, TORCHFT_GROUP = "lighthouse", "group"
+
+
+def is_torchft(metadata: Mapping[str, Any]) -> bool:
+    return metadata.get(TORCHFT_KEY) in (TORCHFT_LIGHTHOUSE, TORCHFT_GROUP)

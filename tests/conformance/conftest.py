@@ -94,8 +94,10 @@ def _docker_pause(client: Any) -> Callable[[str, str, int], None]:
     return _on_docker_replica(client, lambda container: container.pause())
 
 
-def _kube_running_pods(app_id: str, replica_id: int) -> list[Any]:
+def _kube_running_pods(app_id: str, role: str, replica_id: int) -> list[Any]:
     from kubernetes import client, config
+
+    from torchx_ext.schedulers.kubernetes.names import LABEL_ROLE, label_value
 
     config.load_kube_config()
     # "namespace:name", or "namespace:backend:name" for JobSet and Volcano.
@@ -104,7 +106,8 @@ def _kube_running_pods(app_id: str, replica_id: int) -> list[Any]:
     for pod in client.CoreV1Api().list_namespaced_pod(namespace, label_selector=f"torchx-ext/app-id={name}").items:
         labels, annotations = pod.metadata.labels or {}, pod.metadata.annotations or {}
         index = labels.get("batch.kubernetes.io/job-completion-index", annotations.get("volcano.sh/task-index"))
-        if index == str(replica_id) and pod.metadata.deletion_timestamp is None and pod.status.phase == "Running":
+        if (index == str(replica_id) and labels.get(LABEL_ROLE) == label_value(role)
+                and pod.metadata.deletion_timestamp is None and pod.status.phase == "Running"):
             found.append(pod)
     return found
 
@@ -112,7 +115,7 @@ def _kube_running_pods(app_id: str, replica_id: int) -> list[Any]:
 def _kube_delete_pod(app_id: str, role: str, replica_id: int) -> None:
     from kubernetes import client
 
-    for pod in _kube_running_pods(app_id, replica_id):
+    for pod in _kube_running_pods(app_id, role, replica_id):
         client.CoreV1Api().delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace)
 
 
@@ -142,7 +145,7 @@ def _on_kube_replica(docker_client: Any, act: Callable[[Any], None]) -> Callable
     from tests.kubernetes.apiserver.containers import POD_LABEL
 
     def on_replica(app_id: str, role: str, replica_id: int) -> None:
-        for pod in _kube_running_pods(app_id, replica_id):
+        for pod in _kube_running_pods(app_id, role, replica_id):
             label = f"{POD_LABEL}={pod.metadata.namespace}/{pod.metadata.name}"
             for container in docker_client.containers.list(filters={"label": label}):
                 act(container)

@@ -1,4 +1,5 @@
-"""``dist.ddp`` and ``dist.spmd``: torchx's distributed components, on our NUMA-binding launcher.
+"""``dist.ddp`` and ``dist.spmd``: torchx's distributed components, on our NUMA-binding launcher;
+``dist.hsdp``: a torchft job (replica groups and their lighthouse) on the same launcher.
 
 Every parameter of torchx's own ``dist.ddp``/``dist.spmd`` keeps its meaning; added are
 ``numa_binding``, ``numa_strict`` and ``omp_threads``. The role runs
@@ -12,6 +13,7 @@ them to build each component's command line.
 
 import os
 import ast
+import importlib.util
 import re
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
@@ -28,8 +30,11 @@ from torchx.specs import macros
 
 from torchx_ext.errors import InvalidArgumentError
 from torchx_ext.escaping import escape_template
+from torchx_ext.ft import DEFAULT_LIGHTHOUSE_PORT, GROUP_ID_ENV, GROUPS_ENV
+from torchx_ext.ft import INSTALL_HINT as FT_INSTALL_HINT
+from torchx_ext.ft.durations import parse_ms
 from torchx_ext.options import check_mode, parse_hang_timeout, parse_omp_threads
-from torchx_ext.role_metadata import SPARES_KEY, target_metadata
+from torchx_ext.role_metadata import SPARES_KEY, TORCHFT_GROUP, TORCHFT_KEY, TORCHFT_LIGHTHOUSE, target_metadata
 
 J_FORMS = "NODESxPROCS (e.g. 2x4), MIN:MAXxPROCS (e.g. 2:5x8) or a single number"
 MOUNT_FORMS = (
@@ -183,6 +188,140 @@ def spmd(
     )
 
 
+def hsdp(
+    *script_args: str,
+    script: Optional[str] = None,
+    m: Optional[str] = None,
+    replicas: int = 2,
+    workers_per_replica: int = 1,
+    j: Optional[str] = None,
+    min_replicas: int = 1,
+    heartbeat_timeout: str = "1s",
+    quorum_tick: str = "100ms",
+    join_timeout: str = "60s",
+    lighthouse_port: int = DEFAULT_LIGHTHOUSE_PORT,
+    max_restarts: int = 10,
+    max_retries: int = 3,
+    image: str = torchx.IMAGE,
+    name: str = "/",
+    h: Optional[str] = None,
+    cpu: int = 2,
+    gpu: int = 0,
+    memMB: int = 1024,
+    env: Optional[Dict[str, str]] = None,
+    hang_timeout: Optional[str] = None,
+    rdzv_port: int = 29500,
+    mounts: Optional[List[str]] = None,
+    debug: bool = False,
+    tee: int = 3,
+    numa_binding: str = "auto",
+    numa_strict: bool = False,
+    omp_threads: Optional[str] = "auto",
+    metadata: Optional[Dict[str, str]] = None,
+) -> specs.AppDef:
+    """
+    A torchft job (checkpoint-free recovery): REPLICAS replica groups that each train on their own
+    (NODES replicas of PROCS processes, run by torchx_ext's launcher, which binds every worker), and a
+    lighthouse role that agrees at every step on the live groups. A lost group costs the others a
+    step, not a restart; it comes back alone and copies the weights from a live group. Needs
+    torchft (pip install 'torchx_ext[ft]'); the script is a torchft script, as in torchft's examples.
+
+    Args:
+        script_args: arguments to the script or module, passed exactly as given
+        script: script to run (exactly one of script and m)
+        m: python module to run
+        replicas: replica groups (torchft's replicas; each sees REPLICA_GROUP_ID and NUM_REPLICA_GROUPS)
+        workers_per_replica: processes of each group, on one node (torchft's; or give -j)
+        j: NODESxPROCS of each group, e.g. 2x8 (instead of workers_per_replica)
+        min_replicas: groups a step needs (the lighthouse's min_replicas)
+        heartbeat_timeout: a group silent this long is left out of the next step (the lighthouse's), e.g. 1s or 500ms
+        quorum_tick: how often the lighthouse decides a step's groups, e.g. 100ms
+        join_timeout: how long the lighthouse waits for every live group to join before going on with min_replicas, e.g. 60s
+        lighthouse_port: the lighthouse's port (the next port hears that groups are done)
+        max_restarts: times a group restarts its workers in place (torchft's; the other groups go on)
+        max_retries: times a lost replica of a group, or the lighthouse, is started again (alone)
+        image: image (e.g. docker) for container schedulers
+        name: {experiment}/{run}, {experiment}/, /{run} or {run}; run defaults to the script or module name
+        h: a named resource for each group's replicas (takes precedence over cpu, gpu and memMB)
+        cpu: CPUs per replica of a group
+        gpu: GPUs per replica of a group
+        memMB: memory per replica of a group in MB
+        env: environment variables for the workers and the lighthouse (e.g. ENV1=v1,ENV2=v2)
+        hang_timeout: seconds no rank of a group may go without moving before the group counts as hung, or off; default 300
+        rdzv_port: each group's rendezvous port on its replica 0's host (groups of several nodes)
+        mounts: mounts for container schedulers (e.g. type=bind,src=/host,dst=/job[,readonly])
+        debug: set PyTorch's debug environment flags
+        tee: tee the workers' streams to console and file: 0 none, 1 stdout, 2 stderr, 3 both
+        numa_binding: none, auto, node, socket, exclusive or core-complex
+        numa_strict: fail instead of taking a binding fallback
+        omp_threads: OMP_NUM_THREADS per worker: auto (the rank's physical cores) or a number
+        metadata: metadata for the scheduler, as torchx's (e.g. kubernetes=file:///path/pod_overlay.yaml)
+    """
+    if replicas < 1:
+        raise InvalidArgumentError(f"invalid --replicas {replicas}: expected 1 or more replica groups")
+    if not 1 <= min_replicas <= replicas:
+        raise InvalidArgumentError(
+            f"invalid --min_replicas {min_replicas}: expected 1 to {replicas} (--replicas, the replica groups)")
+    settings = {flag: parse_ms(value, f"--{flag}") for flag, value in
+                (("heartbeat_timeout", heartbeat_timeout), ("quorum_tick", quorum_tick), ("join_timeout", join_timeout))}
+    if not 0 < lighthouse_port < 65535:
+        raise InvalidArgumentError(f"invalid --lighthouse_port {lighthouse_port}: expected 1 to 65534 "
+                                   "(the next port hears that groups are done)")
+    nodes, nproc = _group_size(j, workers_per_replica)
+    if importlib.util.find_spec("torchft") is None:
+        raise InvalidArgumentError(f"dist.hsdp runs torchft jobs, and torchft is not installed here: {FT_INSTALL_HINT}")
+    resource = _resource(cpu, gpu, memMB, h)
+    groups = [
+        _app(
+            script_args, script=script, m=m, image=image, name=name, resource=resource, nodes=(nodes, nodes),
+            nproc=nproc, spares=0, env={**(env or {}), GROUP_ID_ENV: str(group), GROUPS_ENV: str(replicas)},
+            max_retries=max_retries, hang_timeout=hang_timeout, rdzv_port=rdzv_port, rdzv_backend="c10d",
+            rdzv_conf=None, mounts=mounts, debug=debug, tee=tee, numa_binding=numa_binding, numa_strict=numa_strict,
+            omp_threads=omp_threads, metadata={**(metadata or {}), TORCHFT_KEY: TORCHFT_GROUP},
+            role_name=f"replica_{group}",
+            rdzv_id=f"{macros.app_id}-replica_{group}", restarts=max_restarts,
+            launcher_args=("--torchft-lighthouse-env", macros.rank0_env,
+                           "--torchft-lighthouse-port", str(lighthouse_port)),
+        )
+        for group in range(replicas)
+    ]
+    lighthouse = specs.Role(
+        name="lighthouse",
+        image=image,
+        entrypoint="python",
+        args=["-m", "torchx_ext.ft.lighthouse", "--groups", str(replicas), "--min-replicas", str(min_replicas),
+              "--port", str(lighthouse_port), "--heartbeat-timeout-ms", str(settings["heartbeat_timeout"]),
+              "--quorum-tick-ms", str(settings["quorum_tick"]), "--join-timeout-ms", str(settings["join_timeout"])],
+        env={key: escape_template(value) for key, value in (env or {}).items()},
+        resource=specs.Resource(cpu=1, gpu=0, memMB=1024),
+        num_replicas=1,
+        port_map={"lighthouse": lighthouse_port},
+        max_retries=max_retries,
+        retry_policy=specs.RetryPolicy.REPLICA,
+        mounts=_mounts(mounts),
+        metadata={**(metadata or {}), TORCHFT_KEY: TORCHFT_LIGHTHOUSE},
+    )
+    # The lighthouse first: torchx's rank 0 (the first role's replica 0) is its host, on every scheduler.
+    return specs.AppDef(name=groups[0].name, roles=[lighthouse, *(app.roles[0] for app in groups)])
+
+
+def _group_size(j: Optional[str], workers_per_replica: int) -> Tuple[int, int]:
+    """A replica group's (nodes, processes per node): -j NODESxPROCS, else one node of workers_per_replica."""
+    if j is None:
+        if workers_per_replica < 1:
+            raise InvalidArgumentError(f"invalid --workers_per_replica {workers_per_replica}: expected 1 or more")
+        return 1, workers_per_replica
+    if workers_per_replica != 1:
+        raise InvalidArgumentError(
+            f"give -j {j!r} or --workers_per_replica {workers_per_replica}, not both (-j NODESxPROCS of each group)")
+    min_nodes, max_nodes, nproc = parse_j(j)
+    if min_nodes != max_nodes:
+        raise InvalidArgumentError(
+            f"invalid -j {j!r}: a replica group has a fixed size (NODESxPROCS, e.g. {max_nodes}x{nproc}); "
+            "groups come and go as a whole, which --min_replicas bounds")
+    return max_nodes, nproc
+
+
 def parse_j(j: str) -> Tuple[int, int, int]:
     """``[MIN:]NODESxPROCS`` or ``PROCS`` (one node) -> (min nodes, max nodes, procs per node)."""
     text = j.strip()
@@ -253,7 +392,13 @@ def _app(
     numa_strict: bool,
     omp_threads: Optional[str],
     metadata: Optional[Dict[str, str]] = None,
+    role_name: Optional[str] = None,
+    rdzv_id: str = macros.app_id,
+    launcher_args: Tuple[str, ...] = (),
+    restarts: Optional[int] = None,
 ) -> specs.AppDef:
+    """One role of NODES replicas running our launcher; ``restarts``: its ``--max-restarts`` where the
+    caller decides it (else ``max_restarts``), ``launcher_args``: more launcher flags."""
     if (script is None) == (m is None):
         raise InvalidArgumentError(
             "give exactly one of --script SCRIPT and -m MODULE "
@@ -281,7 +426,7 @@ def _app(
     args = [
         "-m", "torchx_ext.launcher",
         "--rdzv-backend", rdzv_backend,
-        "--rdzv-id", macros.app_id,
+        "--rdzv-id", rdzv_id,
         "--nnodes", str(max_nodes) if min_nodes == max_nodes else f"{min_nodes}:{max_nodes}",
         "--nproc-per-node", str(nproc),
         "--tee", str(tee),
@@ -302,7 +447,8 @@ def _app(
     if spares:
         # The spelling every launcher takes: an image may hold a torchx_ext from before --spares.
         args += ["--hot-spares", str(spares)]
-    restarts = max_restarts(max_retries, min_nodes, max_nodes, spares)
+    if restarts is None:
+        restarts = max_restarts(max_retries, min_nodes, max_nodes, spares)
     if restarts:
         args += ["--max-restarts", str(restarts)]
     conf = rdzv_conf_with_liveness(rdzv_conf) if restarts and rdzv_backend == "c10d" else rdzv_conf
@@ -314,6 +460,7 @@ def _app(
         args.append("--numa-strict")
     if omp_threads is not None:
         args += ["--omp-threads", str(omp_threads)]
+    args += launcher_args
     # torchx substitutes ${...} macros in every argument and env value: "$$" gives back "$".
     user_args = [escape_template(arg) for arg in script_args]
     args += [escape_template(script)] if script is not None else ["-m", escape_template(m or "")]
@@ -322,7 +469,7 @@ def _app(
         name=names.run_name,
         roles=[
             specs.Role(
-                name=_role_name(script, m),
+                name=role_name or _role_name(script, m),
                 image=image,
                 entrypoint="python",
                 args=args,

@@ -16,6 +16,8 @@ from __future__ import annotations
 import os
 import sys
 
+from torchx_ext.ft import LIGHTHOUSE_ENV  # constants only
+
 # Every worker imports this module before the user's code, so it imports next to nothing
 # (no typing, json, dataclasses, logging, runpy, nor the rest of torchx_ext): those imports
 # would cost more than the binding itself.
@@ -30,6 +32,8 @@ LAUNCHER_PID_ENV = "TORCHX_EXT_LAUNCHER_PID"
 NUMA_NODE_ENV = "TORCHX_EXT_NUMA_NODE"
 PROGRESS_DIR_ENV = "TORCHX_EXT_PROGRESS_DIR"
 """Where a worker reports its progress for the hang watchdog (worker_progress.py); unset: off."""
+LAUNCHER_SET_ENV = (PROGRESS_DIR_ENV, LIGHTHOUSE_ENV)
+"""What the launcher sets for its workers after its forkserver of preloaded workers started: carried to them."""
 SERVED_TIMER_ENV = "TORCHX_EXT_FILE_TIMER"
 """Set while the launcher serves torch's file timer itself (step_timer.py): its workers get
 ``TORCHELASTIC_ENABLE_FILE_TIMER=1`` back, which the launcher hid from its agent."""
@@ -329,8 +333,8 @@ class BoundCallable:
     ) -> None:
         self.plan = plan
         self.launcher_pid = os.getpid()
-        # A preloaded worker's environment is its server's, made before the launcher chose this.
-        self.progress_dir = os.environ.get(PROGRESS_DIR_ENV, "")
+        # A preloaded worker's environment is its server's, made before the launcher chose these.
+        self.env = {name: os.environ[name] for name in LAUNCHER_SET_ENV if name in os.environ}
         # torchelastic names the run and its events after the entrypoint's names.
         self.__name__ = getattr(fn, "__name__", type(fn).__name__)
         self.__qualname__ = getattr(fn, "__qualname__", self.__name__)
@@ -352,7 +356,7 @@ class BoundCallable:
             if cpus is not None:
                 os.sched_setaffinity(0, _cpus_of(cpus))  # the child about to be spawned inherits it
         return (_rebuild_bound_callable,
-                (self.plan, self.launcher_pid, self.progress_dir, self.__name__, self.__qualname__, self.payload))
+                (self.plan, self.launcher_pid, self.env, self.__name__, self.__qualname__, self.payload))
 
     def __call__(self, local_rank: str) -> Any:
         server = sys.modules.get("torchx_ext.launcher.preload_server")
@@ -363,8 +367,7 @@ class BoundCallable:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
         apply(decode_plan(self.plan)[int(local_rank)])
         die_with_launcher(self.launcher_pid)
-        if self.progress_dir:
-            os.environ[PROGRESS_DIR_ENV] = self.progress_dir
+        os.environ.update(self.env)
         _report_progress()
         if self.call is None:
             import pickle
@@ -376,11 +379,11 @@ class BoundCallable:
             return fn(*args)
 
 
-def _rebuild_bound_callable(plan: str, launcher_pid: int, progress_dir: str, name: str, qualname: str,
+def _rebuild_bound_callable(plan: str, launcher_pid: int, env: dict[str, str], name: str, qualname: str,
                             payload: bytes | None) -> BoundCallable:
     bound = BoundCallable.__new__(BoundCallable)
     bound.plan, bound.launcher_pid, bound.__name__, bound.__qualname__ = plan, launcher_pid, name, qualname
-    bound.progress_dir = progress_dir
+    bound.env = env
     bound.payload, bound.call = payload, None
     bound._spawn_cpus, bound._children_started = [], 0
     return bound

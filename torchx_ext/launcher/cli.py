@@ -39,6 +39,7 @@ from torchx_ext.launcher.rendezvous.spare import SpareReleased
 from torchx_ext.launcher.rendezvous.store_reach import reach_store
 from torchx_ext.launcher.rendezvous.config import peer_timeout, watch_rendezvous
 from torchx_ext.launcher.rendezvous.errors import HangError, PeerLostError, StuckError
+from torchx_ext.launcher.rendezvous.loopback import is_loopback
 from torchx_ext.launcher.rendezvous.settings import BACKEND as WATCHED_BACKEND
 from torchx_ext.launcher.rendezvous.settings import HANDLERS as C10D_HANDLERS
 from torchx_ext.launcher.rendezvous.store_loss import closed_store_line, exit_for_store_loss
@@ -55,6 +56,8 @@ from torchx_ext.launcher.worker_binding import plan_workers
 from torchx_ext.options import OMP_THREADS_FORMS, check_mode
 from torchx_ext.options import DEVICE_KINDS, MODES
 from torchx_ext.numa.topology import DEFAULT_SYSFS_ROOT
+from torchx_ext.ft import DEFAULT_LIGHTHOUSE_PORT, GROUP_ID_ENV, LIGHTHOUSE_ENV, ending_port
+from torchx_ext.ft.ending import GIVE_UP_S, wait_for_the_end
 from torchx_ext.error_file import ErrorReport, read_error_file, write_error_file
 from torchx_ext.replica_env import (ALLOCATED_NODES_ENV, ERROR_FILE_ENV, LIVENESS_FILE_ENV, RDZV_HOST_ENV,
                                     RDZV_IS_HOST_ENV, RDZV_PORT_ENV)
@@ -147,6 +150,16 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"OMP_NUM_THREADS for each worker: {OMP_THREADS_FORMS}; auto is the rank's physical "
         "cores from the plan. A value exported by the user wins. Default: torchrun's (1 when nproc > 1)",
     )
+    parser.add_argument(
+        "--torchft-lighthouse-env", "--torchft_lighthouse_env", metavar="NAME",
+        help=f"a torchft replica group (dist.hsdp): the workers get ${LIGHTHOUSE_ENV}=http://HOST:PORT with HOST "
+        "from environment variable NAME (the scheduler's rank-0 host: the lighthouse role's), unless it is set; "
+        "once they all succeeded, the launcher waits until the lighthouse says every group is done",
+    )
+    parser.add_argument(
+        "--torchft-lighthouse-port", "--torchft_lighthouse_port", type=int, default=DEFAULT_LIGHTHOUSE_PORT,
+        metavar="PORT", help=f"the lighthouse's port with --torchft-lighthouse-env (default {DEFAULT_LIGHTHOUSE_PORT})",
+    )
     return parser
 
 
@@ -217,6 +230,7 @@ def _main(argv: Sequence[str] | None, preload_started: bool) -> int:
             try:
                 progress = LaunchProgress.of_replica(directory, parse_hang_timeout(args.hang_timeout),
                                                      os.environ.get(ERROR_FILE_ENV))
+                lighthouse = torchft_lighthouse(args)  # before prepare: preloaded workers carry it
                 config, entrypoint, entry_args = prepare(args, progress)
             except TorchxExtError as error:
                 print(f"error: {error}", file=sys.stderr)
@@ -230,7 +244,31 @@ def _main(argv: Sequence[str] | None, preload_started: bool) -> int:
                 print(f"[torchx_ext.launcher] error: {line}; no worker started", file=sys.stderr)
                 return STUCK
             with served_timer(progress, config.run_id):
-                return run(config, entrypoint, entry_args, job_name=args.training_script, progress=progress)
+                code = run(config, entrypoint, entry_args, job_name=args.training_script, progress=progress)
+            if code == OK and lighthouse is not None and args.node_rank in (None, 0):
+                end_with_the_lighthouse(*lighthouse)
+            return code
+
+
+def torchft_lighthouse(args: argparse.Namespace) -> tuple[str, int] | None:
+    """A torchft group's lighthouse (host, port), exported to its workers as torchft's variable
+    (the caller's environment comes back: caller_state_kept); None: not a torchft group."""
+    if not args.torchft_lighthouse_env:
+        return None
+    host = os.environ.get(args.torchft_lighthouse_env) or "localhost"
+    if is_loopback(host):
+        host = "127.0.0.1"  # where a lighthouse on loopback listens (lighthouse.py), whatever localhost resolves to
+    os.environ.setdefault(LIGHTHOUSE_ENV, f"http://{host}:{args.torchft_lighthouse_port}")
+    return host, args.torchft_lighthouse_port
+
+
+def end_with_the_lighthouse(host: str, port: int) -> None:
+    """This group is done: the lighthouse role ends once every group is (torchx_ext/ft/ending.py)."""
+    group = os.environ.get(GROUP_ID_ENV, "0")
+    if not wait_for_the_end(host, ending_port(port), group, lambda line: print(f"[torchx_ext.launcher] {line}",
+                                                                            file=sys.stderr, flush=True)):
+        print(f"[torchx_ext.launcher] warning: the lighthouse at {host}:{port} did not answer for {GIVE_UP_S:g} s; "
+              f"replica group {group} is done and exits", file=sys.stderr, flush=True)
 
 
 @contextmanager
@@ -322,7 +360,8 @@ def _launch_config(args: argparse.Namespace, max_nodes: int, progress: LaunchPro
     finally:
         if omp_decided_here:
             os.environ.pop("OMP_NUM_THREADS", None)
-    _set_store_host(config.rdzv_configs)
+    if not config.rdzv_endpoint.endswith(":0"):  # a free port of its own: only this launcher can host it
+        _set_store_host(config.rdzv_configs)
     watch_rendezvous(config, peer_timeout(args.peer_timeout, config.rdzv_configs), _leave_for_store_loss, args.node_rank,
                      args.spares, args.c10d_handler, progress)
     # LaunchConfig may still pick torch's default numa_options on CUDA hosts: clear them.

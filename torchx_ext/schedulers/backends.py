@@ -21,8 +21,8 @@ class Feature:
         self.meaning = meaning
 
 
-ELASTIC, SPARES, CANCEL_GRACE, WORKSPACES, WARM, ALLOCATION, LOG_STREAMS = (
-    "elastic", "spares", "cancel_grace", "workspaces", "warm", "allocation", "log_streams")
+ELASTIC, SPARES, CANCEL_GRACE, WORKSPACES, WARM, ALLOCATION, LOG_STREAMS, TORCHFT = (
+    "elastic", "spares", "cancel_grace", "workspaces", "warm", "allocation", "log_streams", "torchft")
 FEATURES = (
     Feature(ELASTIC, None, "`-j MIN:MAX`: a role runs with MIN to MAX replicas, and carries on without a lost one"),
     Feature(SPARES, None, "hot spares (`dist.ddp --spares`): a waiting replica takes a lost one's place"),
@@ -32,6 +32,8 @@ FEATURES = (
     Feature(WARM, "warm", "`-cfg warm`: launchers forked from an interpreter that has imported torch"),
     Feature(ALLOCATION, "allocation", "`-cfg allocation`: the job runs as steps of an allocation you hold"),
     Feature(LOG_STREAMS, None, "`torchx log --streams stdout` (or stderr): one stream alone"),
+    Feature(TORCHFT, None, "`dist.hsdp`: torchft replica groups, a lost one started again alone while the others "
+            "go on, and their lighthouse"),
 )
 
 
@@ -70,21 +72,22 @@ class Backend:
 
 BACKENDS = (  # the first is the default of `torchx run`
     Backend("local_cwd", "local", "torchx.schedulers.local_scheduler",
-            supports={ELASTIC: "", SPARES: "", CANCEL_GRACE: "", WARM: "", LOG_STREAMS: ""},
+            supports={ELASTIC: "", SPARES: "", CANCEL_GRACE: "", WARM: "", LOG_STREAMS: "", TORCHFT: ""},
             lacks={WORKSPACES: "a local_cwd job runs in the current directory, as torchx's does",
                    ALLOCATION: "a local_cwd job runs on this host, in no allocation"}),
     Backend("local_docker", "docker", "torchx.schedulers.docker_scheduler",
-            supports={ELASTIC: "", SPARES: "", CANCEL_GRACE: "", WORKSPACES: "", LOG_STREAMS: ""},
+            supports={ELASTIC: "", SPARES: "", CANCEL_GRACE: "", WORKSPACES: "", LOG_STREAMS: "", TORCHFT: ""},
             lacks={WARM: "each replica is a container of its own, started with its image",
                    ALLOCATION: "a local_docker job runs on this host's engine, in no allocation"}),
     Backend("kubernetes", "kubernetes", "torchx.schedulers.kubernetes_scheduler",
-            supports={ELASTIC: "", SPARES: "with -cfg backend=job", CANCEL_GRACE: "", WORKSPACES: ""},
+            supports={ELASTIC: "", SPARES: "with -cfg backend=job", CANCEL_GRACE: "", WORKSPACES: "",
+                      TORCHFT: "with -cfg backend=job"},
             lacks={WARM: "each replica is a pod of its own, started with its image",
                    ALLOCATION: "Kubernetes schedules each pod: there is no allocation to run in",
                    LOG_STREAMS: "Kubernetes keeps a pod's stdout and stderr as one log"}),
     Backend("slurm", "slurm", "torchx.schedulers.slurm_scheduler",
             supports={ELASTIC: "", SPARES: "", WORKSPACES: "", WARM: "in an allocation", ALLOCATION: "",
-                      LOG_STREAMS: ""},
+                      LOG_STREAMS: "", TORCHFT: ""},
             lacks={CANCEL_GRACE: "Slurm's KillWait (slurm.conf) is the time between SIGTERM and SIGKILL"}),
 )
 SCHEDULERS = tuple(backend.scheduler for backend in BACKENDS)

@@ -37,7 +37,8 @@ from torchx_ext.errors import InvalidArgumentError
 from torchx_ext.schedulers.common.checks import check_image
 from torchx_ext.schedulers.common.job_dir import Job, JobRegistry
 from torchx_ext.schedulers.common.logs import LogQuery
-from torchx_ext.schedulers.backends import LOG_STREAMS, backend_named
+from torchx_ext.role_metadata import is_torchft
+from torchx_ext.schedulers.backends import LOG_STREAMS, TORCHFT, backend_named
 from torchx_ext.schedulers.common.states import State, app_state, joined_message, restarts_message, spares_message
 
 NO_ERROR = NONE
@@ -177,6 +178,11 @@ class SchedulerShell(Scheduler[Opts]):  # torchx has no types: its Scheduler is 
         if self.image_hint is not None:
             for role in app.roles:
                 check_image(role, self.image_hint)
+        backend = backend_named(self.backend)
+        why = backend.why_not(TORCHFT) if backend is not None else None
+        if why and any(is_torchft(role.metadata or {}) for role in app.roles):
+            raise InvalidArgumentError(f"a torchft job (dist.hsdp) needs a lost replica group started again alone, "
+                                       f"and {self.backend} cannot: {why}")
 
     def log_iter(
         self,

@@ -16,7 +16,8 @@ from typing import Any
 from torchx import specs
 
 from torchx_ext.errors import InvalidArgumentError
-from torchx_ext.schedulers.backends import SPARES, backend_named
+from torchx_ext.role_metadata import is_torchft
+from torchx_ext.schedulers.backends import SPARES, TORCHFT, backend_named
 from torchx_ext.schedulers.common.role_policy import RolePolicy, app_replicas, check_replica_counts, policies_of
 from torchx_ext.schedulers.common.checks import check_image
 from torchx_ext.schedulers.kubernetes import names
@@ -67,6 +68,7 @@ def build_request(app: specs.AppDef, *, app_id: str, options: ManifestOptions,
         check_job_backend_retries(app, policies)
     else:
         check_no_spares(policies, options.backend)
+        check_no_torchft(app, options.backend)
     if options.backend == "jobset":
         objects: tuple[dict[str, Any], ...] = (jobset(app, policies, app_id, options),)
     elif options.backend == "volcano":
@@ -102,6 +104,17 @@ def check_no_spares(policies: dict[str, RolePolicy], backend: str) -> None:
                 f"role {name!r}: retry_policy HOT_SPARE (hot spares, e.g. dist.ddp --spares) needs a failed "
                 f"replica started again alone, and backend={backend} restarts every pod: kubernetes holds spares "
                 f"{where}")
+
+
+def check_no_torchft(app: specs.AppDef, backend: str) -> None:
+    """A torchft job's groups go on while a lost one starts again alone: kubernetes runs them where
+    its ``Backend`` says (JobSet and Volcano restart every pod once a group's retries are spent)."""
+    declared = backend_named("kubernetes")
+    where = (declared.supports.get(TORCHFT) if declared is not None else None) or "with -cfg backend=job"
+    if any(is_torchft(role.metadata or {}) for role in app.roles):
+        raise InvalidArgumentError(
+            f"a torchft job (dist.hsdp) needs each replica group started again alone, and backend={backend} "
+            f"restarts every pod when a group's Job fails: kubernetes runs torchft jobs {where}")
 
 
 def check_role(role: specs.Role) -> None:

@@ -18,6 +18,7 @@ from torchx_ext.errors import InvalidArgumentError
 from torchx_ext.numa.cpulist import format_cpulist
 from torchx_ext.numa.topology import Topology
 from torchx_ext.replica_env import ERROR_FILE_ENV, RANK0_HOST_ENV, RDZV_PORT_ENV, shutdown_timeout_env
+from torchx_ext.role_metadata import TORCHFT_GROUP, TORCHFT_KEY
 from torchx_ext.schedulers.local.processes import JOB_MARKER_ENV, REPLICA_MARKER_ENV
 from torchx_ext.schedulers.local.records import ERROR_FILE_NAME
 from torchx_ext.schedulers.local.request import LocalJobRequest, ReplicaRequest, LocalRoleRequest
@@ -43,6 +44,7 @@ def build_request(
 ) -> LocalJobRequest:
     """The processes to start for ``app``; ``topology`` None turns slicing off; ``gpus_to_split``:
     the host's GPU count when ``auto_set_cuda_visible_devices`` asks for torchx's split of them."""
+    check_torchft_groups(app)
     total = sum(role.num_replicas for role in app.roles)
     slices = slice_host(topology, total) if topology is not None and total > 1 else []
     share_gpus = bool(slices) and "CUDA_VISIBLE_DEVICES" not in environ and any(
@@ -94,6 +96,16 @@ def build_request(
         cancel_grace_s=cancel_grace_s,
         warm=warm,
     )
+
+
+def check_torchft_groups(app: specs.AppDef) -> None:
+    """A torchft group of several replicas would share the job's one rendezvous store (and port) with
+    the other groups, where torchft's managers keep their keys unprefixed: refused, in one line."""
+    for role in app.roles:
+        if role.metadata.get(TORCHFT_KEY) == TORCHFT_GROUP and role.num_replicas > 1:
+            raise InvalidArgumentError(
+                f"role {role.name!r}: local_cwd runs each torchft replica group on one node (dist.hsdp -j 1xPROCS "
+                f"or --workers_per_replica), not {role.num_replicas}: its replicas share one rendezvous store")
 
 
 def torchx_gpu_split(app: specs.AppDef, device_count: int) -> tuple[dict[tuple[str, int], str], str | None]:

@@ -1,0 +1,165 @@
+"""torchft jobs (``dist.hsdp``) on every scheduler that runs them: a lost replica group costs the
+others a step, not a restart, and comes back alone with the live groups' weights.
+
+One job per scheduler goes through the three losses in turn, as the engine loses things: one
+group's worker SIGKILLed (its launcher restarts it in place), one group's node frozen (our liveness
+removes it and the scheduler starts it again), and the lighthouse lost (the scheduler starts it
+again; the groups carry on). The job (jobs/torchft_steps.py) writes every committed step of each
+group to a file the test reads as lines arrive, timed on the test's own clock.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from torchx.runner import Runner
+from torchx.specs import AppState, parse_app_handle
+
+from tests.conformance.cases import supporting
+from tests.conformance.conftest import JOBS, SchedulerUnderTest
+from tests.conformance.jobs_api import wait
+from tests.helpers import free_port
+from torchx_ext.components.dist import hsdp
+from torchx_ext.schedulers.backends import TORCHFT
+
+pytest.importorskip("torchft", reason="the ft extra (pip install 'torchx_ext[ft]') is not installed")
+
+HEARTBEAT_S = 1.0
+SURVIVOR_STALL_S = HEARTBEAT_S + 1
+"""A survivor's next committed step after a group's loss: within the lighthouse's heartbeat timeout + 1 s."""
+BACK_S = 15
+"""A group whose worker was killed commits again within this."""
+FROZEN_BACK_S = 30
+"""A frozen group commits again within this: our liveness takes about 10 s to call it frozen."""
+STEP_S = 0.1
+
+
+class Groups:
+    """Each group's committed steps, stamped when the test first saw them (its own monotonic clock)."""
+
+    def __init__(self, directory: Path, count: int) -> None:
+        self.files = [directory / f"group{group}.jsonl" for group in range(count)]
+        self.read = [0] * count
+        self.seen: list[list[tuple[float, dict[str, Any]]]] = [[] for _ in range(count)]
+
+    def poll(self) -> None:
+        now = time.monotonic()
+        for group, path in enumerate(self.files):
+            try:
+                text = path.read_text()
+            except FileNotFoundError:
+                continue
+            complete = text[: text.rfind("\n") + 1]
+            for line in complete[self.read[group]:].splitlines():
+                self.seen[group].append((now, json.loads(line)))
+            self.read[group] = len(complete)
+
+    def until(self, check: Callable[[], bool], timeout_s: float, what: str) -> float:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            self.poll()
+            if check():
+                return time.monotonic()
+            time.sleep(0.05)
+        raise AssertionError(f"not within {timeout_s} s: {what}; last steps {self.last()}")
+
+    def after(self, group: int, since: float) -> list[tuple[float, dict[str, Any]]]:
+        return [(at, step) for at, step in self.seen[group] if at > since]
+
+    def starts(self, group: int) -> list[str]:
+        return list(dict.fromkeys(step["start"] for _, step in self.seen[group]))
+
+    def last(self) -> list[dict[str, Any] | None]:
+        return [steps[-1][1] if steps else None for steps in self.seen]
+
+    def hashes(self, group: int, since: float) -> dict[int, str]:
+        return {step["step"]: step["hash"] for _, step in self.after(group, since)}
+
+
+def _when_gone(path: Path, timeout_s: float = 30) -> float:
+    deadline = time.monotonic() + timeout_s
+    while path.exists():
+        assert time.monotonic() < deadline, f"{path} still there after {timeout_s} s: no worker took it"
+        time.sleep(0.02)
+    return time.monotonic()
+
+
+def _survivor_goes_on(groups: Groups, lost_at: float, start: str) -> float:
+    """The survivor's (group 0's) first committed step after a loss: seconds after it."""
+    at = groups.until(lambda: bool(groups.after(0, lost_at)), 60, "group 0 committing after the loss")
+    assert groups.starts(0) == [start], f"group 0 restarted: starts {groups.starts(0)}"
+    return at - lost_at
+
+
+def _back(groups: Groups, group: int, lost_at: float, starts_before: int) -> float:
+    """Seconds from a loss to the lost group's first committed step as a new start."""
+    at = groups.until(lambda: len(groups.starts(group)) > starts_before and bool(groups.after(group, lost_at)),
+                      90, f"group {group} committing again as a new start")
+    return at - lost_at
+
+
+def _same_weights(groups: Groups, since: float) -> None:
+    """Both groups' weights hash the same at every step both committed after ``since``."""
+    ours, theirs = groups.hashes(0, since), groups.hashes(1, since)
+    common = sorted(set(ours) & set(theirs))
+    assert len(common) >= 3, f"fewer than 3 steps in common after the group came back: {common}"
+    assert [step for step in common if ours[step] != theirs[step]] == [], (ours, theirs)
+
+
+@pytest.mark.feature(TORCHFT)
+@pytest.mark.parametrize("scheduler", supporting(TORCHFT), indirect=True)
+def test_a_lost_replica_group_costs_the_others_a_step_not_a_restart_and_comes_back_alone(
+    runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path
+) -> None:
+    directory = tmp_path / "ft"
+    directory.mkdir()
+    args = dict(scheduler.component_args)
+    args["mounts"] = [*args.get("mounts", []), *scheduler.shared_dir_mounts(directory)]
+    app = hsdp(str(directory), str(STEP_S), script=str(JOBS / "torchft_steps.py"), replicas=2,
+               heartbeat_timeout=f"{HEARTBEAT_S:g}s", lighthouse_port=free_port(), max_retries=2, **args)
+    handle = runner.run(app, scheduler.name, cfg=scheduler.cfg)
+    app_id = parse_app_handle(handle).app_id
+    groups = Groups(directory, 2)
+    groups.until(lambda: all(sum(step["participants"] == 2 for _, step in seen) >= 3 for seen in groups.seen),
+                 120, "both groups committing together")
+    survivor = groups.starts(0)[0]
+    figures = {}
+
+    # 1. One group's worker killed: its launcher starts it again in place.
+    (directory / "kill-group1").touch()
+    killed_at = _when_gone(directory / "kill-group1")
+    figures["killed: survivor's next step"] = _survivor_goes_on(groups, killed_at, survivor)
+    figures["killed: group back"] = _back(groups, 1, killed_at, starts_before=1)
+    groups.until(lambda: len(groups.hashes(1, killed_at + figures["killed: group back"])) >= 3, 30, "group 1 going on")
+    _same_weights(groups, killed_at + figures["killed: group back"])
+
+    # 2. One group's node frozen: our liveness removes it, the scheduler starts it again.
+    assert scheduler.freeze_replica is not None
+    scheduler.freeze_replica(app_id, "replica_1", 0)
+    frozen_at = time.monotonic()
+    figures["frozen: survivor's next step"] = _survivor_goes_on(groups, frozen_at, survivor)
+    figures["frozen: group back"] = _back(groups, 1, frozen_at, starts_before=2)
+    groups.until(lambda: len(groups.hashes(1, frozen_at + figures["frozen: group back"])) >= 3, 30, "group 1 going on")
+    _same_weights(groups, frozen_at + figures["frozen: group back"])
+
+    # 3. The lighthouse lost: the scheduler starts it again, the groups carry on with it.
+    scheduler.kill_replica(app_id, "lighthouse", 0)
+    lost_at = time.monotonic()
+    figures["lighthouse lost: both groups' next step"] = groups.until(
+        lambda: all(any(step["participants"] == 2 for _, step in groups.after(group, lost_at + 0.5)) for group in (0, 1)),
+        90, "both groups committing together after the lighthouse's loss") - lost_at
+    assert groups.starts(0) == [survivor], f"group 0 restarted: starts {groups.starts(0)}"
+
+    (directory / "stop").touch()
+    assert wait(runner, handle, timeout_s=120) == AppState.SUCCEEDED, runner.status(handle)
+    print({what: round(seconds, 2) for what, seconds in figures.items()})
+    assert figures["killed: survivor's next step"] <= SURVIVOR_STALL_S, figures
+    assert figures["frozen: survivor's next step"] <= SURVIVOR_STALL_S, figures
+    assert figures["killed: group back"] <= BACK_S, figures
+    assert figures["frozen: group back"] <= FROZEN_BACK_S, figures
+    assert scheduler.leftovers(app_id) == []
