@@ -76,14 +76,16 @@ first_line_only_tests=(
   "kubernetes/test_workspaces.py::test_an_edited_script_runs_edited_and_an_unchanged_one_is_not_built_or_pushed_again[volcano]"
   "kubernetes/test_workspaces.py::test_a_pod_started_again_after_the_tag_moved_runs_the_digest_it_was_submitted_with"
 )
-# Two lanes at once, each running both torchx lines in turn: the tests that need no engine
-# (unit, integration, parity, and the conformance and fault suites' local_cwd cases), and those of
-# the engines (Docker, the test Kubernetes cluster, Slurm). The engine lane mostly waits on its
+# Three lanes at once, each running both torchx lines in turn: the tests that need no engine
+# (unit, integration, parity, and the conformance and fault suites' local_cwd cases), those of
+# Docker and the test Kubernetes cluster, and Slurm's. The engine lanes mostly wait on their
 # engines (about 40 % of one CPU measured), so the local lane's time comes off the run's (a
-# clean-clone CI run: 31 minutes, 65 before). Each lane has its own pytest temp folder; the local lane's output is printed when
+# clean-clone CI run: 31 minutes, 65 before; Slurm in a lane of its own took about N more off). Each lane has its own pytest temp folder; the local lane's output is printed when
 # both are done. With PYTEST ARGS, one pytest per line runs just those, as before.
 local_lane=(tests/unit tests/integration tests/parity tests/conformance -k "not conformance or local_cwd")
-engine_lane=(tests/docker tests/kubernetes tests/slurm tests/conformance -k "not conformance or not local_cwd")
+engine_lane=(tests/docker tests/kubernetes tests/conformance -k "not conformance or (not local_cwd and not slurm)")
+# Slurm's own lane beside them: its tests mostly wait on the controller, and need its nodes to themselves.
+slurm_lane=(tests/slurm tests/conformance -k "not conformance or slurm")
 run_line() {  # LINE LANE-NAME PYTEST-ARGS...: one torchx line's pytest; non-zero if it failed
   local line="$1" lane="$2"
   shift 2
@@ -103,24 +105,34 @@ if [ $# -gt 0 ]; then
     run_line "$line" args "$@" || failed+=("$line")
   done
 else
-  local_log="$(mktemp)"
-  (
-    status=0
-    for line in "${lines[@]}"; do
-      echo "=== torchx $line: pytest, the local lane"
-      run_line "$line" local "${local_lane[@]}" || { echo "test.sh: the local lane failed on torchx $line"; status=1; }
-    done
-    exit "$status"
-  ) >"$local_log" 2>&1 &
-  local_pid=$!
+  side_lane() {  # NAME PYTEST-ARGS...: every torchx line's run of a lane, in the background, into its log
+    local name="$1"
+    shift
+    (
+      status=0
+      for line in "${lines[@]}"; do
+        echo "=== torchx $line: pytest, the $name lane"
+        run_line "$line" "$name" "$@" || { echo "test.sh: the $name lane failed on torchx $line"; status=1; }
+      done
+      exit "$status"
+    ) >"$logs/$name" 2>&1 &
+    pids+=("$!")
+  }
+  logs="$(mktemp -d)"
+  pids=()
+  side_lane local "${local_lane[@]}"
+  side_lane slurm "${slurm_lane[@]}"
   for line in "${lines[@]}"; do
-    echo "=== torchx $line: pytest, the engine lane (the local lane runs beside it)"
+    echo "=== torchx $line: pytest, the engine lane (the local and slurm lanes run beside it)"
     run_line "$line" engines "${engine_lane[@]}" || failed+=("$line (engines)")
   done
-  wait "$local_pid" || failed+=("local lane")
-  cat "$local_log"
-  grep "^test.sh: the local lane failed" "$local_log" >&2 || true
-  rm -f "$local_log"
+  wait "${pids[0]}" || failed+=("local lane")
+  wait "${pids[1]}" || failed+=("slurm lane")
+  for name in local slurm; do
+    cat "$logs/$name"
+    grep "^test.sh: the $name lane failed" "$logs/$name" >&2 || true
+  done
+  rm -rf "$logs"
 fi
 if [ ${#failed[@]} -gt 0 ]; then
   echo "test.sh: the suite failed: ${failed[*]} (torchx lines ${lines[*]})" >&2

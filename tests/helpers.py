@@ -49,6 +49,21 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+def free_port_pair() -> int:
+    """A port P with P + 1 free too, both now (a torchft lighthouse's pair: dist.hsdp --lighthouse_port)."""
+    for _ in range(100):
+        port = free_port()
+        if port < 65535:
+            with socket.socket() as first, socket.socket() as second:
+                try:
+                    first.bind(("localhost", port))
+                    second.bind(("localhost", port + 1))
+                except OSError:
+                    continue
+            return port
+    raise AssertionError("no two consecutive free ports in 100 tries")
+
+
 def alive(pid: int) -> bool:
     """Whether ``pid`` runs; a zombie (exited, not yet reaped) is dead for every purpose here."""
     try:

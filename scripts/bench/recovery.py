@@ -37,6 +37,14 @@ all-reduce. ``hung rank``: found by the launcher's hang watchdog (``--hang_timeo
 shows every rank's stack (the decision's first act). No torchrun baseline: it has no watchdog (the
 peers wait for gloo's 30 minutes), and its timer server ends its own agent with the worker.
 
+``torchft group``: a torchft job (``dist.hsdp``, 2 replica groups of 1, heartbeat timeout 1 s; the job
+tests/conformance/jobs/torchft_steps.py, which needs ``pip install 'torchx_ext[ft]'``), group 1's
+replica lost the engine's way: the time to the survivor's next committed step (target <= 2 s: the
+heartbeat timeout + 1 s), the steps it did not commit, and when the lost group committed again,
+having copied the survivor's weights. Beside it, ``non-host`` is today's restart (every replica
+restarts, resuming from the last checkpoint: what was trained since is lost) and ``frozen with
+spare`` the hot spare's. No torchrun baseline; not on JobSet and Volcano, which refuse torchft jobs.
+
 ``frozen starting`` (``max_retries=2``): the non-host replica is killed, and its replacement is stopped (SIGSTOP) as
 soon as its processes appear, before its launcher has imported torch: the time from that freeze to
 the next step (target <= 30 s). Measured on every scheduler: the bench sees a replica's processes on
@@ -92,11 +100,12 @@ CASES = {"non-host": ("2x1", 1, 1), "store host": ("2x1", 1, 0), "elastic shrink
          "frozen non-host": ("2x1", 1, 1), "frozen store host": ("2x1", 1, 0), "frozen elastic": ("1:2x1", 0, 1),
          "frozen no retries": ("2x1", 0, 1), "partitioned non-host": ("2x1", 1, 1), "frozen starting": ("2x1", 2, 1),
          "frozen with spare": ("2x1", 1, 1), "frozen slow pull": ("2x1", 1, 1), "frozen slow pull spare": ("2x1", 1, 1),
-         "hung rank": ("2x1", 1, 1), "timer": ("2x1", 1, 1)}
+         "hung rank": ("2x1", 1, 1), "timer": ("2x1", 1, 1), "torchft group": ("1x1", 3, 1)}
 TARGETS = {"non-host": 15.0, "store host": 30.0, "elastic shrink": 30.0, "frozen non-host": 30.0,
            "frozen store host": 45.0, "frozen elastic": 30.0, "frozen no retries": 60.0,
            "partitioned non-host": 30.0, "frozen starting": 30.0, "frozen with spare": 15.0,
-           "frozen slow pull": float("inf"), "frozen slow pull spare": 15.0, "hung rank": 45.0, "timer": 20.0}
+           "frozen slow pull": float("inf"), "frozen slow pull spare": 15.0, "hung rank": 45.0, "timer": 20.0,
+           "torchft group": 2.0}
 PARTITIONED = {"partitioned non-host"}  # replicas or nodes on hosts of the bench's own
 SPARES = {"frozen with spare": 1, "frozen slow pull spare": 1}  # dist.ddp --spares
 SLOW_PULL = {"frozen slow pull", "frozen slow pull spare"}  # kubernetes (job backend) only
@@ -105,7 +114,11 @@ PULL_DELAY_S = 40.0
 HUNG: dict[str, dict[str, Any]] = {"hung rank": {"job_args": ("1", "5"), "hang_timeout": "30"},
                                     "timer": {"job_args": ("1", "5", "5"), "env": {"TORCHELASTIC_ENABLE_FILE_TIMER": "1"}}}
 """The hung job's cases: its arguments beyond the checkpoint's, and what dist.ddp is given."""
-NO_BASELINE = PARTITIONED | SLOW_PULL | set(HUNG) | {"frozen starting", "frozen with spare"}
+TORCHFT = {"torchft group"}
+"""dist.hsdp, 2 replica groups of 1 (tests/conformance/jobs/torchft_steps.py), a heartbeat timeout of 1 s:
+group 1's replica lost; timed to the survivor's next committed step (target: the heartbeat + 1 s)."""
+FT_JOB = REPO / "tests" / "conformance" / "jobs" / "torchft_steps.py"
+NO_BASELINE = PARTITIONED | SLOW_PULL | set(HUNG) | TORCHFT | {"frozen starting", "frozen with spare"}
 FAILS = {"frozen no retries"}  # timed to FAILED, not to the next step
 
 
@@ -256,6 +269,8 @@ class Measured:
     """To the next completed step (to FAILED for the FAILS cases); None: not within the timeout."""
     detected_s: float | None = None
     """Frozen cases: to the first change ``torchx status`` shows."""
+    more: str = ""
+    """What else was measured, said after the figures (torchft: the steps not committed, the group back)."""
     not_started: str | None = None
     """Why nothing was measured: the job never trained on both replicas (a bench or set-up defect,
     not a recovery that failed)."""
@@ -330,6 +345,90 @@ def ours(target: Target, case: str, timeout_s: float) -> Measured:
             runner.cancel(handle)
             runner.close()
             if target.scheduler in ("local_docker", "kubernetes"):  # containers and pods stay until deleted
+                from torchx.schedulers import get_scheduler_factories
+
+                scheduler = get_scheduler_factories()[target.scheduler]("recovery")
+                scheduler.delete(parse_app_handle(handle).app_id)
+                scheduler.close()
+
+
+def ft_steps(directory: Path, group: int) -> list[dict[str, Any]]:
+    """Group ``group``'s steps so far, each with the time the bench first saw it (``seen``)."""
+    try:
+        lines = (directory / f"group{group}.jsonl").read_text().splitlines()
+    except OSError:
+        return []
+    return [json.loads(line) for line in lines if line.endswith("}")]
+
+
+class FtWatch:
+    """Each group's steps of the torchft job as they arrive, stamped on this host's clock."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.seen: list[list[tuple[float, dict[str, Any]]]] = [[], []]
+
+    def poll(self) -> None:
+        for group in (0, 1):
+            steps = ft_steps(self.directory, group)
+            now = time.time()
+            self.seen[group] += [(now, step) for step in steps[len(self.seen[group]):]]
+
+    def until(self, check: Callable[[], bool], timeout_s: float) -> float | None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            self.poll()
+            if check():
+                return time.time()
+            time.sleep(0.02)
+        return None
+
+    def committed_after(self, group: int, since: float, start: str | None = None) -> list[dict[str, Any]]:
+        return [step for at, step in self.seen[group]
+                if at > since and step["committed"] and (start is None or step["start"] != start)]
+
+
+def torchft_ours(target: Target, timeout_s: float) -> Measured:
+    """dist.hsdp with 2 groups: group 1's replica lost the engine's way; the survivor's next committed
+    step, the steps it did not commit, and when the lost group committed again."""
+    from torchx.runner import get_runner
+    from torchx.specs import parse_app_handle
+
+    from torchx_ext.components.dist import hsdp
+
+    with tempfile.TemporaryDirectory(prefix="recovery-ft-") as scratch, socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+        probe.close()
+        directory = Path(scratch)
+        os.chmod(directory, 0o777)
+        args = {**target.args, "mounts": [*target.args.get("mounts", []), *target.mounts(directory)]}
+        app = hsdp(str(directory), str(STEP_S), script=str(FT_JOB), replicas=2, heartbeat_timeout="1s",
+                   lighthouse_port=port, max_retries=3, cpu=1, **args)
+        # Three pods of a CPU each do not fit the test cluster's 2-CPU node: each asks for 0.6.
+        fitted = {"reserved_millicpu": 400} if target.scheduler == "kubernetes" else {}
+        runner = get_runner()
+        handle = runner.run(app, target.scheduler, cfg={**target.cfg(directory), **fitted})
+        watch = FtWatch(directory)
+        try:
+            together = watch.until(lambda: all(sum(step["committed"] and step["participants"] == 2
+                                                   for _, step in seen) >= 4 for seen in watch.seen), timeout_s)
+            if together is None:
+                return not_started(runner, handle, timeout_s)
+            lost = watch.seen[1][-1][1]["start"]
+            lost_at = time.time()
+            target.kill(parse_app_handle(handle).app_id, "replica_1", 0)
+            survivor = watch.until(lambda: bool(watch.committed_after(0, lost_at)), timeout_s)
+            back = watch.until(lambda: bool(watch.committed_after(1, lost_at, start=lost)), timeout_s)
+            not_committed = sum(1 for at, step in watch.seen[0] if at > lost_at and not step["committed"])
+            more = (f"; the survivor committed all but {not_committed} step{'s' if not_committed != 1 else ''}, "
+                    f"the lost group committed again after {shown(None if back is None else back - lost_at)} "
+                    "(no checkpoint: healed from the survivor)")
+            return Measured(None if survivor is None else survivor - lost_at, more=more)
+        finally:
+            runner.cancel(handle)
+            runner.close()
+            if target.scheduler in ("local_docker", "kubernetes"):
                 from torchx.schedulers import get_scheduler_factories
 
                 scheduler = get_scheduler_factories()[target.scheduler]("recovery")
@@ -619,6 +718,10 @@ def main() -> int:
                     print(f"{'':>18}  {name:>18}: not measured (the test kubelet's pull delay: kubernetes, "
                           "job backend)", flush=True)
                     continue
+                if case in TORCHFT and name in ("kubernetes/jobset", "kubernetes/volcano"):
+                    print(f"{'':>18}  {name:>18}: not measured (refuses torchft jobs: a failure restarts every pod)",
+                          flush=True)
+                    continue
                 if case in SPARES and name in ("kubernetes/jobset", "kubernetes/volcano"):
                     print(f"{'':>18}  {name:>18}: not measured (refuses hot spares: a failure restarts every pod)",
                           flush=True)
@@ -627,6 +730,8 @@ def main() -> int:
                     measured = OWN_HOSTS[name](case, args.timeout)
                 elif case in SPARES and name == "slurm":  # a third node: the cluster of the bench's own
                     measured = partitioned_slurm(case, args.timeout)
+                elif case in TORCHFT:
+                    measured = torchft_ours(target, args.timeout)
                 elif case == "frozen starting" and target.processes is None:
                     print(f"{'':>18}  {name:>18}: not measured (the bench cannot see its processes)", flush=True)
                     continue
@@ -643,8 +748,9 @@ def main() -> int:
                 if measured.not_started is not None:
                     print(f"{'':>18}  {name:>18}: the job did not start: {measured.not_started} MISSED", flush=True)
                     continue
-                print(f"{'':>18}  {name:>18}: {detected}{what.split()[-1] if case in FAILS else 'next step'} "
-                      f"{shown(seconds)}{ratio} {'ok' if ok else 'MISSED'}", flush=True)
+                step = "next committed step" if case in TORCHFT else "next step"
+                print(f"{'':>18}  {name:>18}: {detected}{what.split()[-1] if case in FAILS else step} "
+                      f"{shown(seconds)}{ratio} {'ok' if ok else 'MISSED'}{measured.more}", flush=True)
     return 1 if missed else 0
 
 

@@ -13,12 +13,12 @@ import pytest
 from torchx import specs
 from torchx.specs import macros
 
-from tests.helpers import free_port
+from tests.helpers import free_port, free_port_pair
 from torchx_ext.components.dist import hsdp
 from torchx_ext.errors import InvalidArgumentError
 from torchx_ext.ft import ending_port
 from torchx_ext.ft.durations import parse_ms
-from torchx_ext.ft.ending import END, WAIT, EndBook, EndServer, wait_for_the_end
+from torchx_ext.ft.ending import BYE, END, WAIT, EndBook, EndServer, check_the_lighthouse, wait_for_the_end
 from torchx_ext.role_metadata import TORCHFT_KEY
 
 needs_torchft = pytest.mark.skipif(
@@ -36,7 +36,7 @@ def test_the_lighthouse_comes_first_so_every_groups_rank0_host_is_its_host() -> 
                heartbeat_timeout="500ms", lighthouse_port=29600)
     assert [role.name for role in app.roles] == ["lighthouse", "replica_0", "replica_1", "replica_2"]
     lighthouse, *groups = app.roles
-    assert lighthouse.args[:2] == ["-m", "torchx_ext.ft.lighthouse"]
+    assert lighthouse.args[:2] == ["-m", "torchx_ext.ft.lighthouse"] and flag(lighthouse.args, "--job") == macros.app_id
     assert (flag(lighthouse.args, "--groups"), flag(lighthouse.args, "--min-replicas"),
             flag(lighthouse.args, "--port"), flag(lighthouse.args, "--heartbeat-timeout-ms")) == ("3", "2", "29600", "500")
     assert lighthouse.num_replicas == 1 and lighthouse.metadata[TORCHFT_KEY] == "lighthouse"
@@ -44,6 +44,7 @@ def test_the_lighthouse_comes_first_so_every_groups_rank0_host_is_its_host() -> 
         assert group.args[:2] == ["-m", "torchx_ext.launcher"]
         assert flag(group.args, "--torchft-lighthouse-env") == macros.rank0_env
         assert flag(group.args, "--torchft-lighthouse-port") == "29600"
+        assert flag(group.args, "--torchft-job") == macros.app_id  # it checks that the lighthouse is its job's
         assert flag(group.args, "--rdzv-id") == f"{macros.app_id}-replica_{index}"  # a rendezvous of its own
         assert flag(group.args, "--nproc-per-node") == "2" and flag(group.args, "--max-restarts") == "10"
         assert group.env["REPLICA_GROUP_ID"] == str(index) and group.env["NUM_REPLICA_GROUPS"] == "3"
@@ -73,6 +74,8 @@ def test_groups_of_several_nodes_rendezvous_at_their_own_replica_0() -> None:
     ({"j": "2x2", "workers_per_replica": 4}, "not both"),
     ({"workers_per_replica": 0}, "invalid --workers_per_replica 0"),
     ({"lighthouse_port": 65535}, "invalid --lighthouse_port 65535"),
+    ({"max_restarts": -1}, "invalid --max_restarts -1"),
+    ({"rdzv_port": 29511}, "--rdzv_port 29511 is one of the lighthouse's ports"),
 ])
 def test_bad_input_is_refused_in_one_line_naming_the_value(given: dict[str, object], says: str) -> None:
     with pytest.raises(InvalidArgumentError) as error:
@@ -97,40 +100,83 @@ def test_durations_with_their_unit(text: str, ms: int) -> None:
 
 def test_the_end_book_ends_every_group_once_all_are_done() -> None:
     book = EndBook(groups=2)
-    assert book.report("0") == WAIT and book.report("0") == WAIT
-    assert book.report("1") == END and not book.everyone_told
-    assert book.report("0") == END and book.everyone_told
+    assert book.report(0) == WAIT and book.report(0) == WAIT
+    assert book.report(1) == END and not book.everyone_told
+    assert book.report(0) == BYE and book.everyone_told
+    assert book.report(1, ended=True) == BYE
+
+
+def test_a_lighthouse_started_again_learns_from_one_ended_group_that_every_group_was_done() -> None:
+    book = EndBook(groups=3)  # the new lighthouse: group 2 heard END from the old one and went on asking
+    assert book.report(0) == WAIT
+    assert book.report(2, ended=True) == END
+    assert book.report(0) == END and book.report(1) == BYE
 
 
 def test_done_groups_keep_telling_a_lighthouse_started_again_until_it_ends_them() -> None:
     port = free_port()
-    first = EndServer(port, groups=2)
+    first = EndServer(port, groups=2, job="app-1", host="127.0.0.1")
     first.start()
-    answers: dict[str, bool] = {}
+    ended: list[int] = []
 
-    def group(name: str) -> None:
-        answers[name] = wait_for_the_end("127.0.0.1", port, name, poll_s=0.05, give_up_s=20)
+    def group(index: int) -> None:
+        wait_for_the_end("127.0.0.1", port, index, poll_s=0.05, after_end_s=5)
+        ended.append(index)
 
-    early = threading.Thread(target=group, args=("0",))
+    early = threading.Thread(target=group, args=(0,))
     early.start()
     time.sleep(0.3)  # group 0 done and waiting; then the lighthouse is lost and started again
     first.stop()
     time.sleep(0.3)
-    second = EndServer(port, groups=2)
+    second = EndServer(port, groups=2, job="app-1", host="127.0.0.1")
     second.start()
-    late = threading.Thread(target=group, args=("1",))
+    late = threading.Thread(target=group, args=(1,))
     late.start()
     assert second.wait_until_everyone_told(timeout_s=10)
     early.join(10)
     late.join(10)
     second.stop()
-    assert answers == {"0": True, "1": True}
+    assert sorted(ended) == [0, 1]
 
 
-def test_a_done_group_gives_up_on_a_lighthouse_that_never_answers() -> None:
-    started = time.monotonic()
-    assert not wait_for_the_end("127.0.0.1", ending_port(free_port()), "0", poll_s=0.05, give_up_s=0.5)
-    assert time.monotonic() - started < 5
+def test_a_group_that_heard_the_end_tells_a_lighthouse_started_again_so_the_others_end_too() -> None:
+    port = free_port()
+    first = EndServer(port, groups=2, job="app-1", host="127.0.0.1")
+    first.start()
+    assert first.answer(0, ended=False) == WAIT
+    ended: list[int] = []
+    told = threading.Thread(target=lambda: (wait_for_the_end("127.0.0.1", port, 1, poll_s=0.05, after_end_s=10),
+                                            ended.append(1)))
+    told.start()  # group 1 hears END from the first lighthouse, which is lost before group 0 asks again
+    deadline = time.monotonic() + 5
+    while 1 not in first.book.told and time.monotonic() < deadline:
+        time.sleep(0.01)
+    first.stop()
+    second = EndServer(port, groups=2, job="app-1", host="127.0.0.1")
+    second.start()
+    waiting = threading.Thread(target=lambda: (wait_for_the_end("127.0.0.1", port, 0, poll_s=0.05), ended.append(0)))
+    waiting.start()
+    assert second.wait_until_everyone_told(timeout_s=10)
+    waiting.join(10)
+    told.join(10)
+    second.stop()
+    assert sorted(ended) == [0, 1]
+
+
+def test_a_group_refuses_another_jobs_lighthouse_in_one_line() -> None:
+    port = free_port_pair()
+    other = EndServer(ending_port(port), groups=2, job="other-job", host="127.0.0.1")
+    other.start()
+    try:
+        check_the_lighthouse("127.0.0.1", ending_port(port), "other-job", timeout_s=5)
+        with pytest.raises(InvalidArgumentError) as error:
+            check_the_lighthouse("127.0.0.1", ending_port(port), "my-job", timeout_s=5)
+    finally:
+        other.stop()
+    assert str(error.value) == (f"the torchft lighthouse at 127.0.0.1:{port} is job 'other-job''s, not 'my-job''s: "
+                                "jobs that share a host need different ports (dist.hsdp --lighthouse_port)")
+    with pytest.raises(InvalidArgumentError, match="no torchft lighthouse answered"):
+        check_the_lighthouse("127.0.0.1", ending_port(free_port_pair()), "my-job", timeout_s=0.3, poll_s=0.05)
 
 
 @needs_torchft

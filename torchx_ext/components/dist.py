@@ -267,6 +267,11 @@ def hsdp(
     if not 0 < lighthouse_port < 65535:
         raise InvalidArgumentError(f"invalid --lighthouse_port {lighthouse_port}: expected 1 to 65534 "
                                    "(the next port hears that groups are done)")
+    if max_restarts < 0:
+        raise InvalidArgumentError(f"invalid --max_restarts {max_restarts}: expected 0 or more restarts in place")
+    if rdzv_port in (lighthouse_port, lighthouse_port + 1):
+        raise InvalidArgumentError(f"--rdzv_port {rdzv_port} is one of the lighthouse's ports ({lighthouse_port} and "
+                                   f"{lighthouse_port + 1}, --lighthouse_port): give another")
     nodes, nproc = _group_size(j, workers_per_replica)
     if importlib.util.find_spec("torchft") is None:
         raise InvalidArgumentError(f"dist.hsdp runs torchft jobs, and torchft is not installed here: {FT_INSTALL_HINT}")
@@ -281,7 +286,7 @@ def hsdp(
             role_name=f"replica_{group}",
             rdzv_id=f"{macros.app_id}-replica_{group}", restarts=max_restarts,
             launcher_args=("--torchft-lighthouse-env", macros.rank0_env,
-                           "--torchft-lighthouse-port", str(lighthouse_port)),
+                           "--torchft-lighthouse-port", str(lighthouse_port), "--torchft-job", macros.app_id),
         )
         for group in range(replicas)
     ]
@@ -289,7 +294,8 @@ def hsdp(
         name="lighthouse",
         image=image,
         entrypoint="python",
-        args=["-m", "torchx_ext.ft.lighthouse", "--groups", str(replicas), "--min-replicas", str(min_replicas),
+        args=["-m", "torchx_ext.ft.lighthouse", "--job", macros.app_id, "--groups", str(replicas),
+              "--min-replicas", str(min_replicas),
               "--port", str(lighthouse_port), "--heartbeat-timeout-ms", str(settings["heartbeat_timeout"]),
               "--quorum-tick-ms", str(settings["quorum_tick"]), "--join-timeout-ms", str(settings["join_timeout"])],
         env={key: escape_template(value) for key, value in (env or {}).items()},

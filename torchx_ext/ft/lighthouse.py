@@ -1,6 +1,6 @@
 """The lighthouse role of a ``dist.hsdp`` job: torchft's lighthouse, run until every replica group is done.
 
-    python -m torchx_ext.ft.lighthouse --groups 2 --min-replicas 1 --port 29510 \\
+    python -m torchx_ext.ft.lighthouse --job APP_ID --groups 2 --min-replicas 1 --port 29510 \\
         --heartbeat-timeout-ms 1000 --quorum-tick-ms 100 --join-timeout-ms 60000
 
 It serves torchft's lighthouse on ``--port`` and the groups' "done" on the port after it
@@ -12,26 +12,26 @@ every group has heard that all are done. SIGTERM (a cancel) stops it at once.
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from types import FrameType
 from typing import Any
 
-from torchx_ext.exit_codes import BAD_INPUT, OK
+from torchx_ext.exit_codes import BAD_INPUT, FAILED, OK
 from torchx_ext.ft import INSTALL_HINT, ending_port
-from torchx_ext.ft.ending import EndServer, print_line
+from torchx_ext.ft.ending import LINGER_S, EndServer, print_line
 from torchx_ext.launcher.rendezvous.loopback import is_loopback
 from torchx_ext.replica_env import RANK0_HOST_ENV
-
-LINGER_S = 1.0
-"""After the last group heard the end: time for its answer to leave before the process does."""
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m torchx_ext.ft.lighthouse", description=__doc__.splitlines()[0])
+    parser.add_argument("--job", required=True, help="the app id: a group checks that it reached its own job's")
     parser.add_argument("--groups", type=int, required=True, help="replica groups in the job")
     parser.add_argument("--min-replicas", type=int, default=1, help="groups a quorum needs (torchft's min_replicas)")
     parser.add_argument("--port", type=int, required=True, help="torchft's lighthouse port; the next one hears 'done'")
@@ -43,8 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if not 1 <= args.min_replicas <= args.groups:
-        print(f"error: --min-replicas {args.min_replicas} is not within 1..{args.groups} (--groups)", file=sys.stderr)
+    if args.groups < 1 or not 1 <= args.min_replicas <= args.groups:
+        print(f"error: --groups {args.groups} and --min-replicas {args.min_replicas}: expected 1 <= min-replicas "
+              "<= groups", file=sys.stderr)
         return BAD_INPUT
     try:
         from torchft._torchft import LighthouseServer
@@ -63,20 +64,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGINT, stop)
     # torchx's rank 0 is this role's host: on loopback (local_cwd) every group is on this host.
     loopback = is_loopback(os.environ.get(RANK0_HOST_ENV, ""))
-    ending = EndServer(ending_port(args.port), args.groups, host="127.0.0.1" if loopback else "")
-    lighthouse = _serve(LighthouseServer, args, loopback)
+    try:
+        ending = EndServer(ending_port(args.port), args.groups, args.job, host="127.0.0.1" if loopback else "")
+        lighthouse = _serve(LighthouseServer, args, loopback)
+    except Exception as error:  # a port taken (another job's lighthouse?), an interface missing
+        print(f"error: the lighthouse cannot listen on ports {args.port} and {ending_port(args.port)}: {error}",
+              file=sys.stderr)
+        return FAILED
     ending.start()
-    print_line(f"lighthouse {lighthouse.address()} for {args.groups} replica groups (min_replicas "
+    print_line(f"lighthouse {lighthouse.address()} of job {args.job} for {args.groups} replica groups (min_replicas "
                f"{args.min_replicas}, heartbeat timeout {args.heartbeat_timeout_ms} ms); 'done' on port "
                f"{ending_port(args.port)}")
-    watcher = threading.Thread(target=lambda: ending.wait_until_everyone_told() and stopped.set(), daemon=True)
-    watcher.start()
+
+    def everyone_told() -> None:
+        ending.wait_until_everyone_told()
+        stopped.set()
+
+    threading.Thread(target=everyone_told, daemon=True).start()
     stopped.wait()
     if signals:
         print_line(f"stopped by {signal.Signals(signals[0]).name}")
     else:
         print_line(f"every replica group is done ({args.groups})")
-        stopped.wait(LINGER_S)
+        time.sleep(LINGER_S)  # the others, still asking, hear bye too
     lighthouse.shutdown()
     ending.stop()
     return 128 + signals[0] if signals else OK
@@ -89,8 +99,10 @@ def _serve(server_type: Any, args: argparse.Namespace, loopback: bool) -> Any:
         return server_type(bind=f"127.0.0.1:{args.port}", **settings)
     try:
         return server_type(bind=f"[::]:{args.port}", **settings)
-    except Exception:  # a host without IPv6: every IPv4 interface instead
-        return server_type(bind=f"0.0.0.0:{args.port}", **settings)
+    except Exception as error:
+        if "in use" in str(error).lower() or getattr(error, "errno", None) == errno.EADDRINUSE:
+            raise
+        return server_type(bind=f"0.0.0.0:{args.port}", **settings)  # a host without IPv6
 
 
 if __name__ == "__main__":

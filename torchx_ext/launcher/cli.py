@@ -57,7 +57,8 @@ from torchx_ext.options import OMP_THREADS_FORMS, check_mode
 from torchx_ext.options import DEVICE_KINDS, MODES
 from torchx_ext.numa.topology import DEFAULT_SYSFS_ROOT
 from torchx_ext.ft import DEFAULT_LIGHTHOUSE_PORT, GROUP_ID_ENV, LIGHTHOUSE_ENV, ending_port
-from torchx_ext.ft.ending import GIVE_UP_S, wait_for_the_end
+from torchx_ext.ft import INSTALL_HINT as FT_INSTALL_HINT
+from torchx_ext.ft.ending import check_the_lighthouse, wait_for_the_end
 from torchx_ext.error_file import ErrorReport, read_error_file, write_error_file
 from torchx_ext.replica_env import (ALLOCATED_NODES_ENV, ERROR_FILE_ENV, LIVENESS_FILE_ENV, RDZV_HOST_ENV,
                                     RDZV_IS_HOST_ENV, RDZV_PORT_ENV)
@@ -160,6 +161,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--torchft-lighthouse-port", "--torchft_lighthouse_port", type=int, default=DEFAULT_LIGHTHOUSE_PORT,
         metavar="PORT", help=f"the lighthouse's port with --torchft-lighthouse-env (default {DEFAULT_LIGHTHOUSE_PORT})",
     )
+    parser.add_argument(
+        "--torchft-job", "--torchft_job", default="", metavar="APP_ID",
+        help="with --torchft-lighthouse-env: the job whose lighthouse it must be (checked before the workers start)",
+    )
     return parser
 
 
@@ -246,29 +251,55 @@ def _main(argv: Sequence[str] | None, preload_started: bool) -> int:
             with served_timer(progress, config.run_id):
                 code = run(config, entrypoint, entry_args, job_name=args.training_script, progress=progress)
             if code == OK and lighthouse is not None and args.node_rank in (None, 0):
-                end_with_the_lighthouse(*lighthouse)
+                return end_with_the_lighthouse(*lighthouse)
             return code
+
+
+LIGHTHOUSE_WAIT_S = 600.0
+"""How long a group waits for its lighthouse to answer before its workers start (a pod of its own
+may wait for an image or a node that long)."""
 
 
 def torchft_lighthouse(args: argparse.Namespace) -> tuple[str, int] | None:
     """A torchft group's lighthouse (host, port), exported to its workers as torchft's variable
-    (the caller's environment comes back: caller_state_kept); None: not a torchft group."""
+    (the caller's environment comes back: caller_state_kept), once it answered as this job's;
+    None: not a torchft group. InvalidArgumentError, in one line: no torchft, another job's lighthouse."""
     if not args.torchft_lighthouse_env:
         return None
+    if importlib.util.find_spec("torchft") is None:
+        raise InvalidArgumentError(f"a torchft replica group needs torchft, which is not installed here: {FT_INSTALL_HINT}")
     host = os.environ.get(args.torchft_lighthouse_env) or "localhost"
     if is_loopback(host):
         host = "127.0.0.1"  # where a lighthouse on loopback listens (lighthouse.py), whatever localhost resolves to
+    if args.torchft_job:
+        check_the_lighthouse(host, ending_port(args.torchft_lighthouse_port), args.torchft_job, LIGHTHOUSE_WAIT_S)
     os.environ.setdefault(LIGHTHOUSE_ENV, f"http://{host}:{args.torchft_lighthouse_port}")
     return host, args.torchft_lighthouse_port
 
 
-def end_with_the_lighthouse(host: str, port: int) -> None:
-    """This group is done: the lighthouse role ends once every group is (torchx_ext/ft/ending.py)."""
-    group = os.environ.get(GROUP_ID_ENV, "0")
-    if not wait_for_the_end(host, ending_port(port), group, lambda line: print(f"[torchx_ext.launcher] {line}",
-                                                                            file=sys.stderr, flush=True)):
-        print(f"[torchx_ext.launcher] warning: the lighthouse at {host}:{port} did not answer for {GIVE_UP_S:g} s; "
-              f"replica group {group} is done and exits", file=sys.stderr, flush=True)
+class _Stopped(Exception):
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def end_with_the_lighthouse(host: str, port: int) -> int:
+    """This group is done: the lighthouse role ends once every group is (torchx_ext/ft/ending.py).
+    0, or 128 + the signal that stopped the wait (a cancel; the caller's handlers come back)."""
+    def stop(signum: int, frame: Any) -> None:
+        raise _Stopped(signum)
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, stop)
+    group = int(os.environ.get(GROUP_ID_ENV, "0"))
+    try:
+        wait_for_the_end(host, ending_port(port), group,
+                         lambda line: print(f"[torchx_ext.launcher] {line}", file=sys.stderr, flush=True))
+    except _Stopped as stopped:
+        print(f"[torchx_ext.launcher] stopped by {signal.Signals(stopped.signum).name} while replica group {group} "
+              "waited for the others", file=sys.stderr, flush=True)
+        return 128 + stopped.signum
+    return OK
 
 
 @contextmanager

@@ -1,8 +1,8 @@
 """A torchft training loop the fault tests steer through files: ``torchft_steps.py DIR [STEP_S]``.
 
-Each committed step appends a line to ``DIR/group{G}.jsonl`` (the step, how many groups took part,
-a hash of the weights, and this worker's start token, new at every start), so the test sees every
-group's progress on its own clock as the lines arrive. ``DIR/kill-group{G}``: that group's worker
+Each step appends a line to ``DIR/group{G}.jsonl`` (the step, whether it was committed, how many
+groups took part, a hash of the weights, and this worker's start token, new at every start), so the
+test sees every group's progress on its own clock as the lines arrive. ``DIR/kill-group{G}``: that group's worker
 removes it and SIGKILLs itself (once per file). ``DIR/stop``: every group ends after its next
 committed step. The gradients go through ``manager.allreduce``, as examples/torchft_train.py says why.
 """
@@ -55,15 +55,14 @@ def main() -> None:
         time.sleep(step_s)
         before = manager.current_step()
         optimizer.step()
-        if manager.current_step() == before:
-            continue
+        committed = manager.current_step() > before
         digest = hashlib.sha256(b"".join(bytes(t.detach().contiguous().untyped_storage())
                                          for t in model.state_dict().values())).hexdigest()[:16]
-        line = {"step": manager.current_step(), "participants": manager.num_participants(), "hash": digest,
-                "start": start}
+        line = {"step": manager.current_step(), "committed": committed, "participants": manager.num_participants(),
+                "hash": digest, "start": start}
         with log.open("a") as out:
             out.write(json.dumps(line) + "\n")
-        if (directory / "stop").exists():
+        if committed and (directory / "stop").exists():
             break
     manager.shutdown(wait=False)
     print(f"group {group} done at step {manager.current_step()}", flush=True)
