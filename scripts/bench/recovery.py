@@ -402,7 +402,8 @@ def torchft_ours(target: Target, timeout_s: float) -> Measured:
         probe.close()
         directory = Path(scratch)
         os.chmod(directory, 0o777)
-        args = {**target.args, "mounts": [*target.args.get("mounts", []), *target.mounts(directory)]}
+        args = {**target.args, "mounts": [*target.args.get("mounts", []), *target.mounts(directory)],
+                "env": {"RUST_LOG": "warn"}}  # torchft's INFO: ten lines a step
         app = hsdp(str(directory), str(STEP_S), script=str(FT_JOB), replicas=2, heartbeat_timeout="1s",
                    lighthouse_port=port, max_retries=3, cpu=1, **args)
         # Three pods of a CPU each do not fit the test cluster's 2-CPU node: each asks for 0.6.

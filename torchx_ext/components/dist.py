@@ -279,7 +279,8 @@ def hsdp(
     groups = [
         _app(
             script_args, script=script, m=m, image=image, name=name, resource=resource, nodes=(nodes, nodes),
-            nproc=nproc, spares=0, env={**(env or {}), GROUP_ID_ENV: str(group), GROUPS_ENV: str(replicas)},
+            nproc=nproc, spares=0, env={**QUORUM_RETRIES, **(env or {}), GROUP_ID_ENV: str(group),
+                                        GROUPS_ENV: str(replicas)},
             max_retries=max_retries, hang_timeout=hang_timeout, rdzv_port=rdzv_port, rdzv_backend="c10d",
             rdzv_conf=None, mounts=mounts, debug=debug, tee=tee, numa_binding=numa_binding, numa_strict=numa_strict,
             omp_threads=omp_threads, metadata={**(metadata or {}), TORCHFT_KEY: TORCHFT_GROUP},
@@ -309,6 +310,11 @@ def hsdp(
     )
     # The lighthouse first: torchx's rank 0 (the first role's replica 0) is its host, on every scheduler.
     return specs.AppDef(name=groups[0].name, roles=[lighthouse, *(app.roles[0] for app in groups)])
+
+
+QUORUM_RETRIES: Dict[str, str] = {"TORCHFT_QUORUM_RETRIES": "60"}
+"""torchft's default (0) leaves a group waiting out its quorum timeout (60 s) for a lighthouse that was
+lost and started again: retried, the groups go on a few seconds after it is back. --env overrides it."""
 
 
 def _group_size(j: Optional[str], workers_per_replica: int) -> Tuple[int, int]:

@@ -391,7 +391,9 @@ def _launch_config(args: argparse.Namespace, max_nodes: int, progress: LaunchPro
     finally:
         if omp_decided_here:
             os.environ.pop("OMP_NUM_THREADS", None)
-    if not config.rdzv_endpoint.endswith(":0"):  # a free port of its own: only this launcher can host it
+    if config.rdzv_endpoint.endswith(":0"):  # a free port of its own: only this launcher can host it
+        config.rdzv_configs.setdefault("is_host", True)
+    else:
         _set_store_host(config.rdzv_configs)
     watch_rendezvous(config, peer_timeout(args.peer_timeout, config.rdzv_configs), _leave_for_store_loss, args.node_rank,
                      args.spares, args.c10d_handler, progress)
@@ -603,6 +605,12 @@ def _set_store_host(rdzv_configs: dict[str, Any]) -> None:
 
 
 def _resolve_rendezvous(args: argparse.Namespace, max_nodes: int) -> None:
+    if args.torchft_lighthouse_env and max_nodes == 1:
+        # A torchft group of one node: its store is also where the other groups' process group meets
+        # (torchft's quorum names it), so it listens on a free port at the address the scheduler gives
+        # the role's replica 0 (its own), not on loopback, and never in a store it shares (local_cwd's).
+        args.rdzv_endpoint_env = None
+        args.rdzv_endpoint = f"{os.environ.get(RDZV_HOST_ENV) or 'localhost'}:0"
     if args.rdzv_endpoint_env:
         # The scheduler's host for this role's rendezvous, else what the component named (torchx's rank 0).
         host = os.environ.get(RDZV_HOST_ENV) or os.environ.get(args.rdzv_endpoint_env) or "localhost"
