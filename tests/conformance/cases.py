@@ -22,6 +22,8 @@ EVERY_CASE = [case for name in SCHEDULERS for case in [name, *VARIANTS.get(name,
 EVERY_BACKEND = list(SCHEDULERS)
 """One case per backend, each with its default options."""
 NO_ROOM_FOR_A_SPARE = {"slurm": "the test cluster's two nodes: tests/slurm/test_spares.py runs its own three"}
+NO_ROOM_FOR_A_LIGHTHOUSE = {"slurm": "a torchft job's three roles are three components of a heterogeneous job, which "
+                                     "take a node each: tests/slurm/test_torchft.py runs a cluster of three"}
 
 
 def supporting(feature: str) -> list[str]:

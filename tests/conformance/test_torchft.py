@@ -21,7 +21,7 @@ import pytest
 from torchx.runner import Runner
 from torchx.specs import AppState, parse_app_handle
 
-from tests.conformance.cases import supporting
+from tests.conformance.cases import NO_ROOM_FOR_A_LIGHTHOUSE, supporting
 from tests.conformance.conftest import JOBS, SchedulerUnderTest
 from tests.conformance.jobs_api import wait
 from tests.helpers import free_port_pair
@@ -132,22 +132,18 @@ def _same_weights(groups: Groups, since: float) -> None:
     assert [step for step in common if ours[step] != theirs[step]] == [], (ours, theirs)
 
 
-@needs_torchft
-@pytest.mark.feature(TORCHFT)
-@pytest.mark.parametrize("scheduler", supporting(TORCHFT), indirect=True)
-def test_a_lost_replica_group_costs_the_others_a_step_not_a_restart_and_comes_back_alone(
-    runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path
-) -> None:
-    directory = tmp_path / "ft"
-    directory.mkdir()
-    args = dict(scheduler.component_args)
-    args["mounts"] = [*args.get("mounts", []), *scheduler.shared_dir_mounts(directory)]
+def losses_cost_a_step_and_the_group_comes_back(
+    runner: Runner, scheduler: str, cfg: dict[str, Any], component_args: dict[str, Any], directory: Path,
+    kill: Callable[[str, str, int], None], freeze: Callable[[str, str, int], None],
+    keeps_logs: bool = True) -> tuple[str, str]:
+    """The three losses in turn on a 2-group job (its steps in ``directory``, which every replica
+    sees), through ``kill`` and ``freeze`` (app_id, role, replica_id); (handle, app id) of the job,
+    which SUCCEEDED."""
+    args = dict(component_args)
     args["env"] = {**args.get("env", {}), "RUST_LOG": "warn"}  # torchft's INFO: ten lines a step
     app = hsdp(str(directory), str(STEP_S), script=str(JOBS / "torchft_steps.py"), replicas=2,
                heartbeat_timeout=f"{HEARTBEAT_S:g}s", lighthouse_port=free_port_pair(), max_retries=2, **args)
-    # Three pods of a CPU each do not fit the test cluster's 2-CPU node: each asks for 0.6.
-    fitted = {"reserved_millicpu": 400} if scheduler.name == "kubernetes" else {}
-    handle = runner.run(app, scheduler.name, cfg={**scheduler.cfg, **fitted})
+    handle = runner.run(app, scheduler, cfg=cfg)
     app_id = parse_app_handle(handle).app_id
     groups = Groups(directory, 2)
     groups.until(lambda: all(sum(step["participants"] == 2 for _, step in seen) >= 3 for seen in groups.seen),
@@ -167,11 +163,10 @@ def test_a_lost_replica_group_costs_the_others_a_step_not_a_restart_and_comes_ba
     _same_weights(groups, killed_at + figures["killed: group back"])
 
     # 2. One group's node frozen: our liveness removes it, the scheduler starts it again.
-    assert scheduler.freeze_replica is not None
     starts = len(groups.starts(1))
     groups.poll()
     frozen_at = time.monotonic()
-    scheduler.freeze_replica(app_id, "replica_1", 0)
+    freeze(app_id, "replica_1", 0)
     figures["frozen: survivor's next step"] = _survivor_goes_on(groups, frozen_at, survivor)
     figures["frozen: group back"] = _back(groups, 1, frozen_at, starts)
     uncommitted["frozen"] = _uncommitted(groups, 0, frozen_at)
@@ -181,12 +176,11 @@ def test_a_lost_replica_group_costs_the_others_a_step_not_a_restart_and_comes_ba
     # 3. The lighthouse lost: the scheduler starts it again, the groups carry on with it.
     groups.poll()
     lost_at = time.monotonic()
-    scheduler.kill_replica(app_id, "lighthouse", 0)
+    kill(app_id, "lighthouse", 0)
     figures["lighthouse lost: both groups' next step"] = groups.until(
         lambda: all(any(step["participants"] == 2 for _, step in groups.after(group, lost_at + 0.5)) for group in (0, 1)),
         90, "both groups committing together after the lighthouse's loss") - lost_at
     assert groups.starts(0) == [survivor], f"group 0 restarted: starts {groups.starts(0)}"
-    assert figures["lighthouse lost: both groups' next step"] <= LIGHTHOUSE_STALL_S, figures
 
     (directory / "stop").touch()
     assert wait(runner, handle, timeout_s=120) == AppState.SUCCEEDED, runner.status(handle)
@@ -195,8 +189,29 @@ def test_a_lost_replica_group_costs_the_others_a_step_not_a_restart_and_comes_ba
     assert figures["frozen: survivor's next step"] <= FROZEN_STALL_S, figures
     assert figures["killed: group back"] <= BACK_S, figures
     assert figures["frozen: group back"] <= FROZEN_BACK_S, figures
+    assert figures["lighthouse lost: both groups' next step"] <= LIGHTHOUSE_STALL_S, figures
     assert max(uncommitted.values()) <= UNCOMMITTED, uncommitted
-    if scheduler.keeps_lost_replicas_end:  # the lighthouse was started again (its log holds both starts)
+    if keeps_logs:  # the lighthouse was started again (its log holds both starts)
         starts_of_lighthouse = [line for line in runner.log_lines(handle, "lighthouse", 0) if "for 2 replica groups" in line]
         assert len(starts_of_lighthouse) == 2, starts_of_lighthouse
+    return handle, app_id
+
+
+@needs_torchft
+@pytest.mark.feature(TORCHFT)
+@pytest.mark.parametrize("scheduler", [name for name in supporting(TORCHFT) if name not in NO_ROOM_FOR_A_LIGHTHOUSE],
+                         indirect=True)
+def test_a_lost_replica_group_costs_the_others_a_step_not_a_restart_and_comes_back_alone(
+    runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path
+) -> None:
+    directory = tmp_path / "ft"
+    directory.mkdir()
+    args = dict(scheduler.component_args)
+    args["mounts"] = [*args.get("mounts", []), *scheduler.shared_dir_mounts(directory)]
+    # Three pods of a CPU each do not fit the test cluster's 2-CPU node: each asks for 0.6.
+    fitted = {"reserved_millicpu": 400} if scheduler.name == "kubernetes" else {}
+    assert scheduler.freeze_replica is not None
+    _, app_id = losses_cost_a_step_and_the_group_comes_back(
+        runner, scheduler.name, {**scheduler.cfg, **fitted}, args, directory, scheduler.kill_replica,
+        scheduler.freeze_replica, keeps_logs=scheduler.keeps_lost_replicas_end)
     assert scheduler.leftovers(app_id) == []
