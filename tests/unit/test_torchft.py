@@ -145,8 +145,12 @@ def test_a_group_that_heard_the_end_tells_a_lighthouse_started_again_so_the_othe
     first.start()
     assert first.answer(0, ended=False) == WAIT
     ended: list[int] = []
-    told = threading.Thread(target=lambda: (wait_for_the_end("127.0.0.1", port, 1, poll_s=0.05, after_end_s=10),
-                                            ended.append(1)))
+
+    def group(index: int) -> None:
+        wait_for_the_end("127.0.0.1", port, index, poll_s=0.05, after_end_s=10)
+        ended.append(index)
+
+    told = threading.Thread(target=group, args=(1,))
     told.start()  # group 1 hears END from the first lighthouse, which is lost before group 0 asks again
     deadline = time.monotonic() + 5
     while 1 not in first.book.told and time.monotonic() < deadline:
@@ -154,7 +158,7 @@ def test_a_group_that_heard_the_end_tells_a_lighthouse_started_again_so_the_othe
     first.stop()
     second = EndServer(port, groups=2, job="app-1", host="127.0.0.1")
     second.start()
-    waiting = threading.Thread(target=lambda: (wait_for_the_end("127.0.0.1", port, 0, poll_s=0.05), ended.append(0)))
+    waiting = threading.Thread(target=group, args=(0,))
     waiting.start()
     assert second.wait_until_everyone_told(timeout_s=10)
     waiting.join(10)
