@@ -32,14 +32,10 @@ needs_torchft = pytest.mark.skipif(importlib.util.find_spec("torchft") is None,
                                    reason="the ft extra (pip install 'torchx_ext[ft]') is not installed")
 
 HEARTBEAT_S = 1.0
-PG_TIMEOUT_S = 5.0
-"""The job's process-group timeout (jobs/torchft_steps.py)."""
 SURVIVOR_STALL_S = HEARTBEAT_S + 1
-"""A survivor's next committed step after a group's worker died: within the lighthouse's heartbeat
-timeout + 1 s (gloo tells the survivor at once: the dead peer's connection resets)."""
-FROZEN_STALL_S = PG_TIMEOUT_S + HEARTBEAT_S + 1
-"""After a group froze: no connection resets, so the survivor's all-reduce waits out its process
-group's timeout first."""
+"""A survivor's first step committed without the lost group: within the lighthouse's heartbeat
+timeout + 1 s, whether the group's worker died (its connections reset) or its node froze (nothing
+resets: the lighthouse stops hearing its heartbeats, and the survivor's next quorum leaves it out)."""
 BACK_S = 15
 """A group whose worker was killed commits again within this."""
 FROZEN_BACK_S = 30
@@ -186,7 +182,7 @@ def losses_cost_a_step_and_the_group_comes_back(
     assert wait(runner, handle, timeout_s=120) == AppState.SUCCEEDED, runner.status(handle)
     print({what: round(seconds, 2) for what, seconds in figures.items()}, "uncommitted", uncommitted)
     assert figures["killed: survivor's next step"] <= SURVIVOR_STALL_S, figures
-    assert figures["frozen: survivor's next step"] <= FROZEN_STALL_S, figures
+    assert figures["frozen: survivor's next step"] <= SURVIVOR_STALL_S, figures
     assert figures["killed: group back"] <= BACK_S, figures
     assert figures["frozen: group back"] <= FROZEN_BACK_S, figures
     assert figures["lighthouse lost: both groups' next step"] <= LIGHTHOUSE_STALL_S, figures
