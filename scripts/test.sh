@@ -67,7 +67,7 @@ first_line_only=(integration/test_bind integration/test_launcher integration/tes
                  conformance/test_retry_policy integration/test_rendezvous_scale_bench integration/test_arrival_rendezvous integration/test_rendezvous_faults unit/test_rendezvous_core integration/test_torchrun_assertions
                  integration/test_local_concurrency docker/test_engine_fixture kubernetes/test_apiserver
                  kubernetes/test_backends kubernetes/test_kubernetes slurm/test_slurm slurm/test_gpus slurm/test_allocation
-                 slurm/test_allocation_warm)
+                 slurm/test_allocation_warm slurm/test_torchft)
 # The kubernetes workspace's other backends and its tag-moved case: the pod template and the push
 # are the same whatever runs the pods; how each torchx line hands over the workspace is the job
 # backend's case, which runs on both.
@@ -75,6 +75,9 @@ first_line_only_tests=(
   "kubernetes/test_workspaces.py::test_an_edited_script_runs_edited_and_an_unchanged_one_is_not_built_or_pushed_again[jobset]"
   "kubernetes/test_workspaces.py::test_an_edited_script_runs_edited_and_an_unchanged_one_is_not_built_or_pushed_again[volcano]"
   "kubernetes/test_workspaces.py::test_a_pod_started_again_after_the_tag_moved_runs_the_digest_it_was_submitted_with"
+  # torchft's losses on the engines: the launcher's and the schedulers' own; local_cwd's case runs on both lines.
+  "conformance/test_torchft.py::test_a_lost_replica_group_costs_the_others_a_step_not_a_restart_and_comes_back_alone[local_docker]"
+  "conformance/test_torchft.py::test_a_lost_replica_group_costs_the_others_a_step_not_a_restart_and_comes_back_alone[kubernetes]"
 )
 # Three lanes at once, each running both torchx lines in turn: the tests that need no engine
 # (unit, integration, parity, and the conformance and fault suites' local_cwd cases), those of

@@ -719,6 +719,10 @@ def main() -> int:
                     print(f"{'':>18}  {name:>18}: not measured (the test kubelet's pull delay: kubernetes, "
                           "job backend)", flush=True)
                     continue
+                if case in TORCHFT and name == "slurm":
+                    print(f"{'':>18}  {name:>18}: not measured (its three roles take a node each, and the test cluster "
+                          "has two: tests/slurm/test_torchft.py measures it on three hosts)", flush=True)
+                    continue
                 if case in TORCHFT and name in ("kubernetes/jobset", "kubernetes/volcano"):
                     print(f"{'':>18}  {name:>18}: not measured (refuses torchft jobs: a failure restarts every pod)",
                           flush=True)
