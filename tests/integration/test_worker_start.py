@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -57,3 +60,16 @@ def test_an_unknown_worker_start_is_refused_with_the_valid_ones(tmp_path: Path) 
 
     assert result.returncode == 2
     assert "invalid choice: 'warm' (choose from 'preloaded', 'fresh')" in result.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None, reason="a PID namespace needs root and unshare")
+def test_a_launcher_that_is_its_containers_first_process_still_forks_its_workers_preloaded(tmp_path: Path) -> None:
+    # In a container the launcher is PID 1: its early forkserver must not take that for its parent's death.
+    from tests.integration.launcher_helpers import LAUNCHER
+
+    result = subprocess.run(
+        ["unshare", "--pid", "--fork", "--mount-proc", *LAUNCHER, "--nproc-per-node", "1",
+         str(JOBS / "parent_of_worker.py")], capture_output=True, text=True, env=clean_env(), timeout=120)
+    assert result.returncode == 0, result.stderr
+    parent = next(line for line in result.stdout.splitlines() if "parent: " in line)
+    assert "torchx_ext.launcher" in parent and "multiprocessing.forkserver" not in parent, parent

@@ -70,16 +70,17 @@ def _fork_server() -> None:
             os.chmod(address, 0o600)
             listener.listen()
             alive_r, alive_w = os.pipe()  # every client holds the write end; EOF ends the server
+            launcher = os.getpid()
             pid = os.fork()
             if pid == 0:
-                _serve_in_fork(listener.fileno(), alive_r, alive_w)
+                _serve_in_fork(listener.fileno(), alive_r, alive_w, launcher)
             os.close(alive_r)
         server._forkserver_address = address
         server._forkserver_alive_fd = alive_w
         server._forkserver_pid = pid
 
 
-def _serve_in_fork(listener_fd: int, alive_r: int, alive_w: int) -> NoReturn:
+def _serve_in_fork(listener_fd: int, alive_r: int, alive_w: int, launcher: int) -> NoReturn:
     code = 1
     try:
         os.close(alive_w)
@@ -95,7 +96,7 @@ def _serve_in_fork(listener_fd: int, alive_r: int, alive_w: int) -> NoReturn:
         global ignores_sigterm
         ignores_sigterm = True
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        _die_with_parent()
+        _die_with_parent(launcher)
         forkserver.main(listener_fd, alive_r, list(PRELOAD_MODULES))
     except SystemExit:
         code = 0  # its clients are gone
@@ -105,8 +106,9 @@ def _serve_in_fork(listener_fd: int, alive_r: int, alive_w: int) -> NoReturn:
         os._exit(code)
 
 
-def _die_with_parent() -> None:
-    """SIGKILL this process when the thread that forked it (the launcher's main thread) ends."""
+def _die_with_parent(launcher: int) -> None:
+    """SIGKILL this process when the thread that forked it (the launcher's main thread) ends.
+    ``launcher``: its pid, which may be 1 (a container's first process), so it is compared, not 1."""
     import ctypes
 
     pr_set_pdeathsig = 1
@@ -114,7 +116,7 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
     except (OSError, AttributeError):  # not Linux: the clients' pipe still ends it
         return
-    if os.getppid() == 1:  # the launcher died before the call
+    if os.getppid() != launcher:  # the launcher died before the call
         os._exit(0)
 
 
