@@ -33,9 +33,13 @@ needs_torchft = pytest.mark.skipif(importlib.util.find_spec("torchft") is None,
 
 HEARTBEAT_S = 1.0
 SURVIVOR_STALL_S = HEARTBEAT_S + 1
-"""A survivor's first step committed without the lost group: within the lighthouse's heartbeat
-timeout + 1 s, whether the group's worker died (its connections reset) or its node froze (nothing
-resets: the lighthouse stops hearing its heartbeats, and the survivor's next quorum leaves it out)."""
+"""A survivor's first step committed without a group whose worker died: within the lighthouse's
+heartbeat timeout + 1 s (the dead peer's connections reset, and the next quorum leaves it out)."""
+PG_TIMEOUT_S = 5.0
+"""The job's process-group timeout (jobs/torchft_steps.py)."""
+FROZEN_STALL_S = PG_TIMEOUT_S + HEARTBEAT_S + 1
+"""The same after a group's node froze: nothing resets, so a freeze that lands inside the step's
+all-reduce (CI saw 5.2 s once; outside it, 1.2 s) holds the survivor for its process group's timeout first."""
 BACK_S = 15
 """A group whose worker was killed commits again within this."""
 FROZEN_BACK_S = 30
@@ -182,7 +186,7 @@ def losses_cost_a_step_and_the_group_comes_back(
     assert wait(runner, handle, timeout_s=120) == AppState.SUCCEEDED, runner.status(handle)
     print({what: round(seconds, 2) for what, seconds in figures.items()}, "uncommitted", uncommitted)
     assert figures["killed: survivor's next step"] <= SURVIVOR_STALL_S, figures
-    assert figures["frozen: survivor's next step"] <= SURVIVOR_STALL_S, figures
+    assert figures["frozen: survivor's next step"] <= FROZEN_STALL_S, figures
     assert figures["killed: group back"] <= BACK_S, figures
     assert figures["frozen: group back"] <= FROZEN_BACK_S, figures
     assert figures["lighthouse lost: both groups' next step"] <= LIGHTHOUSE_STALL_S, figures
