@@ -83,7 +83,7 @@ first_line_only_tests=(
 # (unit, integration, parity, and the conformance and fault suites' local_cwd cases), those of
 # Docker and the test Kubernetes cluster, and Slurm's. The engine lanes mostly wait on their
 # engines (about 40 % of one CPU measured), so the local lane's time comes off the run's (a
-# clean-clone CI run: 31 minutes, 65 before; with Slurm in a lane of its own, 39 minutes, 50 before). Each lane has its own pytest temp folder; the local lane's output is printed when
+# clean-clone CI run: 31 minutes, 65 before; with Slurm in a lane of its own, 39 minutes, 50 before). Each lane has its own pytest temp folder; the local and Slurm lanes' output is printed when
 # both are done. With PYTEST ARGS, one pytest per line runs just those, as before.
 local_lane=(tests/unit tests/integration tests/parity tests/conformance -k "not conformance or local_cwd")
 engine_lane=(tests/docker tests/kubernetes tests/conformance -k "not conformance or (not local_cwd and not slurm)")
