@@ -206,6 +206,27 @@ def test_a_killed_supervisor_fails_the_job_and_nothing_runs_on(runner: Runner) -
     assert _local_leftovers(app) == []
 
 
+def test_a_second_supervisor_started_for_a_running_job_ends_and_the_job_runs_on(runner: Runner) -> None:
+    # A warm start that answers after its submitter gave up on it (and started a cold supervisor)
+    # leaves two supervisors for one job: the one without the job's lock ends. Whatever order the
+    # two start and record themselves in, the job must not read as orphaned once it has gone.
+    handle = runner.run(ddp(script=str(CONFORMANCE_JOBS / "sleeper.py"), j="1x1"), "local_cwd")
+    wait_for_line(runner, handle, "sleeper", 0, "running rank 0")
+    status = runner.status(handle)
+    assert status is not None
+    job_dir = Path(status.ui_url.removeprefix("file://"))
+
+    late = subprocess.run([sys.executable, "-m", "torchx_ext.schedulers.local.supervisor", str(job_dir)],
+                          capture_output=True, text=True, timeout=30, cwd=job_dir)
+
+    assert "another supervisor runs this job" in late.stderr, late.stderr
+    after = runner.status(handle)
+    assert after is not None and after.state == AppState.RUNNING, after
+    runner.cancel(handle)
+    assert wait(runner, handle) == AppState.CANCELLED
+    assert _local_leftovers(parse_app_handle(handle).app_id) == []
+
+
 def test_a_replica_whose_slice_this_host_lacks_fails_the_job_and_nothing_runs_on(
     runner: Runner, machine_root: Callable[[str], Path], two_cpus: list[int]
 ) -> None:

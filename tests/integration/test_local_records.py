@@ -4,6 +4,7 @@ and removing a finished job."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import stat
 import subprocess
@@ -17,6 +18,7 @@ from tests.helpers import TORCHX
 from tests.conformance.jobs_api import wait
 from torchx_ext.components.dist import ddp
 from torchx_ext.schedulers.local import create_scheduler
+from torchx_ext.schedulers.local.records import LocalJobDir, SupervisorRecord
 
 JOB = Path(__file__).parents[1] / "conformance" / "jobs" / "echo.py"
 
@@ -95,3 +97,20 @@ def _add_unknown_key(text: str) -> str:
     data = json.loads(text)
     data["written_by"] = "torchx_ext 9.9"
     return json.dumps(data)
+
+
+def test_the_supervisor_holding_the_job_is_the_one_recorded_whichever_writes_first(tmp_path: Path) -> None:
+    # A late warm start and the cold supervisor started instead: the submitter records the pid it
+    # started only where none is recorded, the supervisor that took the job's lock always.
+    job = LocalJobDir(tmp_path / "job")
+    job.path.mkdir()
+    holder, other = SupervisorRecord.of(os.getpid()), SupervisorRecord(os.getpid() + 1, 1, "elsewhere", "boot")
+
+    job.record_supervisor(other, unless_recorded=True)  # the submitter first
+    job.record_supervisor(holder)
+    job.record_supervisor(other, unless_recorded=True)  # the submitter last
+
+    recorded = job.supervisor_record()
+    assert recorded is not None and (recorded.pid, recorded.host) == (holder.pid, holder.host)
+    assert job.supervisor_alive()
+    assert sorted(path.name for path in job.path.iterdir()) == ["supervisor"]

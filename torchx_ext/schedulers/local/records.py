@@ -127,6 +127,23 @@ class LocalJobDir(JobDirectory):
         write_atomically(self.request, request.to_json())
         self.write_state(state)
 
+    def record_supervisor(self, record: SupervisorRecord, *, unless_recorded: bool = False) -> None:
+        """Writes who supervises the job. The supervisor that holds the job's lock writes itself,
+        over whatever is there; its submitter writes the pid it started ``unless_recorded``: a warm
+        start that answered too late and the cold one started instead both run, the one that did
+        not get the lock ends, and the record must name the one that did."""
+        if not unless_recorded:
+            write_atomically(self.supervisor, str(record))
+            return
+        staged = self.supervisor.with_name(f".supervisor.{os.getpid()}")
+        staged.write_text(str(record))
+        try:
+            os.link(staged, self.supervisor)  # fails where one is recorded, never half-written
+        except FileExistsError:
+            pass
+        finally:
+            staged.unlink(missing_ok=True)
+
     def supervisor_record(self) -> SupervisorRecord | None:
         """Who supervises the job, if it was started."""
         try:

@@ -117,7 +117,7 @@ class LocalScheduler(SchedulerShell[LocalOpts]):
                     [sys.executable, "-m", SUPERVISOR, str(job.path)],
                     stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, cwd=job.path,
                 ).pid
-        job.supervisor.write_text(str(SupervisorRecord.of(pid)))
+        job.record_supervisor(SupervisorRecord.of(pid), unless_recorded=True)
         self._submitted.append(request.app_id)
         return str(request.app_id)
 
@@ -319,9 +319,22 @@ def _read_state_ending_orphaned_job(job: LocalJobDir) -> JobState:
     # has failed: whoever notices first stops what is left and records the end.
     stop_processes(lambda: marked_processes(state.app_id), 0)
     state.state, state.ended_at = State.FAILED, time.time()
-    state.msg = f"the job's supervisor ended without recording an end (see {job.supervisor_log}); its processes were stopped"
+    last = _last_line(job.supervisor_log)
+    state.msg = (f"the job's supervisor ended without recording an end ({f'its last line: {last!r}; ' if last else ''}"
+                 f"see {job.supervisor_log}); its processes were stopped")
     job.write_state(state)
     return state
+
+
+def _last_line(path: Path, tail_bytes: int = 4096) -> str:
+    """The last line a file holds ('' if none or unreadable): what a dead supervisor said last."""
+    try:
+        with open(path, "rb") as file:
+            file.seek(max(0, file.seek(0, os.SEEK_END) - tail_bytes))
+            lines = file.read().decode(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return lines[-1][-300:] if lines else ""
 
 
 def _error_report(replica: ReplicaState, ended_at: float | None) -> ErrorReport:

@@ -38,7 +38,8 @@ from torchx_ext.replica_env import LAUNCHER_MODULE, LIVENESS_FILE_ENV, RDZV_IS_H
 from torchx_ext.schedulers.common.states import State, how_it_ended, job_move, replica_move
 from torchx_ext.schedulers.local.processes import (JOB_MARKER_ENV, marked_processes, signal_process as _signal,
                                                    stop_processes)
-from torchx_ext.schedulers.local.records import ERROR_FILE_NAME, LIVENESS_FILE_NAME, LocalJobDir, JobState, ReplicaState
+from torchx_ext.schedulers.local.records import (ERROR_FILE_NAME, LIVENESS_FILE_NAME, JobState, LocalJobDir, ReplicaState,
+                                                 SupervisorRecord)
 from torchx_ext.schedulers.local.request import LocalJobRequest, ReplicaRequest, LocalRoleRequest
 from torchx_ext.schedulers.common.log_files import ReplicaLogWriter
 from torchx_ext.warm import fork
@@ -568,6 +569,18 @@ def _first_supervisor(job: LocalJobDir) -> bool:
     return True  # kept open: released as the process ends
 
 
+def _leave_the_record_to_the_first(job: LocalJobDir, timeout_s: float = 5.0) -> None:
+    """Ends once the record names the supervisor that holds the lock (it writes itself as it
+    takes it), not this one: while it named this one, this one's end would read as the job's
+    supervisor's, and the job as orphaned."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        record = job.supervisor_record()
+        if record is not None and record.pid != os.getpid():
+            return
+        time.sleep(0.01)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     # Logs and records it writes are the user's alone; replicas get the user's own umask back.
@@ -575,7 +588,9 @@ def main(argv: list[str] | None = None) -> None:
     job = LocalJobDir(Path(args[0]))
     if not _first_supervisor(job):
         _log("another supervisor runs this job (a warm start answered late): this one ends")
+        _leave_the_record_to_the_first(job)
         return
+    job.record_supervisor(SupervisorRecord.of(os.getpid()))
     supervisor = Supervisor(job)
     supervisor.user_umask = user_umask
     supervisor.run()
