@@ -278,9 +278,11 @@ class HangWatch:
         self._store.add("stop_seen", 1)
 
     def failure(self, ask_the_job: bool) -> str | None:
-        """How this round's attempt failed, after ``stop``: the first error line a worker of this node
-        left (then written to the round's store for the other nodes), else, if ``ask_the_job``, the
-        one another node wrote; None when no worker's code failed (its workers were stopped).
+        """How this round's attempt failed, after ``stop``: the job's first error line, as the round's
+        store orders them (``failed``: the first node to set it wins), which this node's first line
+        may be (it is set there for the other nodes), else, if ``ask_the_job``, the one another node
+        wrote; None when no worker's code failed (its workers were stopped). A node whose own worker
+        failed only after another node's (gloo's reset when that worker exited) names the other's.
 
         A node whose worker failed writes before it joins the next round, and the others read when
         they leave for it, which is after it joined: they do not miss it. Not asked at shutdown, when
@@ -294,8 +296,8 @@ class HangWatch:
 
                 store.set_timeout(timedelta(seconds=FAILURE_CALL_S))  # a frozen store's host: bounded
             if local and store is not None:
-                store.compare_set("failed", "", local[0])
-            elif not local and ask_the_job and store is not None and store.check(["failed"]):
+                return str(store.compare_set("failed", "", local[0]).decode(errors="replace"))
+            if not local and ask_the_job and store is not None and store.check(["failed"]):
                 return str(store.get("failed").decode(errors="replace"))
         except Exception as error:  # the store's loss, the peer watchdog tells
             logger.debug("hang watch: store call failed: %s", error)

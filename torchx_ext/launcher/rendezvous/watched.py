@@ -224,8 +224,8 @@ class WatchedRendezvousHandler(RendezvousHandler):  # type: ignore[misc]  # torc
             if self._stopping is not None and self._ended_watch is not None:
                 self._ended_watch.wait_until_every_node_saw_the_stop()  # before this node's store goes
             self._stop_watching()
-            if hang_watch is not None:  # as the watches' threads: none left in a store call
-                hang_watch.join(THREADS_END_S)
+            if self._ended_watch is not None:  # this round's (ended above) or the last one's, still writing its
+                self._ended_watch.join(THREADS_END_S)  # stacks: no store call left, no line after the launcher's
 
     def _on_loss(self, loss: Loss) -> None:
         if loss.of_store:
