@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from tests.unit.rendezvous_sim import EXPIRY_S, KEEP_ALIVE_S, LAST_CALL_S, Fault, SimNode, Simulation
 from torchx_ext.launcher.rendezvous.core import (NodeDescription, RankClaim, Seen, Settings, Sightings, TurnView,
-                                                 assign_ranks, my_turn, ranks_of)
+                                                 assign_ranks, my_turn, ranks_of, waiters_ahead)
 
 SETTLE_S = 60.0
 """After the last fault: expiry, last call, turns, workers stopping, with room to spare."""
@@ -214,6 +214,15 @@ def test_a_waiter_lets_a_member_still_beating_come_first_up_to_the_expiry_and_th
     behind = TurnView(now=102, started=100, arrived=1, ahead=1, members=[Seen.LEFT, Seen.SILENT], clear_since=101)
     assert not my_turn(behind, rules)  # a waiter ahead of it goes first
     assert KEEP_ALIVE_S < EXPIRY_S
+
+
+def test_waiters_go_in_the_order_they_came_not_the_order_they_took_this_rounds_tickets() -> None:
+    # Two spares a round left out take the next round's tickets in flipped order: the one that came
+    # first (came 1) holds ticket 2. It goes first; the other lets it.
+    assert waiters_ahead(came=1, ticket=2, places=[2, 1]) == 0
+    assert waiters_ahead(came=2, ticket=1, places=[2, 1]) == 1
+    assert waiters_ahead(came=3, ticket=3, places=[1, 2, 3]) == 2  # a newcomer: after both
+    assert waiters_ahead(came=2, ticket=1, places=[2, None]) == 1  # a ticket whose place is not written yet goes before
 
 
 def test_when_the_first_arrivals_die_before_the_seal_the_next_ones_watch_and_seal() -> None:

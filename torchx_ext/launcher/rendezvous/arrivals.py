@@ -30,7 +30,9 @@ bytes each. Here a round is built from keys no node rewrites (all under ``torchx
 - a member that rendezvouses again opens round k+1, arrives there at once (the other members count
   it) and then writes ``+`` on its key of round k: it left alive. Waiters let the last round's
   members arrive first, as long as their keys move (workers slow to stop), then arrive in the order
-  they came: a spare takes a lost node's place, not a survivor's;
+  they came (``came``, a counter a node takes once and keeps while it waits: a spare that a round
+  left out keeps its place in the next, whichever thread takes a ticket there first): a spare takes
+  a lost node's place, not a survivor's;
 - a waiter that sees every member of the sealed round go silent (a whole job started again against
   a store that outlived it) opens the next round itself;
 - ``closed`` ends every wait (``set_closed``, ``shutdown``);
@@ -62,7 +64,8 @@ from torchx_ext.launcher.rendezvous.core import (LEFT, WITHDRAWN, Candidate, bat
                                                  OutsideView, ParticipantView, Seen, SealedWithout, Sealing, Settings,
                                                  Sightings, Superseded, TrySeal, TurnView, Wait, Withdraw, beat_payload,
                                                  beat_value, choose_members, members_coming, my_turn, outside_action,
-                                                 participant_action, present, track_since, waiting_count)
+                                                 participant_action, present, track_since, waiters_ahead,
+                                                 waiting_count)
 from torchx_ext.launcher.rendezvous.store_keys import PrefixedKeys, delete_keys
 
 BACKEND = "torchx_ext-arrivals"
@@ -145,6 +148,8 @@ class ArrivalRendezvous:
         self._keep_alive: KeepAliveLike | None = None
         self._poked = -1
         """The round in which this node last woke the watchers (once a round)."""
+        self._came: int | None = None
+        """Its place in the order nodes came to wait (the job's ``came`` counter), kept until it is a member."""
 
     # --- joining: the generator and its real driver ---------------------------------------------
 
@@ -210,7 +215,7 @@ class ArrivalRendezvous:
             joined = yield from self._participating(current, deadline)
             if joined is not None:
                 self.round, self._rank = joined[0], joined[1]
-                self._member_of = self.round
+                self._member_of, self._came = self.round, None
                 self._waiting_read_at = None
                 for old in range(max(0, self.round - 3), self.round - 1):
                     self.sightings.forget_round(old)
@@ -414,11 +419,15 @@ class ArrivalRendezvous:
         clear_since: float | None = None
         looked_at: float | None = None
         seen_arrived, look_again = -1, False
+        places: list[int | None] = []
         while True:
             if self.is_closed():
                 return  # the caller raises, or releases a spare
             now = self.clock()
-            arrived = self._counters(round_, "arrivals")[0]
+            arrived, queued = self._counters(round_, "arrivals", "queue")
+            if queued != len(places) or None in places:  # a waiter came since: where it stands
+                places = [None if value is None else int(value)
+                          for value in self._read([f"r{round_}.came.{t}" for t in range(1, queued + 1)])]
             # The members' keys are O(N): read when an arrival came (a member marks its old key
             # "left" once arrived: read once more a poll later), else every half beat.
             if arrived != seen_arrived or look_again or looked_at is None or now - looked_at >= self.keep_alive_s / 2:
@@ -428,14 +437,18 @@ class ArrivalRendezvous:
             keys = [f"r{round_ - 1}.node.{a}" for a in members]
             quiet = [self.sightings.unchanged_for(key, now) for key in keys]
             clear_since = track_since(clear_since, not members_coming(seen, quiet, self.settings), now)
-            view = TurnView(now=now, started=started, arrived=arrived, ahead=ticket - 1, members=seen,
-                            clear_since=clear_since)
+            assert self._came is not None
+            view = TurnView(now=now, started=started, arrived=arrived, ahead=waiters_ahead(self._came, ticket, places),
+                            members=seen, clear_since=clear_since)
             if my_turn(view, self.settings):
                 return
             yield Pause(now + TURN_POLL_S)
 
     def _take_ticket(self, next_round: int, counted: bool) -> int:
-        ticket = int(self.store.add(f"r{next_round}.queue", 1))  # the waiters' order
+        if self._came is None:  # once: a spare a round left out keeps its place in the next
+            self._came = int(self.store.add("came", 1))
+        ticket = int(self.store.add(f"r{next_round}.queue", 1))
+        self.store.set(f"r{next_round}.came.{ticket}", str(self._came))  # the waiters' order
         key = f"r{next_round}.waiter.{ticket}"
         self.store.set(key, beat_value(0, "1" if counted else "0"))
         self._beat(key, counted=counted, written=True)

@@ -478,7 +478,7 @@ class TurnView:
     arrived: int
     """Arrivals at the reopened round so far."""
     ahead: int
-    """Waiters that came before this one."""
+    """Waiters that came before this one (``waiters_ahead``)."""
     members: Sequence[Seen]
     """The last round's members, judged by this node."""
     clear_since: float | None
@@ -491,6 +491,15 @@ def members_coming(members: Sequence[Seen], quiet: Sequence[float], settings: Se
     once its workers have stopped."""
     return any(seen in (Seen.ALIVE, Seen.UNKNOWN) and unchanged < settings.keep_alive_s * 2
                for seen, unchanged in zip(members, quiet))
+
+
+def waiters_ahead(came: int, ticket: int, places: Sequence[int | None]) -> int:
+    """How many of a reopened round's waiters go before the one with ``ticket``: those that came
+    to wait before it (``came``: a place a node takes once and keeps while it waits, round after
+    round), not those that took a ticket for this round first (spares that a round left out take
+    the next round's tickets in whatever order their threads run). ``places``: each ticket's
+    place, None where not written yet: it goes before, as a dead waiter does until the grace."""
+    return sum(1 for number, place in enumerate(places, 1) if number != ticket and (place is None or place < came))
 
 
 def my_turn(view: TurnView, settings: Settings) -> bool:
