@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -27,13 +28,25 @@ def run_module(module: str, args: list[str], *, cwd: str, env: Mapping[str, str]
     try:
         path = socket_path()
         answer = ask(path, request, list(streams))
-    except OSError:
+    except OSError as error:
+        _tell(streams[2], f"no warm interpreter answered ({error!r}): starting cold")
         start_server()  # none answers: one for the next job (unless one is starting)
         return None
-    except ValueError:
-        return None  # it answered, but cannot run this one (its environment too large): cold
+    except ValueError as error:
+        # It answered, but cannot run this one (its environment too large), or broke off: cold.
+        _tell(streams[2], f"the warm interpreter did not run it ({error}): starting cold")
+        return None
     pid = answer.get("pid")
     return pid if isinstance(pid, int) else None
+
+
+def _tell(stream: int, line: str) -> None:
+    """One line on the started process's standard error (its log): why it started cold. A late
+    answer may still fork one; the one that starts second sees that and ends."""
+    try:
+        os.write(stream, f"{time.strftime('%H:%M:%S')} warm client: {line}\n".encode())
+    except OSError:
+        pass
 
 
 def ask(path: Path, request: dict[str, Any], descriptors: list[int] | None = None) -> dict[str, Any]:
