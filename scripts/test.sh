@@ -127,7 +127,8 @@ else
   side_lane slurm "${slurm_lane[@]}"
   for line in "${lines[@]}"; do
     echo "=== torchx $line: pytest, the engine lane (the local and slurm lanes run beside it)"
-    run_line "$line" engines "${engine_lane[@]}" || failed+=("$line (engines)")
+    run_line "$line" engines "${engine_lane[@]}" 2>&1 | tee -a "$logs/engines"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || failed+=("$line (engines)")
   done
   wait "${pids[0]}" || failed+=("local lane")
   wait "${pids[1]}" || failed+=("slurm lane")
@@ -135,6 +136,13 @@ else
     cat "$logs/$name"
     grep "^test.sh: the $name lane failed" "$logs/$name" >&2 || true
   done
+  if [ ${#failed[@]} -gt 0 ]; then
+    # Last, where a reader of a long log's tail finds it: every lane's failures and their asserts.
+    echo "=== test.sh: what failed, lane by lane"
+    for name in engines local slurm; do
+      grep -E "^(FAILED|ERROR) |^E   " "$logs/$name" 2>/dev/null | cut -c1-300 | head -n 40 | sed "s/^/$name: /" || true
+    done
+  fi
   rm -rf "$logs"
 fi
 if [ ${#failed[@]} -gt 0 ]; then
