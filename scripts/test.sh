@@ -140,7 +140,8 @@ else
     # Last, where a reader of a long log's tail finds it: every lane's failures and their asserts.
     echo "=== test.sh: what failed, lane by lane"
     for name in engines local slurm; do
-      grep -E "^(FAILED|ERROR) |^E   " "$logs/$name" 2>/dev/null | cut -c1-300 | head -n 40 | sed "s/^/$name: /" || true
+      grep -E "^(FAILED|ERROR) " "$logs/$name" 2>/dev/null | cut -c1-300 | head -n 60 | sed "s/^/$name: /" || true
+      grep -E "^E   " "$logs/$name" 2>/dev/null | cut -c1-300 | head -n 40 | sed "s/^/$name: /" || true
     done
   fi
   rm -rf "$logs"

@@ -425,9 +425,13 @@ class ArrivalRendezvous:
                 return  # the caller raises, or releases a spare
             now = self.clock()
             arrived, queued = self._counters(round_, "arrivals", "queue")
-            if queued != len(places) or None in places:  # a waiter came since: where it stands
-                places = [None if value is None else int(value)
-                          for value in self._read([f"r{round_}.came.{t}" for t in range(1, queued + 1)])]
+            # Where the waiters that came since stand, and those whose place was not written yet
+            # (between their two calls, or dead there): their keys alone, not all N each poll.
+            unknown = [t for t in range(1, queued + 1) if t > len(places) or places[t - 1] is None]
+            if unknown:
+                places += [None] * (queued - len(places))
+                for t, value in zip(unknown, self._read([f"r{round_}.came.{t}" for t in unknown])):
+                    places[t - 1] = None if value is None else int(value)
             # The members' keys are O(N): read when an arrival came (a member marks its old key
             # "left" once arrived: read once more a poll later), else every half beat.
             if arrived != seen_arrived or look_again or looked_at is None or now - looked_at >= self.keep_alive_s / 2:

@@ -141,6 +141,9 @@ class LocalJobDir(JobDirectory):
             os.link(staged, self.supervisor)  # fails where one is recorded, never half-written
         except FileExistsError:
             pass
+        except OSError:  # a file system without hard links (some FUSE and SMB mounts)
+            if self.supervisor_record() is None:
+                write_atomically(self.supervisor, str(record))
         finally:
             staged.unlink(missing_ok=True)
 

@@ -235,7 +235,8 @@ class LocalScheduler(SchedulerShell[LocalOpts]):
             deadline = time.monotonic() + 2 * grace + CANCEL_MARGIN_S
             while job.supervisor_alive() and not job.read_state().state.terminal:
                 if time.monotonic() > deadline:
-                    signal_process(record.pid, signal.SIGKILL)
+                    now_recorded = job.supervisor_record() or record  # a late second one hands over to the first
+                    signal_process(now_recorded.pid, signal.SIGKILL)
                     break
                 time.sleep(0.05)
             while job.supervisor_alive() and not job.read_state().state.terminal:
@@ -327,11 +328,13 @@ def _read_state_ending_orphaned_job(job: LocalJobDir) -> JobState:
 
 
 def _last_line(path: Path, tail_bytes: int = 4096) -> str:
-    """The last line a file holds ('' if none or unreadable): what a dead supervisor said last."""
+    """The last line the job's supervisor wrote ('' if none or unreadable), not one of a second
+    supervisor that stepped aside or of the warm client: what a dead supervisor said last."""
     try:
         with open(path, "rb") as file:
             file.seek(max(0, file.seek(0, os.SEEK_END) - tail_bytes))
-            lines = file.read().decode(errors="replace").strip().splitlines()
+            lines = [line for line in file.read().decode(errors="replace").strip().splitlines()
+                     if "another supervisor runs this job" not in line and " warm client: " not in line]
     except OSError:
         return ""
     return lines[-1][-300:] if lines else ""

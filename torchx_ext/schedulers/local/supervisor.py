@@ -573,6 +573,8 @@ def _leave_the_record_to_the_first(job: LocalJobDir, timeout_s: float = 5.0) -> 
     """Ends once the record names the supervisor that holds the lock (it writes itself as it
     takes it), not this one: while it named this one, this one's end would read as the job's
     supervisor's, and the job as orphaned."""
+    for stop in (signal.SIGTERM, signal.SIGINT):  # a cancel now would end it while still named
+        signal.signal(stop, signal.SIG_IGN)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         record = job.supervisor_record()
@@ -587,7 +589,7 @@ def main(argv: list[str] | None = None) -> None:
     user_umask = os.umask(0o077)
     job = LocalJobDir(Path(args[0]))
     if not _first_supervisor(job):
-        _log("another supervisor runs this job (a warm start answered late): this one ends")
+        _log(f"another supervisor runs this job (a warm start answered late): this one (pid {os.getpid()}) ends")
         _leave_the_record_to_the_first(job)
         return
     job.record_supervisor(SupervisorRecord.of(os.getpid()))
