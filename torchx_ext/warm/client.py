@@ -40,11 +40,15 @@ def run_module(module: str, args: list[str], *, cwd: str, env: Mapping[str, str]
     return pid if isinstance(pid, int) else None
 
 
+CLIENT_SAYS = " warm client: "
+"""What marks the client's own lines in a started process's log."""
+
+
 def _tell(stream: int, line: str) -> None:
     """One line on the started process's standard error (its log): why it started cold. A late
     answer may still fork one; the one that starts second sees that and ends."""
     try:
-        os.write(stream, f"{time.strftime('%H:%M:%S')} warm client: {line}\n".encode())
+        os.write(stream, f"{time.strftime('%H:%M:%S')}{CLIENT_SAYS}{line}\n".encode())
     except OSError:
         pass
 

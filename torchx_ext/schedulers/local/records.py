@@ -88,6 +88,10 @@ def _state(value: object) -> State:
         raise JobRecordError(f"unknown state {value!r}: valid states are {', '.join(s.value for s in State)}") from None
 
 
+STEPPED_ASIDE = "another supervisor runs this job"
+"""How a second supervisor of a job (a warm start that answered late) begins the line it ends with."""
+
+
 class LocalJobDir(JobDirectory):
     @property
     def state(self) -> Path:

@@ -35,7 +35,8 @@ from torchx_ext.liveness import is_spare
 from torchx_ext.schedulers.common.watch import RecordWatch, file_signature
 from torchx_ext.stack_request import REQUEST_SIGNAL
 from torchx_ext.schedulers.local.processes import marked_processes, signal_process, stop_processes
-from torchx_ext.schedulers.local.records import JOBS, LIVENESS_FILE_NAME, JobState, LocalJobDir, ReplicaState, SupervisorRecord
+from torchx_ext.schedulers.local.records import (JOBS, LIVENESS_FILE_NAME, STEPPED_ASIDE, JobState, LocalJobDir, ReplicaState,
+                                                 SupervisorRecord)
 from torchx_ext.schedulers.common.role_spec import role_from_spec
 from torchx_ext.schedulers.local.options import LocalOpts, run_opts
 from torchx_ext.schedulers.local.targets import check_targets
@@ -330,11 +331,13 @@ def _read_state_ending_orphaned_job(job: LocalJobDir) -> JobState:
 def _last_line(path: Path, tail_bytes: int = 4096) -> str:
     """The last line the job's supervisor wrote ('' if none or unreadable), not one of a second
     supervisor that stepped aside or of the warm client: what a dead supervisor said last."""
+    from torchx_ext.warm.client import CLIENT_SAYS  # here: the other commands start without it
+
     try:
         with open(path, "rb") as file:
             file.seek(max(0, file.seek(0, os.SEEK_END) - tail_bytes))
             lines = [line for line in file.read().decode(errors="replace").strip().splitlines()
-                     if "another supervisor runs this job" not in line and " warm client: " not in line]
+                     if STEPPED_ASIDE not in line and CLIENT_SAYS not in line]
     except OSError:
         return ""
     return lines[-1][-300:] if lines else ""

@@ -39,7 +39,7 @@ from torchx_ext.schedulers.common.states import State, how_it_ended, job_move, r
 from torchx_ext.schedulers.local.processes import (JOB_MARKER_ENV, marked_processes, signal_process as _signal,
                                                    stop_processes)
 from torchx_ext.schedulers.local.records import (ERROR_FILE_NAME, LIVENESS_FILE_NAME, JobState, LocalJobDir, ReplicaState,
-                                                 SupervisorRecord)
+                                                 STEPPED_ASIDE, SupervisorRecord)
 from torchx_ext.schedulers.local.request import LocalJobRequest, ReplicaRequest, LocalRoleRequest
 from torchx_ext.schedulers.common.log_files import ReplicaLogWriter
 from torchx_ext.warm import fork
@@ -589,7 +589,7 @@ def main(argv: list[str] | None = None) -> None:
     user_umask = os.umask(0o077)
     job = LocalJobDir(Path(args[0]))
     if not _first_supervisor(job):
-        _log(f"another supervisor runs this job (a warm start answered late): this one (pid {os.getpid()}) ends")
+        _log(f"{STEPPED_ASIDE} (a warm start answered late): this one (pid {os.getpid()}) ends")
         _leave_the_record_to_the_first(job)
         return
     job.record_supervisor(SupervisorRecord.of(os.getpid()))
