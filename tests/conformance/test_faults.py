@@ -37,6 +37,20 @@ def _history(directory: Path) -> list[list[Any]]:
         return []
 
 
+def _log_lines(runner: Runner, handle: str, role: str, replicas: int) -> list[str]:
+    return [f"[{role}/{replica}] {line.rstrip()}" for replica in range(replicas)
+            for line in runner.log_lines(handle, role, replica)]
+
+
+def _logs(runner: Runner, handle: str, role: str, replicas: int, tmp_path: Path) -> str:
+    """Where every replica's log was written for a failure's reader (the launchers' lines say which
+    wait took the time; a failed test's directory is kept), and its last lines."""
+    lines = _log_lines(runner, handle, role, replicas)
+    path = tmp_path / "job.log"
+    path.write_text("\n".join(lines) + "\n")
+    return f"the job's log: {path}, ending\n" + "\n".join(lines[-40:])
+
+
 def _wait_for_step(directory: Path, step: int, timeout_s: float = 120) -> float:
     """When the checkpoint first held ``step`` steps (polled)."""
     deadline = time.monotonic() + timeout_s
@@ -122,8 +136,12 @@ def test_a_worker_that_fails_once_restarts_every_node_within_10_s_where_peers_no
 
     history = _every_step_once(runner, handle, directory, steps=16)
     after = [entry for entry in history if entry[2] > failed_at]
-    assert after and after[0][2] - failed_at <= 10, (failed_at, history)
+    assert after and after[0][2] - failed_at <= 10, (failed_at, history, _logs(runner, handle, "store_stepped", 3, tmp_path))
     assert history[-1][1] == 3, history
+    # Each launcher says where its restart's time went (the line a reader of a slow restart looks for).
+    again = [line for line in _log_lines(runner, handle, "store_stepped", 3) if "rendezvous again" in line]
+    assert sorted(line.split("]")[0] for line in again) == [f"[store_stepped/{replica}" for replica in range(3)], again
+    assert all(" of 3, joined in " in line for line in again), again
     assert scheduler.leftovers(app_id) == []
 
 

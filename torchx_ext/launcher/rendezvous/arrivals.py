@@ -150,6 +150,9 @@ class ArrivalRendezvous:
         """The round in which this node last woke the watchers (once a round)."""
         self._came: int | None = None
         """Its place in the order nodes came to wait (the job's ``came`` counter), kept until it is a member."""
+        self.spent: dict[str, float] = {}
+        """Where its last join spent its time, on its own clock: ``outside`` a sealed round, its ``turn``
+        at a reopened one, waiting for the ``seal`` (the launcher's line after a restart says it)."""
 
     # --- joining: the generator and its real driver ---------------------------------------------
 
@@ -180,6 +183,7 @@ class ArrivalRendezvous:
         if self._keep_alive is None:
             self._keep_alive = self._make_keep_alive(self.store, self.keep_alive_s)
         self._keep_alive.beat(None)  # a member that rendezvouses again has left its round
+        self.spent = {}
         try:
             return (yield from self._joining(self.clock() + self.join_timeout_s))
         finally:
@@ -212,7 +216,11 @@ class ArrivalRendezvous:
                 yield from self._awaiting_turn(current, self._take_ticket(current, counted=False))
                 if int(self.store.add("round", 0)) != current:
                     continue  # the job moved on while it waited its turn (or it was frozen): no arrival there
-            joined = yield from self._participating(current, deadline)
+            arrived_at = self.clock()
+            try:
+                joined = yield from self._participating(current, deadline)
+            finally:
+                self._spend("seal", arrived_at)
             if joined is not None:
                 self.round, self._rank = joined[0], joined[1]
                 self._member_of, self._came = self.round, None
@@ -377,6 +385,7 @@ class ArrivalRendezvous:
         ticket = self._take_ticket(next_round, counted)
         redundant = self.spare = not counted
         looked_at: float | None = None
+        came: float | None = self.clock()
         try:
             while True:
                 now = self.clock()
@@ -390,6 +399,8 @@ class ArrivalRendezvous:
                 if action is Outside.CLOSED:
                     return redundant
                 if action is Outside.NEXT_ROUND_OPEN:
+                    self._spend("outside", came)
+                    came = None  # what comes next is its turn
                     yield from self._awaiting_turn(next_round, ticket)
                     return redundant
                 if action is Outside.TIMED_OUT:
@@ -397,6 +408,8 @@ class ArrivalRendezvous:
                     self.store.set(f"r{next_round}.waiter.{ticket}", WITHDRAWN)
                     raise RendezvousTimeoutError(f"the rendezvous {self.run_id!r}: no round for this node in time")
                 if action is Outside.OPEN_NEXT:
+                    self._spend("outside", came)
+                    came = None  # what comes next is its turn
                     self._open(next_round)
                     yield from self._awaiting_turn(next_round, ticket)
                     return redundant
@@ -408,6 +421,7 @@ class ArrivalRendezvous:
                 yield Pause(now + WAIT_POLL_S)
         finally:
             self.spare = False
+            self._spend("outside", came)
 
     def _awaiting_turn(self, round_: int, ticket: int) -> Steps:
         """Let the last round's members and the waiting nodes whose ``ticket`` is lower arrive at
@@ -416,6 +430,12 @@ class ArrivalRendezvous:
         self._turn = round_
         members = self._seal_of(round_ - 1) or []
         started = self.clock()
+        try:
+            yield from self._taking_turn(round_, ticket, members, started)
+        finally:
+            self._spend("turn", started)
+
+    def _taking_turn(self, round_: int, ticket: int, members: list[int], started: float) -> Steps:
         clear_since: float | None = None
         looked_at: float | None = None
         seen_arrived, look_again = -1, False
@@ -447,6 +467,10 @@ class ArrivalRendezvous:
             if my_turn(view, self.settings):
                 return
             yield Pause(now + TURN_POLL_S)
+
+    def _spend(self, phase: str, since: float | None) -> None:
+        if since is not None:
+            self.spent[phase] = self.spent.get(phase, 0.0) + self.clock() - since
 
     def _take_ticket(self, next_round: int, counted: bool) -> int:
         if self._came is None:  # once: a spare a round left out keeps its place in the next

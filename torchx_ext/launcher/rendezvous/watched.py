@@ -43,6 +43,20 @@ THREADS_END_S = 5.0
 ``launch()`` whose process then exits must have none left in a store call (it would abort)."""
 
 
+def rejoined_line(rank: int, world_size: int, joined_s: float, counted_s: float, stopped_s: float | None,
+                  spent: dict[str, float], began: float) -> str:
+    """What a launcher says once it rendezvoused again: where the restart's time went, on its own
+    clock (``stopped_s``: from when it was told to restart its workers until they were stopped;
+    ``spent``: the arrival rendezvous' phases of the join), and when it began on this host's wall
+    clock (``began``, as torch's own log lines are stamped: a reader lines them up)."""
+    phases = "".join(f", {spent[phase]:.1f} s {words}" for phase, words in (
+        ("outside", "outside a full round"), ("turn", "for its turn"), ("seal", "for the round's seal")) if phase in spent)
+    stopped = "" if stopped_s is None else f"; its workers stopped in {stopped_s:.1f} s"
+    stamp = time.strftime("%H:%M:%S", time.localtime(began)) + f".{int(began % 1 * 1000):03d}"
+    return (f"rendezvous again from {stamp}: rank {rank} of {world_size}, joined in {joined_s:.1f} s{phases}; the last "
+            f"attempt's end counted in {counted_s:.1f} s{stopped}")
+
+
 def watched_handler(inner: Any, *, timeout_s: float, restarts: int, endpoint: str,
                     on_store_loss: Callable[[Loss], None], node_rank: int, local_addr: str | None, spares: int,
                     max_nodes: int, forget_old_rounds: Callable[[], None] | None = None,
@@ -82,6 +96,8 @@ class WatchedRendezvousHandler(RendezvousHandler):  # type: ignore[misc]  # torc
         self._watch: RoundWatch | None = None
         self._stopped: list[RoundWatch] = []  # watches whose threads may still be ending
         self._kept: tuple[int | None, int] = (None, -1)  # torch's round this node was last in, its rank
+        self._noticed_at: float | None = None
+        """When this round's ``num_nodes_waiting`` first told the agent to restart its workers."""
 
     def get_backend(self) -> str:
         return BACKEND  # torch checks that a handler is of the backend it was asked for
@@ -91,7 +107,11 @@ class WatchedRendezvousHandler(RendezvousHandler):  # type: ignore[misc]  # torc
         return bool(self._inner.use_agent_store)
 
     def next_rendezvous(self) -> Any:
+        began, noticed, self._noticed_at = time.monotonic(), self._noticed_at, None
+        began_at = time.time()
+        again = self._joined
         self._end_hang_watch()
+        counted = time.monotonic()
         previous, self._watch = self._watch, None
         if previous is not None:
             previous.judge_store_only()
@@ -102,6 +122,11 @@ class WatchedRendezvousHandler(RendezvousHandler):  # type: ignore[misc]  # torc
                     self._inner, os.environ.get(LIVENESS_FILE_ENV), closed_releases=self._spares > 0 and not self._joined):
                 info = self._inner.next_rendezvous()
             self._joined = True
+            if again:
+                logger.info("%s", rejoined_line(info.rank, info.world_size, time.monotonic() - counted, counted - began,
+                                                None if noticed is None else began - noticed,
+                                                getattr(getattr(self._inner, "rendezvous", None), "spent", {}),
+                                                began_at))
         except RendezvousClosedError as closed:
             self._stop_if_stopped_elsewhere(closed)
             raise
@@ -177,6 +202,12 @@ class WatchedRendezvousHandler(RendezvousHandler):  # type: ignore[misc]  # torc
         return f"{line}; {self._restarts_left} restarts in place left unused, and the scheduler's"
 
     def num_nodes_waiting(self) -> int:
+        waiting = self._num_nodes_waiting()
+        if waiting and self._noticed_at is None:
+            self._noticed_at = time.monotonic()
+        return waiting
+
+    def _num_nodes_waiting(self) -> int:
         if self._hang_watch is not None and self._hang_watch.stuck_elsewhere() is not None:
             self._end_hang_watch()  # raises StuckError: the job stops restarting with that node
         hang = self._hang_watch.hang() if self._hang_watch is not None and not self._hang_taken else None
