@@ -34,6 +34,8 @@ case "${1:-}" in
     # Without iptables the containers have no route out, so a name the engine's own DNS does not
     # know (c10d's reverse lookup of ::ffff:127.0.0.1 in every rendezvous) waits for an upstream
     # resolver that never answers: 10 s with the resolver's defaults, 1 s with these options.
+    # The last engine's log is kept beside the new one: what a failed run's engine said stays readable.
+    if [ -s "$dir/dockerd.log" ]; then mv -f "$dir/dockerd.log" "$dir/dockerd.log.1"; fi
     nohup dockerd --host "$host" --data-root "$dir/data" --exec-root "$dir/exec" --pidfile "$pidfile" \
       --storage-driver=vfs --iptables=false --dns-opt timeout:1 --dns-opt attempts:1 >"$dir/dockerd.log" 2>&1 &
     echo $! >"$dir/started-by-script"

@@ -39,6 +39,7 @@ storage:
   delete: {enabled: true}
 http: {addr: "$address"}
 EOF
+    if [ -s "$dir/registry.log" ]; then mv -f "$dir/registry.log" "$dir/registry.log.1"; fi  # the last one's, kept
     nohup docker-registry serve "$dir/config.yml" >"$dir/registry.log" 2>&1 &
     echo $! >"$dir/started-by-script"
     for _ in $(seq 50); do
