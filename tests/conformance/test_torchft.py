@@ -127,11 +127,15 @@ def _uncommitted(groups: Groups, group: int, since: float) -> int:
 
 
 def _same_weights(groups: Groups, since: float) -> None:
-    """Both groups' weights hash the same at every step both committed after ``since``."""
+    """Both groups' weights hash the same at every step both committed after ``since``, once there
+    are 3 such steps (each group writes a step when it committed it: one group's line of a step
+    may reach the test a poll after the other's)."""
+    def common() -> list[int]:
+        return sorted(set(groups.hashes(0, since)) & set(groups.hashes(1, since)))
+
+    groups.until(lambda: len(common()) >= 3, 30, "3 steps both groups committed after the group came back")
     ours, theirs = groups.hashes(0, since), groups.hashes(1, since)
-    common = sorted(set(ours) & set(theirs))
-    assert len(common) >= 3, f"fewer than 3 steps in common after the group came back: {common}"
-    assert [step for step in common if ours[step] != theirs[step]] == [], (ours, theirs)
+    assert [step for step in common() if ours[step] != theirs[step]] == [], (ours, theirs)
 
 
 def losses_cost_a_step_and_the_group_comes_back(

@@ -226,6 +226,28 @@ def test_a_replaced_pod_still_counts_once_a_succeeded_job_has_deleted_its_replac
     assert (failed.state, failed.restarts, waiting.state, waiting.restarts) == (State.FAILED, 0, State.RUNNING, 0)
 
 
+def test_replicas_that_stop_together_and_fail_the_job_restarted_nothing() -> None:
+    # Every node's launcher stops restarting at once (exit 3, stuck at one point): the Job counts
+    # both failures, and neither pod was replaced.
+    stopped = job([("FailureTarget", "PodFailurePolicy"), ("Failed", "PodFailurePolicy")])
+    stopped["status"]["failed"] = 2
+    view = read_job(APP, [stopped], [pod(0, "Failed", exit_code=3), pod(1, "Failed", exit_code=3)])
+    assert (view.state, view.restarts) == (State.FAILED, 0)
+
+    # One of them replaced before, and its replacement failed with the other: one restart.
+    stopped["status"]["failed"] = 3
+    view = read_job(APP, [stopped], [pod(0, "Failed", exit_code=1, created="2026-11-22T10:00:01Z"),
+                                     pod(0, "Failed", exit_code=3, created="2026-11-22T10:01:00Z"),
+                                     pod(1, "Failed", exit_code=3)])
+    assert view.restarts == 1
+
+    # A replaced pod gone from the API still counts; a failed pod whose replacement is to come does not yet.
+    running = job(ready=1)
+    running["status"]["failed"] = 2
+    view = read_job(APP, [running], [pod(0, "Running", created="2026-11-22T10:01:00Z"), pod(1, "Failed", exit_code=1)])
+    assert (view.state, view.restarts) == (State.RUNNING, 1)
+
+
 def test_a_running_pod_that_our_spare_probe_calls_not_ready_is_a_hot_spare() -> None:
     spare, training = pod(1, "Running"), pod(0, "Running")
     for each, ready in ((spare, False), (training, True)):

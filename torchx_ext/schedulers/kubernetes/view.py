@@ -162,9 +162,15 @@ def read_job(app_id: str, jobs: list[dict[str, Any]], pods: list[dict[str, Any]]
             newest[key] = pod
     replicas = []
     replaced_failures: list[ReplicaView] = []
+    replaced = 0
     for (state, _), job in job_states:
         role = by_job[job["metadata"]["name"]]
         given_up = _index_set(str((job.get("status") or {}).get("failedIndexes") or ""))
+        # Indexes whose newest pod failed and was not replaced (yet, or ever): the Job counts their
+        # failures too, and several at once where the replicas end together (a stop every node makes).
+        unreplaced = sum(1 for index in range(role.replicas) if index not in given_up
+                         and any(pod is newest.get((role.name, index)) for pod in failures.get((role.name, index), [])))
+        replaced += _replaced_pods(job, state, unreplaced)
         for index in range(role.replicas):
             key = (role.name, index)
             # The newest pod's failure is a restart only where its replacement is gone: a Job
@@ -184,20 +190,23 @@ def read_job(app_id: str, jobs: list[dict[str, Any]], pods: list[dict[str, Any]]
     stuck_since = min((_created(newest[(replica.role, replica.replica_id)]) for replica in stuck), default=None)
     timeout = next((int(value) for job in jobs if (value := _annotations(job).get(names.ANNOTATION_PULL_TIMEOUT, ""))
                     .isdigit()), None)
-    replaced = sum(_replaced_pods(job, state) for (state, _), job in job_states)
     last = max(replaced_failures, key=lambda replica: replica.finished_at or 0.0, default=None)
     return KubernetesJobView(app_id, state, message, roles, tuple(replicas), failing, end,
                    stuck_since if state in (State.PENDING, State.RUNNING) else None, timeout, replaced_pods=replaced,
                    last_failure=failure_message(last) if last is not None else "")
 
 
-def _replaced_pods(job: dict[str, Any], state: State) -> int:
-    # The Job's failed count, less the failures that were not replaced: an index given up on,
-    # or the one that failed the whole Job.
+def _replaced_pods(job: dict[str, Any], state: State, unreplaced: int) -> int:
+    # The Job's failed count, less the failures that were not replaced: an index given up on, the
+    # newest pods that failed (``unreplaced``; a succeeded Job deleted their replacements), and
+    # at least the one that failed the whole Job (its pod may be gone from the API).
     status = job.get("status") or {}
     given_up = len(_index_set(str(status.get("failedIndexes") or "")))
-    ended_it = 1 if state is State.FAILED and not given_up else 0
-    return max(0, int(status.get("failed") or 0) - given_up - ended_it)
+    if state is State.SUCCEEDED:
+        unreplaced = 0
+    elif state is State.FAILED and not given_up:
+        unreplaced = max(1, unreplaced)
+    return max(0, int(status.get("failed") or 0) - given_up - unreplaced)
 
 
 def end_due(view: KubernetesJobView, now: float) -> JobEnd | None:
