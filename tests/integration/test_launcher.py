@@ -202,6 +202,21 @@ def test_failed_worker_is_restarted_and_the_job_succeeds(tmp_path: Path) -> None
     assert [rank["restart"] for rank in reports(tmp_path)] == [1, 1]
 
 
+def test_a_restart_held_up_after_a_failure_prints_where_the_launcher_waits(tmp_path: Path) -> None:
+    # Rank 1 fails; rank 0 ignores SIGTERM, so torch waits for it (30 s) before the agent restarts:
+    # 10 s after the failure the launcher prints its own threads' stacks, once.
+    result = run_launcher(
+        ["--nproc-per-node", "2", "--max-restarts", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+         f"127.0.0.1:{free_port()}", REPORT, str(tmp_path)],
+        env=clean_env(REPORT_FAIL_ON_FIRST_ATTEMPT="1", REPORT_IGNORE_SIGTERM="1"),
+    )
+    assert result.returncode == 0, result.stderr
+    told = result.stderr.count("failed 10 s ago and the launcher has not rendezvoused again; its threads' stacks:")
+    assert told == 1, result.stderr
+    stacks = result.stderr.split("its threads' stacks:", 1)[1]
+    assert "thread MainThread:" in stacks and "_monitor_workers" in stacks, stacks  # the agent, joining its workers
+
+
 def test_worker_failing_every_time_fails_the_job_with_its_error(tmp_path: Path) -> None:
     result = run_launcher(
         ["--nproc-per-node", "2", "--max-restarts", "1", REPORT, str(tmp_path)],

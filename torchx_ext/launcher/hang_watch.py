@@ -61,6 +61,10 @@ STOP_SEEN_BOUND_S = 2 * MAX_LOOK_S + 2.0
 end the others as a lost store, and each node judges "the same point" by its own looks, so a node
 that is one attempt behind would otherwise fail on the closed rendezvous, which a scheduler retries."""
 ACK_BOUND_S = STACK_BOUND_S + 2 * 2.0 + 1.0
+RESTART_STALL_S = 10.0
+"""A worker of this node failed this long ago and its launcher has not rendezvoused again (torch's
+agent stops the workers first, in a second or two): the launcher's own stacks go to its log, once.
+A restart in place that took 29 s on a loaded CI machine left nothing to say where it waited."""
 """How long a node waits for every node's stacks: theirs (3 s at most) once they looked (every 2 s
 at most), twice over for a node that looked just before the declaration, and a second to spare."""
 
@@ -193,6 +197,9 @@ class HangWatch:
         self._postponed = False
         self.seen_failure = ""
         """The error line of the failure that came first in this round, once this node knows it."""
+        self._failure_seen_at: float | None = None
+        """When this node's look first found a worker's failure, until the round's end (``stop``)."""
+        self._told_stall = False
         self._thread = threading.Thread(target=self._look, name="torchx_ext: hang watch", daemon=True)
 
     def start(self) -> HangWatch:
@@ -318,6 +325,7 @@ class HangWatch:
                 self._store = PrefixStore(KEY_PREFIX, self._round_store.clone())
             while not self._stopped.wait(self._interval):
                 ranks = local_ranks(self._progress.directory)
+                self._tell_a_stalled_restart()
                 moved = self._progress.timed() or any(last.get(rank.pid) != rank.moves for rank in ranks)
                 last = {rank.pid: rank.moves for rank in ranks}
                 local_failure = None if self._first is not None else first_failure(self._progress.directory)
@@ -351,6 +359,27 @@ class HangWatch:
                     return
         except Exception as error:  # a store that failed while declaring: the peer watchdog tells its loss
             logger.debug("hang watch: store call failed: %s", error)
+
+    def _tell_a_stalled_restart(self) -> None:
+        """Once a worker's failure has waited ``RESTART_STALL_S`` for its restart, print the stacks
+        of every thread of this launcher: the reader of a slow restart sees where it waits."""
+        now = self._clock()
+        if self._told_stall:
+            return
+        if self._failure_seen_at is None:
+            if first_failure(self._progress.directory) is not None:
+                self._failure_seen_at = now
+            return
+        if now - self._failure_seen_at < RESTART_STALL_S or self._stopped.is_set():
+            return
+        self._told_stall = True
+        import traceback
+
+        names = {thread.ident: thread.name for thread in threading.enumerate()}
+        stacks = "".join(f"thread {names.get(ident, ident)}:\n" + "".join(traceback.format_stack(frame))
+                         for ident, frame in sys._current_frames().items())
+        print(f"[torchx_ext.launcher] a worker of this node failed {RESTART_STALL_S:g} s ago and the launcher has "
+              f"not rendezvoused again; its threads' stacks:\n{stacks}", file=sys.stderr, end="", flush=True)
 
     def _exchange(self, moved: bool, local_failure: str | None) -> tuple[int, str | None, str | None]:
         """The job's count (after this node's move, if any), a declaration, if one was made, and
