@@ -61,12 +61,12 @@ STOP_SEEN_BOUND_S = 2 * MAX_LOOK_S + 2.0
 end the others as a lost store, and each node judges "the same point" by its own looks, so a node
 that is one attempt behind would otherwise fail on the closed rendezvous, which a scheduler retries."""
 ACK_BOUND_S = STACK_BOUND_S + 2 * 2.0 + 1.0
+"""How long a node waits for every node's stacks: theirs (3 s at most) once they looked (every 2 s
+at most), twice over for a node that looked just before the declaration, and a second to spare."""
 RESTART_STALL_S = 10.0
 """A worker of this node failed this long ago and its launcher has not rendezvoused again (torch's
 agent stops the workers first, in a second or two): the launcher's own stacks go to its log, once.
 A restart in place that took 29 s on a loaded CI machine left nothing to say where it waited."""
-"""How long a node waits for every node's stacks: theirs (3 s at most) once they looked (every 2 s
-at most), twice over for a node that looked just before the declaration, and a second to spare."""
 
 
 @dataclass
@@ -363,9 +363,9 @@ class HangWatch:
     def _tell_a_stalled_restart(self) -> None:
         """Once a worker's failure has waited ``RESTART_STALL_S`` for its restart, print the stacks
         of every thread of this launcher: the reader of a slow restart sees where it waits."""
-        now = self._clock()
         if self._told_stall:
             return
+        now = self._clock()
         if self._failure_seen_at is None:
             if first_failure(self._progress.directory) is not None:
                 self._failure_seen_at = now
