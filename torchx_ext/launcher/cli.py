@@ -59,6 +59,7 @@ from torchx_ext.numa.topology import DEFAULT_SYSFS_ROOT
 from torchx_ext.ft import DEFAULT_LIGHTHOUSE_PORT, GROUP_ID_ENV, LIGHTHOUSE_ENV, ending_port
 from torchx_ext.ft import INSTALL_HINT as FT_INSTALL_HINT
 from torchx_ext.ft.ending import check_the_lighthouse, wait_for_the_end
+from torchx_ext.launcher.rendezvous.store_address import C10D_DEFAULT_PORT
 from torchx_ext.error_file import ErrorReport, read_error_file, write_error_file
 from torchx_ext.replica_env import (ALLOCATED_NODES_ENV, ERROR_FILE_ENV, LIVENESS_FILE_ENV, RDZV_HOST_ENV,
                                     RDZV_IS_HOST_ENV, RDZV_PORT_ENV)
@@ -66,8 +67,6 @@ from torchx_ext.replica_env import (ALLOCATED_NODES_ENV, ERROR_FILE_ENV, LIVENES
 logger = logging.getLogger("torchx_ext.launcher")
 
 DEFAULT_RDZV_PORT = 29500
-C10D_DEFAULT_PORT = 29400
-"""torch's c10d backend's port for an endpoint that names none."""
 STORE_CONNECT_TIMEOUT_S = 60.0
 """torch's c10d backend's ``read_timeout`` default: its store client's connect timeout too."""
 WORKER_STARTS = ("preloaded", "fresh")

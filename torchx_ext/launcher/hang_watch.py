@@ -197,6 +197,7 @@ class HangWatch:
         self._postponed = False
         self.seen_failure = ""
         """The error line of the failure that came first in this round, once this node knows it."""
+        self._told_unconnected = False
         self._failure_seen_at: float | None = None
         """When this node's look first found a worker's failure, until the round's end (``stop``)."""
         self._told_stall = False
@@ -318,14 +319,12 @@ class HangWatch:
         last: dict[int, int] = {}
         woke = self._clock()
         try:
-            if self._round_store is not None:
-                from torch.distributed import PrefixStore
-
-                # A connection of its own: the agent's may be held by a long wait (its exit barrier).
-                self._store = PrefixStore(KEY_PREFIX, self._round_store.clone())
+            self._connected()  # at once: a failure at the round's start is written for the others
             while not self._stopped.wait(self._interval):
                 ranks = local_ranks(self._progress.directory)
                 self._tell_a_stalled_restart()
+                if not self._connected():
+                    continue  # nothing is judged on this node's own connection trouble
                 moved = self._progress.timed() or any(last.get(rank.pid) != rank.moves for rank in ranks)
                 last = {rank.pid: rank.moves for rank in ranks}
                 local_failure = None if self._first is not None else first_failure(self._progress.directory)
@@ -359,6 +358,29 @@ class HangWatch:
                     return
         except Exception as error:  # a store that failed while declaring: the peer watchdog tells its loss
             logger.debug("hang watch: store call failed: %s", error)
+
+    def _connected(self) -> bool:
+        """Whether this node's own connection to the round's store is open (or the job is one node):
+        opened as the watch starts, and tried again at each look until it opens. It is said
+        once in the log when it cannot be; the stillness meanwhile was this node's, not the job's
+        (the look after it starts the judge afresh)."""
+        if self._store is not None or self._round_store is None:
+            return True
+        from torch.distributed import PrefixStore
+
+        try:
+            # A connection of its own: the agent's may be held by a long wait (its exit barrier).
+            self._store = PrefixStore(KEY_PREFIX, self._round_store.clone())
+        except Exception as error:
+            if not self._told_unconnected:
+                self._told_unconnected = True
+                logger.warning("hang watch: this node cannot open its connection to the rendezvous store, trying "
+                               "again every %g s: %s", self._interval,
+                               str(error).splitlines()[0] if str(error) else type(error).__name__)
+            return False
+        if self._told_unconnected:
+            logger.warning("hang watch: this node's connection to the rendezvous store is open")
+        return True
 
     def _tell_a_stalled_restart(self) -> None:
         """Once a worker's failure has waited ``RESTART_STALL_S`` for its restart, print the stacks

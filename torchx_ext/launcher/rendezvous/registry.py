@@ -17,6 +17,7 @@ from torchx_ext.launcher.rendezvous.loopback import LOOPBACK_ADDRESS, endpoint_i
 from torchx_ext.launcher.rendezvous.ranks import torch_round
 from torchx_ext.launcher.rendezvous.settings import (BACKEND, HANDLER_KEY, NODE_RANK_KEY, RESTARTS_KEY, SPARES_KEY,
                                                         TIMEOUT_KEY, TIMEOUTS)
+from torchx_ext.launcher.rendezvous.store_address import with_store_address
 from torchx_ext.launcher.rendezvous.store_keys import delete_keys
 from torchx_ext.launcher.rendezvous.watchdog import Loss
 
@@ -58,7 +59,7 @@ def create_handler(params: Any) -> Any:
         else:
             from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import create_backend
 
-            _, local = create_backend(c10d)  # as torch's registry does for c10d
+            _, local = create_backend(with_store_address(c10d))  # as torch's registry does for c10d
         inner = _torch_handler(local, c10d)
         forget = _old_torch_rounds_forgetter(inner, local, params.run_id)
     else:
@@ -99,12 +100,12 @@ def _old_torch_rounds_forgetter(inner: Any, store: Any, run_id: str) -> Callable
 
 def _arrivals(params: Any, node_rank: int, store: Any | None) -> Any:
     """The arrival rendezvous over ``store``, else the store torch's c10d backend makes of
-    ``params``, with torch's settings of ``TIMEOUTS`` and their defaults."""
+    ``params`` (reached at an address: store_address.py), with torch's settings of ``TIMEOUTS`` and their defaults."""
     from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import create_backend
 
     given = {key: params.get_as_int(key, default) for key, default in TIMEOUTS}
     if store is None:
-        _, store = create_backend(params)
+        _, store = create_backend(with_store_address(params))
     return arrival_handler(store, params.run_id, params.min_nodes, params.max_nodes,
                            loopback=endpoint_is_loopback(params.endpoint),
                            join_timeout_s=given["join_timeout"], last_call_s=given["last_call_timeout"],

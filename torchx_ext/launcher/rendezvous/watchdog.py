@@ -184,37 +184,58 @@ class RoundWatch:
             self._store_only = True
 
     def _beat(self) -> None:
-        try:
-            from torch.distributed import PrefixStore
+        from torch.distributed import PrefixStore
 
-            # Its own connection: a TCPStore client holds its connection while it waits for a key
-            # (the agent's exit barrier, up to 300 s), and beats must not queue behind that.
-            store = self._store = PrefixStore(KEY_PREFIX, self._round_store.clone())
-            store.set(f"name.{self._rank}", node_name())
-            beats = 0
-            while not self._stopped.is_set():
-                store.add(f"beat.{self._rank}", 1)
-                counts = {rank: store.add(f"beat.{rank}", 0) for rank in self._watched}
-                for rank in self._watched:
-                    if rank not in self._names and store.check([f"name.{rank}"]):
-                        self._names[rank] = store.get(f"name.{rank}").decode()
+        beats = 0
+        failed = False
+        while not self._stopped.is_set():
+            try:
+                if self._store is None:
+                    # Its own connection: a TCPStore client holds its connection while it waits for a
+                    # key (the agent's exit barrier, up to 300 s), and beats must not queue behind that.
+                    store = PrefixStore(KEY_PREFIX, self._round_store.clone())
+                    store.set(f"name.{self._rank}", node_name())
+                    self._store = store
                 beats += 1
-                # Once a timeout, the loss itself: the listener's idle connection may have been
-                # dropped on the way (a NAT's or a proxy's idle timeout) without a word.
-                reported = (store.get("lost").decode() if beats % BEATS_PER_TIMEOUT == 0 and store.check(["lost"])
-                            else None)
-                now = self._clock()
-                with self._lock:
-                    self._judge.store_answered(now)
-                    for rank, count in counts.items():
-                        self._judge.saw(rank, count, now)
-                    self._reported = self._reported or reported
-                if reported is not None:
-                    self._woken.set()
-                self._stopped.wait(self._interval)
-            store.set(f"wake.{self._rank}", "")  # this round's watch is over: so is the listener's wait
-        except Exception as error:  # the judge tells a store that stopped answering
-            logger.debug("watchdog: store call failed: %s", error)
+                self._beat_once(self._store, beats)
+                if failed:
+                    logger.warning("peer watchdog: this node reaches the rendezvous store again")
+                    failed = False
+            except Exception as error:
+                # This node's own trouble (a connection that cannot be opened, or one that broke): no
+                # peer is judged on it. Tried again on a new connection (a TCPStore client never
+                # reconnects); a store that stays silent is the judge's to call lost.
+                self._store = None
+                if not failed:
+                    logger.warning("peer watchdog: this node's connection to the rendezvous store at %s failed, "
+                                   "trying again every %.1f s: %s", self._store_name, self._interval,
+                                   str(error).splitlines()[0] if str(error) else type(error).__name__)
+                failed = True
+            self._stopped.wait(self._interval)
+        try:
+            if self._store is not None:
+                self._store.set(f"wake.{self._rank}", "")  # this round's watch is over: so is the listener's wait
+        except Exception as error:  # the listener's wait ends with the process
+            logger.debug("watchdog: ending the listener's wait failed: %s", error)
+
+    def _beat_once(self, store: Any, beats: int) -> None:
+        store.add(f"beat.{self._rank}", 1)
+        counts = {rank: store.add(f"beat.{rank}", 0) for rank in self._watched}
+        for rank in self._watched:
+            if rank not in self._names and store.check([f"name.{rank}"]):
+                self._names[rank] = store.get(f"name.{rank}").decode()
+        # Once a timeout, the loss itself: the listener's idle connection may have been
+        # dropped on the way (a NAT's or a proxy's idle timeout) without a word.
+        reported = (store.get("lost").decode() if beats % BEATS_PER_TIMEOUT == 0 and store.check(["lost"])
+                    else None)
+        now = self._clock()
+        with self._lock:
+            self._judge.store_answered(now)
+            for rank, count in counts.items():
+                self._judge.saw(rank, count, now)
+            self._reported = self._reported or reported
+        if reported is not None:
+            self._woken.set()
 
     def _listen(self) -> None:
         """Wait until this agent's wake key is set: by the agent that noticed a loss, or by this
@@ -232,6 +253,7 @@ class RoundWatch:
                 reported = store.get("lost").decode()
             except Exception as error:  # a wait of a day ended, or the store is gone (the judge tells)
                 logger.debug("watchdog: listening for a loss: %s", error)
+                store = None  # waited again on a new connection: a broken one never reconnects
                 self._stopped.wait(self._interval)
                 continue
             with self._lock:
@@ -262,24 +284,25 @@ class RoundWatch:
                     continue
                 self._loss = loss
                 first = loss.line != self._reported
-            if first and not loss.of_store and self._store is not None:
+            store = self._store
+            if first and not loss.of_store and store is not None:
                 # On a thread of its own: the judge never waits on the store.
-                threading.Thread(target=self._declare, args=(loss.line,), daemon=True).start()
+                threading.Thread(target=self._declare, args=(store, loss.line), daemon=True).start()
             self._on_loss(loss)
             if loss.of_store:
                 return
 
-    def _declare(self, line: str) -> None:
+    def _declare(self, store: Any, line: str) -> None:
         """Write the loss for every agent, then wake them all (the line first: a woken listener
         reads it)."""
         try:
-            self._store.set("lost", line)
+            store.set("lost", line)
         except Exception as error:  # the judge tells a store that stopped answering
             logger.debug("watchdog: writing the loss failed: %s", error)
             return
         others = [rank for rank in range(self._world_size) if rank != self._rank]
         try:
-            self._store.multi_set([f"wake.{rank}" for rank in others], [""] * len(others))
+            store.multi_set([f"wake.{rank}" for rank in others], [""] * len(others))
         except Exception as error:  # the store is gone: the listeners' waits end with the process
             logger.debug("watchdog: waking %d agents failed: %s", len(others), error)
 
