@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -142,6 +143,47 @@ def test_a_worker_that_fails_once_restarts_every_node_within_10_s_where_peers_no
     again = [line for line in _log_lines(runner, handle, "store_stepped", 3) if "rendezvous again" in line]
     assert sorted(line.split("]")[0] for line in again) == [f"[store_stepped/{replica}" for replica in range(3)], again
     assert all(" of 3, joined in " in line for line in again), again
+    assert scheduler.leftovers(app_id) == []
+
+
+STALL_S = 15.0
+
+
+# Docker's engine answers its containers' name lookups (the store host's name among them): stopped,
+# as a busy or wedged engine looks, it answers none, while the containers run on. A worker failing
+# then costs its one restart in place; no node is counted lost for a lookup.
+@pytest.mark.parametrize("scheduler", ["local_docker"], indirect=True)
+def test_a_worker_that_fails_while_the_engine_is_stopped_15_s_costs_one_restart_and_the_stall_plus_10_s(
+    runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path
+) -> None:
+    from tests.fixtures.docker_engine import engine_pid
+
+    dockerd = engine_pid()
+    handle, app_id, directory = _training(runner, scheduler, tmp_path, "3x1", max_retries=1, steps=100,
+                                          job="store_stepped.py", job_args=("1", "8"))
+    os.kill(dockerd, signal.SIGSTOP)
+    stopped = time.monotonic()
+    try:
+        deadline = stopped + 30
+        while not (directory / "failed_at").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(max(0.0, stopped + STALL_S - time.monotonic()))
+    finally:
+        os.kill(dockerd, signal.SIGCONT)
+    answers_again = time.time()
+    assert (directory / "failed_at").exists(), f"rank 1 did not fail during the stall: {_history(directory)}"
+    failed_at = float((directory / "failed_at").read_text())
+
+    history = _every_step_once(runner, handle, directory, steps=100)
+    logs = _logs(runner, handle, "store_stepped", 3, tmp_path)
+    after = [entry for entry in history if entry[2] > failed_at]
+    # The containers and the test share this host's clock.
+    assert after and after[0][2] <= answers_again + 10, (failed_at, answers_again, after[:3], logs)
+    lines = _log_lines(runner, handle, "store_stepped", 3)
+    assert not [line for line in lines if "lost node" in line or "lost the rendezvous store" in line], logs
+    again = [line for line in lines if "rendezvous again" in line]
+    assert sorted(line.split("]")[0] for line in again) == [f"[store_stepped/{replica}" for replica in range(3)], again
+    assert history[-1][1] == 3, history
     assert scheduler.leftovers(app_id) == []
 
 
