@@ -101,12 +101,33 @@ run_line() {  # LINE LANE-NAME PYTEST-ARGS...: one torchx line's pytest; non-zer
   TORCHX_EXT_LINE="$line" "$(venv "$line")/bin/python" -m pytest --durations=25 \
     --basetemp="${TMPDIR:-/tmp}/torchx-ext-pytest-$lane-$line" "${skip[@]}" "$@"
 }
+# The fault tests note each recovery they time (tests/helpers.py: record_restart); the slowest of
+# each test is written in the run's summary below, so a drift shows before it crosses a bound.
+export TORCHX_EXT_RESTART_TIMES="$(mktemp)"
+slowest_restarts() {
+  [ -s "$TORCHX_EXT_RESTART_TIMES" ] || return 0
+  echo "=== test.sh: the slowest recovery each fault test timed (seconds / the bound it asserts)"
+  "$(venv "${lines[0]}")/bin/python" - "$TORCHX_EXT_RESTART_TIMES" <<'PY'
+import json, sys
+slowest = {}
+for text in open(sys.argv[1]):
+    row = json.loads(text)
+    key = (row["test"], row["what"], row["line"])
+    if key not in slowest or row["seconds"] > slowest[key]["seconds"]:
+        slowest[key] = row
+for (test, what, line), row in sorted(slowest.items()):
+    share = row["seconds"] / row["bound_s"] if row["bound_s"] else 0
+    mark = "  <-- over 80 % of its bound" if share > 0.8 else ""
+    print(f"{row['seconds']:7.1f} / {row['bound_s']:.1f}  {test} ({what}; torchx {line}){mark}")
+PY
+}
 failed=()
 if [ $# -gt 0 ]; then
   for line in "${lines[@]}"; do
     echo "=== torchx $line: pytest $*"
     run_line "$line" args "$@" || failed+=("$line")
   done
+  slowest_restarts
 else
   side_lane() {  # NAME PYTEST-ARGS...: every torchx line's run of a lane, in the background, into its log
     local name="$1"
@@ -136,6 +157,7 @@ else
     cat "$logs/$name"
     grep "^test.sh: the $name lane failed" "$logs/$name" >&2 || true
   done
+  slowest_restarts
   if [ ${#failed[@]} -gt 0 ]; then
     # Last, where a reader of a long log's tail finds it: every lane's failures and their asserts.
     echo "=== test.sh: what failed, lane by lane"
@@ -146,6 +168,7 @@ else
   fi
   rm -rf "$logs"
 fi
+rm -f "$TORCHX_EXT_RESTART_TIMES"
 if [ ${#failed[@]} -gt 0 ]; then
   echo "test.sh: the suite failed: ${failed[*]} (torchx lines ${lines[*]})" >&2
   exit 1

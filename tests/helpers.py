@@ -6,6 +6,7 @@ State roots come from the code's own constant (``STATE_ROOT_ENV``), never spelle
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -78,3 +79,21 @@ def still_there(found: Callable[[], list[str]], settle_s: float, poll_s: float =
     while (what := found()) and time.monotonic() < deadline:
         time.sleep(poll_s)
     return what
+
+
+RESTART_TIMES_ENV = "TORCHX_EXT_RESTART_TIMES"
+"""A file that fault tests append their restarts' times to (scripts/test.sh sets it and writes the
+slowest of each test in the run's summary, so a drift shows before it crosses a bound)."""
+
+
+def record_restart(what: str, seconds: float, bound_s: float) -> None:
+    """Note one measured recovery (``what`` it is, in this test) against the bound its test asserts,
+    before the assert: a failing run notes it too."""
+    path = os.environ.get(RESTART_TIMES_ENV)
+    if not path:
+        return
+    test = os.environ.get("PYTEST_CURRENT_TEST", "?").rsplit(" ", 1)[0]
+    line = json.dumps({"test": test, "what": what, "seconds": round(seconds, 2), "bound_s": bound_s,
+                       "line": os.environ.get("TORCHX_EXT_LINE", "")})
+    with open(path, "a") as file:  # one short line per write: lanes appending at once do not interleave
+        file.write(line + "\n")

@@ -22,6 +22,7 @@ from tests.conformance.cases import EVERY_BACKEND, EVERY_CASE, NO_ROOM_FOR_A_SPA
 from torchx_ext.schedulers.backends import ELASTIC, SPARES
 from tests.conformance.conftest import JOBS, SchedulerUnderTest
 from tests.conformance.jobs_api import status_until, wait, wait_for_line
+from tests.helpers import record_restart
 from torchx_ext.components.dist import ddp
 from torchx_ext.stack_request import STACKS_BEGIN, STACKS_END
 
@@ -137,6 +138,7 @@ def test_a_worker_that_fails_once_restarts_every_node_within_10_s_where_peers_no
 
     history = _every_step_once(runner, handle, directory, steps=16)
     after = [entry for entry in history if entry[2] > failed_at]
+    record_restart("a failed worker to the next step", after[0][2] - failed_at if after else float("inf"), 10)
     assert after and after[0][2] - failed_at <= 10, (failed_at, history, _logs(runner, handle, "store_stepped", 3, tmp_path))
     assert history[-1][1] == 3, history
     # Each launcher says where its restart's time went (the line a reader of a slow restart looks for).
@@ -178,6 +180,8 @@ def test_a_worker_that_fails_while_the_engine_is_stopped_15_s_costs_one_restart_
     logs = _logs(runner, handle, "store_stepped", 3, tmp_path)
     after = [entry for entry in history if entry[2] > failed_at]
     # The containers and the test share this host's clock.
+    record_restart("a failed worker to the next step (the engine back + 10 s)",
+                   after[0][2] - failed_at if after else float("inf"), answers_again - failed_at + 10)
     assert after and after[0][2] <= answers_again + 10, (failed_at, answers_again, after[:3], logs)
     lines = _log_lines(runner, handle, "store_stepped", 3)
     assert not [line for line in lines if "lost node" in line or "lost the rendezvous store" in line], logs
@@ -224,6 +228,7 @@ def test_a_fixed_job_without_retries_fails_within_30_s_naming_the_lost_replica(
     killed_at = time.monotonic()
 
     failed = status_until(runner, handle, lambda status: status.is_terminal(), timeout_s=60)
+    record_restart("a kill to FAILED", time.monotonic() - killed_at, 30)
     assert failed.state == AppState.FAILED and time.monotonic() - killed_at <= 30, failed
     assert "checkpointed/1" in failed.msg, failed.msg
     assert scheduler.leftovers(app_id) == []
@@ -292,6 +297,7 @@ def test_a_fixed_job_without_retries_fails_within_60_s_of_a_freeze(
     _freeze(scheduler, app_id, replica_id)
     frozen_at = time.monotonic()
     failed = status_until(runner, handle, lambda status: status.is_terminal(), timeout_s=90)
+    record_restart("a freeze to FAILED", time.monotonic() - frozen_at, 60)
     assert failed.state == AppState.FAILED and time.monotonic() - frozen_at <= 60, failed
     # Whoever noticed first: the scheduler (the frozen replica) or the survivor's watchdog.
     assert any(why in failed.msg for why in ("gave no sign of life", "lost node", "lost the rendezvous store")), failed.msg
@@ -362,6 +368,7 @@ def test_a_rank_hung_alive_is_found_and_the_next_step_comes_within_45_s_with_eve
     hung_at = _hung_at(directory)
     history = _every_step_once(runner, handle, directory, steps=10)
     after = [entry[2] for entry in history if entry[2] > hung_at]
+    record_restart("a hang to the next step", after[0] - hung_at if after else float("inf"), 45)
     assert after and 30 <= after[0] - hung_at <= 45, (hung_at, history)
     assert 'hung.py", line' in _stacks_in_log(runner, handle, 1)
     assert "in all_reduce" in _stacks_in_log(runner, handle, 0)
@@ -379,6 +386,7 @@ def test_a_worker_that_overruns_its_own_timer_is_ended_and_the_next_step_comes_w
     hung_at = _hung_at(directory)
     history = _every_step_once(runner, handle, directory, steps=10)
     after = [entry[2] for entry in history if entry[2] > hung_at]
+    record_restart("an overrun timer to the next step", after[0] - hung_at if after else float("inf"), 5 + 15)
     assert after and after[0] - hung_at <= 5 + 15, (hung_at, history)
     stacks = _stacks_in_log(runner, handle, 1)
     assert stacks.splitlines()[0].startswith(f"{STACKS_BEGIN} timer: ") and 'hung.py", line' in stacks, stacks

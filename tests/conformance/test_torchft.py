@@ -25,7 +25,7 @@ from torchx.specs import AppState, parse_app_handle
 from tests.conformance.cases import NO_ROOM_FOR_A_LIGHTHOUSE, supporting
 from tests.conformance.conftest import JOBS, SchedulerUnderTest
 from tests.conformance.jobs_api import wait
-from tests.helpers import free_port_pair
+from tests.helpers import free_port_pair, record_restart
 from torchx_ext.components.dist import hsdp
 from torchx_ext.schedulers.backends import TORCHFT
 
@@ -191,6 +191,10 @@ def losses_cost_a_step_and_the_group_comes_back(
     (directory / "stop").touch()
     assert wait(runner, handle, timeout_s=120) == AppState.SUCCEEDED, runner.status(handle)
     print({what: round(seconds, 2) for what, seconds in figures.items()}, "uncommitted", uncommitted)
+    for what, bound in (("killed: survivor's next step", SURVIVOR_STALL_S), ("frozen: survivor's next step", FROZEN_STALL_S),
+                        ("killed: group back", BACK_S), ("frozen: group back", FROZEN_BACK_S),
+                        ("lighthouse lost: both groups' next step", LIGHTHOUSE_STALL_S)):
+        record_restart(what, figures[what], bound)
     assert figures["killed: survivor's next step"] <= SURVIVOR_STALL_S, figures
     assert figures["frozen: survivor's next step"] <= FROZEN_STALL_S, figures
     assert figures["killed: group back"] <= BACK_S, figures

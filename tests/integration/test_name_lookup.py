@@ -21,7 +21,7 @@ from tests.conformance.conftest import _local_leftovers
 from tests.conformance.jobs_api import wait
 from tests.conformance.test_faults import _history
 from tests.fixtures.netns import WRAPPER, hosts, require_netns
-from tests.helpers import STATE_ROOT_ENV
+from tests.helpers import STATE_ROOT_ENV, record_restart
 from torchx_ext.components.dist import ddp
 from torchx_ext.launcher.rendezvous.store_host import STORE_ADDR_ENV
 
@@ -83,6 +83,8 @@ def test_a_store_name_that_does_not_resolve_for_15_s_while_a_worker_fails_costs_
         failed_at = float((directory / "failed_at").read_text())
         after = [entry for entry in history if entry[2] > failed_at]
         # One host's clock: the test's and the job's namespaces share this kernel.
+        record_restart("a failed worker to the next step (the name back + 10 s)",
+                       after[0][2] - failed_at if after else float("inf"), resolves_again - failed_at + 10)
         assert after and after[0][2] <= resolves_again + 10, (failed_at, resolves_again, history, torchx_lines[-4000:])
         assert "lost node" not in logs, torchx_lines[-4000:]
         # One restart in place, each launcher's, and no replica replaced.
