@@ -22,6 +22,7 @@ from tests.conformance.cases import EVERY_BACKEND, EVERY_CASE, NO_ROOM_FOR_A_SPA
 from torchx_ext.schedulers.backends import ELASTIC, SPARES
 from tests.conformance.conftest import JOBS, SchedulerUnderTest
 from tests.conformance.jobs_api import status_until, wait, wait_for_line
+from tests.fixtures.docker_engine import engine_log_size, engine_pid, engine_said_since
 from tests.helpers import record_restart
 from torchx_ext.components.dist import ddp
 from torchx_ext.stack_request import STACKS_BEGIN, STACKS_END
@@ -51,6 +52,16 @@ def _logs(runner: Runner, handle: str, role: str, replicas: int, tmp_path: Path)
     path = tmp_path / "job.log"
     path.write_text("\n".join(lines) + "\n")
     return f"the job's log: {path}, ending\n" + "\n".join(lines[-40:])
+
+
+def _held_restart_stacks(runner: Runner, handle: str, replicas: int) -> str:
+    """The threads' stacks a launcher prints once its restart is held (hang_watch.py's
+    ``RESTART_STALL_S``), in full: where a slow restart waited."""
+    lines = _log_lines(runner, handle, "store_stepped", replicas)
+    starts = [index for index, line in enumerate(lines) if "has not rendezvoused again; its threads' stacks" in line]
+    if not starts:
+        return "no launcher printed its stacks (none was held 10 s)"
+    return "\n".join("\n".join(lines[start:start + 120]) for start in starts)
 
 
 def _wait_for_step(directory: Path, step: int, timeout_s: float = 120) -> float:
@@ -128,6 +139,7 @@ def test_losing_any_replica_with_max_retries_resumes_from_the_checkpoint_at_full
 def test_a_worker_that_fails_once_restarts_every_node_within_10_s_where_peers_notice_nothing(
     runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path, handler: str
 ) -> None:
+    engine_mark = engine_log_size() if scheduler.name == "local_docker" else None
     handle, app_id, directory = _training(runner, scheduler, tmp_path, "3x1", max_retries=1, steps=16,
                                           job="store_stepped.py", job_args=("1", "8"),
                                           env={"PET_C10D_HANDLER": handler})
@@ -139,7 +151,9 @@ def test_a_worker_that_fails_once_restarts_every_node_within_10_s_where_peers_no
     history = _every_step_once(runner, handle, directory, steps=16)
     after = [entry for entry in history if entry[2] > failed_at]
     record_restart("a failed worker to the next step", after[0][2] - failed_at if after else float("inf"), 10)
-    assert after and after[0][2] - failed_at <= 10, (failed_at, history, _logs(runner, handle, "store_stepped", 3, tmp_path))
+    assert after and after[0][2] - failed_at <= 10, (
+        failed_at, history, _logs(runner, handle, "store_stepped", 3, tmp_path),
+        _held_restart_stacks(runner, handle, 3), "" if engine_mark is None else engine_said_since(engine_mark))
     assert history[-1][1] == 3, history
     # Each launcher says where its restart's time went (the line a reader of a slow restart looks for).
     again = [line for line in _log_lines(runner, handle, "store_stepped", 3) if "rendezvous again" in line]
@@ -158,9 +172,7 @@ STALL_S = 15.0
 def test_a_worker_that_fails_while_the_engine_is_stopped_15_s_costs_one_restart_and_the_stall_plus_10_s(
     runner: Runner, scheduler: SchedulerUnderTest, tmp_path: Path
 ) -> None:
-    from tests.fixtures.docker_engine import engine_pid
-
-    dockerd = engine_pid()
+    dockerd, engine_mark = engine_pid(), engine_log_size()
     handle, app_id, directory = _training(runner, scheduler, tmp_path, "3x1", max_retries=1, steps=100,
                                           job="store_stepped.py", job_args=("1", "8"))
     os.kill(dockerd, signal.SIGSTOP)
@@ -182,7 +194,9 @@ def test_a_worker_that_fails_while_the_engine_is_stopped_15_s_costs_one_restart_
     # The containers and the test share this host's clock.
     record_restart("a failed worker to the next step (the engine back + 10 s)",
                    after[0][2] - failed_at if after else float("inf"), answers_again - failed_at + 10)
-    assert after and after[0][2] <= answers_again + 10, (failed_at, answers_again, after[:3], logs)
+    assert after and after[0][2] <= answers_again + 10, (failed_at, answers_again, after[:3], logs,
+                                                         _held_restart_stacks(runner, handle, 3),
+                                                         engine_said_since(engine_mark))
     lines = _log_lines(runner, handle, "store_stepped", 3)
     assert not [line for line in lines if "lost node" in line or "lost the rendezvous store" in line], logs
     again = [line for line in lines if "rendezvous again" in line]
