@@ -3,10 +3,13 @@ node with a client of its own as a launcher has. A node stops beating as a froze
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
+from datetime import timedelta
 from typing import Any
 
+import pytest
 import torch.distributed as dist
 
 from torchx_ext.launcher.rendezvous.watchdog import KEY_PREFIX, Loss, RoundWatch
@@ -109,3 +112,38 @@ def test_nodes_that_keep_beating_are_never_lost_and_their_watches_end_with_the_r
     assert left == []
     assert noticed == []
     del server
+
+
+def test_a_store_gone_for_a_moment_is_lost_by_nobody_and_every_node_says_so_once_and_beats_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Each node's own connection breaks (the store's host restarted its server on the same port, as
+    # a connection cut for a few seconds looks): that is the node's own trouble, not a peer's death.
+    caplog.set_level(logging.WARNING, logger="torchx_ext.launcher")
+    nodes = 3
+    noticed: dict[int, str] = {}
+    server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    port = server.port
+    watches = []
+    for rank in range(nodes):
+        # A short client timeout: a connection refused meanwhile fails in 1 s, not the default 5 min.
+        client = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=1))
+        watches.append(RoundWatch(dist.PrefixStore("round1/", client), rank, nodes, TIMEOUT_S,
+                                  lambda loss, rank=rank: noticed.setdefault(rank, loss.line), f"127.0.0.1:{port}"))
+    try:
+        for watch in watches:
+            watch.start()
+        time.sleep(3)
+        del server  # its listener and every connection to it close
+        time.sleep(3)
+        server = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
+        time.sleep(TIMEOUT_S + 2)  # longer than a silence that would have counted
+        beats = dist.PrefixStore(KEY_PREFIX, dist.PrefixStore("round1/", server))
+        counts = [int(beats.add(f"beat.{rank}", 0)) for rank in range(nodes)]
+    finally:
+        _stop_all(watches)
+    assert noticed == {}
+    assert all(count >= 3 for count in counts), counts  # every node beats in the store that came back
+    said = [record.getMessage() for record in caplog.records if record.getMessage().startswith("peer watchdog:")]
+    assert len([line for line in said if "failed, trying again" in line]) == nodes, said  # once each, not each beat
+    assert len([line for line in said if "reaches the rendezvous store again" in line]) == nodes, said
