@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -19,11 +18,10 @@ from torchx.specs import AppState, parse_app_handle
 
 from tests.conformance.conftest import _local_leftovers
 from tests.conformance.jobs_api import wait
-from tests.conformance.test_faults import _history
-from tests.fixtures.netns import WRAPPER, hosts, require_netns
-from tests.helpers import STATE_ROOT_ENV, record_restart
+from tests.conformance.test_faults import _history, _wait_for_step
+from tests.fixtures.netns import hosts, prepare_local_cwd_on_hosts, run_on_hosts
+from tests.helpers import record_restart
 from torchx_ext.components.dist import ddp
-from torchx_ext.launcher.rendezvous.store_host import STORE_ADDR_ENV
 
 STORE_STEPPED = str(Path(__file__).parents[1] / "conformance" / "jobs" / "store_stepped.py")
 STEPS = 100  # 23 s of training after the failure: the watchdog had time to count a node lost
@@ -35,12 +33,7 @@ UNRESOLVED_S = 15.0
 def test_a_store_name_that_does_not_resolve_for_15_s_while_a_worker_fails_costs_one_restart(
     runner: Runner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    require_netns()
-    monkeypatch.setenv(STATE_ROOT_ENV, str(tmp_path / "state"))
-    monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
-    monkeypatch.setenv(STORE_ADDR_ENV, "0.0.0.0")  # local_cwd's store, reached from the hosts' namespaces
-    directory = tmp_path / "checkpoints"
-    directory.mkdir()
+    directory = prepare_local_cwd_on_hosts(monkeypatch, tmp_path)
     with hosts("dn", [1, 1], tmp_path) as net:
         # The launchers reach the store by a name of its own, which only the hosts' files resolve.
         store_name = f"store-{os.getpid()}.test"
@@ -54,13 +47,10 @@ def test_a_store_name_that_does_not_resolve_for_15_s_while_a_worker_fails_costs_
         app = ddp(str(directory), str(STEPS), str(STEP_S), "1", str(FAIL_STEP), script=STORE_STEPPED, j="2x1",
                   max_retries=1)
         role = app.roles[0]
-        role.args = [str(WRAPPER), str(net.plan), "--", sys.executable, *role.args]
-        role.entrypoint = sys.executable
+        run_on_hosts(role, net.plan)
         handle = runner.run(app, "local_cwd", cfg={"log_dir": str(tmp_path / "logs")})
-        deadline = time.monotonic() + 120
-        while len(_history(directory)) < 3:
-            assert time.monotonic() < deadline, f"no third step: {_history(directory)}"
-            time.sleep(0.05)
+        _wait_for_step(directory, 3)
+        deadline = time.monotonic() + 60
         for path in hosts_files:
             path.write_text(resolving[path].replace(f" {store_name}\n", " \n"))  # the address stays, unnamed
         try:

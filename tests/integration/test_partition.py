@@ -6,7 +6,6 @@ No GLOO_SOCKET_IFNAME anywhere: gloo finds each host's address from its name.
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
@@ -16,11 +15,9 @@ from torchx.specs import AppState, parse_app_handle
 
 from tests.conformance.conftest import _local_leftovers
 from tests.conformance.jobs_api import wait
-from tests.conformance.test_faults import _history
-from tests.fixtures.netns import WRAPPER, hosts, require_netns
-from tests.helpers import STATE_ROOT_ENV
+from tests.conformance.test_faults import _history, _wait_for_step
+from tests.fixtures.netns import hosts, prepare_local_cwd_on_hosts, run_on_hosts
 from torchx_ext.components.dist import ddp
-from torchx_ext.launcher.rendezvous.store_host import STORE_ADDR_ENV
 
 CHECKPOINTED = str(Path(__file__).parents[1] / "conformance" / "jobs" / "checkpointed.py")
 STEPS = 24
@@ -29,23 +26,14 @@ STEPS = 24
 def test_a_replica_cut_off_the_network_is_replaced_and_every_step_is_done_once(
     runner: Runner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    require_netns()
-    monkeypatch.setenv(STATE_ROOT_ENV, str(tmp_path / "state"))
-    monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
-    monkeypatch.setenv(STORE_ADDR_ENV, "0.0.0.0")  # local_cwd's store, reached from the hosts' namespaces
-    directory = tmp_path / "checkpoints"
-    directory.mkdir()
+    directory = prepare_local_cwd_on_hosts(monkeypatch, tmp_path)
     # Replica 1 gets a second host for its restart: a replacement node.
     with hosts("tp", [1, 2], tmp_path) as net:
         app = ddp(str(directory), str(STEPS), "0.25", script=CHECKPOINTED, j="2x1", max_retries=1)
         role = app.roles[0]
-        role.args = [str(WRAPPER), str(net.plan), "--", sys.executable, *role.args]
-        role.entrypoint = sys.executable
+        run_on_hosts(role, net.plan)
         handle = runner.run(app, "local_cwd", cfg={"log_dir": str(tmp_path / "logs")})
-        deadline = time.monotonic() + 120
-        while len(_history(directory)) < 3:
-            assert time.monotonic() < deadline, "no third step"
-            time.sleep(0.05)
+        _wait_for_step(directory, 3)
         cut = net.hosts[1]  # replica 1's first host
         net.cut(cut)
         assert wait(runner, handle, timeout_s=180) == AppState.SUCCEEDED

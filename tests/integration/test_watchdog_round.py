@@ -114,6 +114,13 @@ def test_nodes_that_keep_beating_are_never_lost_and_their_watches_end_with_the_r
     del server
 
 
+def _noting(noticed: dict[int, str], rank: int) -> Any:
+    def note(loss: Loss) -> None:
+        noticed.setdefault(rank, loss.line)
+
+    return note
+
+
 def test_a_store_gone_for_a_moment_is_lost_by_nobody_and_every_node_says_so_once_and_beats_again(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -128,8 +135,8 @@ def test_a_store_gone_for_a_moment_is_lost_by_nobody_and_every_node_says_so_once
     for rank in range(nodes):
         # A short client timeout: a connection refused meanwhile fails in 1 s, not the default 5 min.
         client = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=1))
-        watches.append(RoundWatch(dist.PrefixStore("round1/", client), rank, nodes, TIMEOUT_S,
-                                  lambda loss, rank=rank: noticed.setdefault(rank, loss.line), f"127.0.0.1:{port}"))
+        watches.append(RoundWatch(dist.PrefixStore("round1/", client), rank, nodes, TIMEOUT_S, _noting(noticed, rank),
+                                  f"127.0.0.1:{port}"))
     try:
         for watch in watches:
             watch.start()

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from torchx_ext.errors import first_line
 from torchx_ext.launcher.hang_core import MAX_LOOK_S, HangJudge, StuckAttempts, look_interval
 from torchx_ext.launcher.stacks import STACK_BOUND_S, local_ranks, write_stacks
 from torchx_ext.launcher.rendezvous.watchdog import node_name
@@ -375,8 +376,7 @@ class HangWatch:
             if not self._told_unconnected:
                 self._told_unconnected = True
                 logger.warning("hang watch: this node cannot open its connection to the rendezvous store, trying "
-                               "again every %g s: %s", self._interval,
-                               str(error).splitlines()[0] if str(error) else type(error).__name__)
+                               "again every %g s: %s", self._interval, first_line(error))
             return False
         if self._told_unconnected:
             logger.warning("hang watch: this node's connection to the rendezvous store is open")

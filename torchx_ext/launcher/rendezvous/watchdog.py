@@ -31,6 +31,7 @@ from datetime import timedelta
 from dataclasses import dataclass
 from typing import Any
 
+from torchx_ext.errors import first_line
 from torchx_ext.replica_env import REPLICA_ENV
 
 logger = logging.getLogger("torchx_ext.launcher")
@@ -208,8 +209,7 @@ class RoundWatch:
                 self._store = None
                 if not failed:
                     logger.warning("peer watchdog: this node's connection to the rendezvous store at %s failed, "
-                                   "trying again every %.1f s: %s", self._store_name, self._interval,
-                                   str(error).splitlines()[0] if str(error) else type(error).__name__)
+                                   "trying again every %.1f s: %s", self._store_name, self._interval, first_line(error))
                 failed = True
             self._stopped.wait(self._interval)
         try:
