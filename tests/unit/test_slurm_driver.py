@@ -73,7 +73,7 @@ def test_the_jobs_code_is_the_last_failed_roles_and_a_signal_reads_as_a_shell_gi
 
 FAKE_SRUN = """#!{python}
 # Stands in for Slurm's srun: records its argv, then ends with the next code its role was given
-# ("hang": waits for SIGTERM, as a step does, and ends 143).
+# ("hang": waits for SIGTERM, as a step does, and ends 143; "CODE@ROLE": CODE once ROLE's step hangs).
 import json, os, signal, sys, time
 directory = os.environ["FAKE_SRUN_DIR"]
 role = sys.argv[-1]
@@ -83,6 +83,12 @@ path = os.path.join(directory, role + ".codes")
 codes = open(path).read().split() if os.path.exists(path) else []
 code, rest = (codes[0], codes[1:]) if codes else ("0", [])
 open(path, "w").write(" ".join(rest))
+if "@" in code:  # "CODE@ROLE": ends with CODE once ROLE's step hangs (a step killed before it read its
+    # code would leave it to the next attempt's)
+    code, other = code.split("@")
+    deadline = time.monotonic() + 30
+    while not os.path.exists(os.path.join(directory, other + ".hanging")) and time.monotonic() < deadline:
+        time.sleep(0.05)
 if code == "hang":
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     open(os.path.join(directory, role + ".hanging"), "w").close()
@@ -171,7 +177,7 @@ def test_an_app_restarted_as_a_whole_stops_every_step_when_one_fails_and_starts_
                    retry_policy=specs.RetryPolicy.APPLICATION)])
     slurm = FakeSlurm(tmp_path, app)
     slurm.codes("trainer", "hang", "0")
-    slurm.codes("reader", "7", "0")
+    slurm.codes("reader", "7@trainer", "0")  # a trainer stopped before it took its code would hang next time
 
     done = slurm.run()
     assert done.returncode == 0, done.stderr
