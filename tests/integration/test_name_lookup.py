@@ -30,8 +30,10 @@ STEP_S = 0.25
 UNRESOLVED_S = 15.0
 
 
+# Both c10d handlers: the store's address is chosen where the launcher's store is made, for either.
+@pytest.mark.parametrize("handler", ["arrivals", "torch"])
 def test_a_store_name_that_does_not_resolve_for_15_s_while_a_worker_fails_costs_one_restart(
-    runner: Runner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    runner: Runner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, handler: str
 ) -> None:
     directory = prepare_local_cwd_on_hosts(monkeypatch, tmp_path)
     with hosts("dn", [1, 1], tmp_path) as net:
@@ -45,7 +47,7 @@ def test_a_store_name_that_does_not_resolve_for_15_s_while_a_worker_fails_costs_
             path.write_text(text)  # in place: the file bind-mounted over each host's /etc/hosts
 
         app = ddp(str(directory), str(STEPS), str(STEP_S), "1", str(FAIL_STEP), script=STORE_STEPPED, j="2x1",
-                  max_retries=1)
+                  max_retries=1, env={"PET_C10D_HANDLER": handler})
         role = app.roles[0]
         run_on_hosts(role, net.plan)
         handle = runner.run(app, "local_cwd", cfg={"log_dir": str(tmp_path / "logs")})
